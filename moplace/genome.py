@@ -1,0 +1,95 @@
+"""A flat numeric encoding of strategies for the searchers (vectors in, strategies out).
+
+Layout for G co-location groups and N ops on D devices::
+
+    [ device of group g      (G genes, integers 0..D-1)
+      split option of group g (G genes, integers 0..len(options[g])-1)
+      priority of op i        (N genes, real) ]
+
+Split option 0 is "no split"; the others are (dimension, parts) pairs allowed for every op of
+the group, with part k on device ``(device + k) mod D``. `decode` is exact: integer genes are
+rounded and clipped, priorities taken as they are, and ``encode(decode(x)) == x`` for any
+integer-valued x within bounds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import StrategyError
+from .graph import SPLIT_DIMS, OpGraph
+from .strategy import Split, Strategy, spread_groups
+
+
+class GenomeSpace:
+    """Encoding of strategies for ``graph`` on ``n_devices`` devices."""
+
+    def __init__(self, graph: OpGraph, n_devices: int, *, max_parts: int | None = None):
+        self.graph, self.n_devices = graph, int(n_devices)
+        self.n_groups, self.n_ops = graph.arrays.n_groups, len(graph.ops)
+        top = min(max_parts or self.n_devices, self.n_devices)
+        self.options: tuple[tuple[tuple[str, int] | None, ...], ...] = tuple(
+            (None,) + tuple((d, n) for d in _common_dims(graph, m) for n in range(2, top + 1))
+            for m in graph.groups)
+
+    @property
+    def size(self) -> int:
+        return 2 * self.n_groups + self.n_ops
+
+    @property
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper bounds per gene (priorities in [0, 1])."""
+        lo = np.zeros(self.size)
+        hi = np.concatenate([np.full(self.n_groups, self.n_devices - 1.0),
+                             [len(o) - 1.0 for o in self.options], np.ones(self.n_ops)])
+        return lo, hi
+
+    @property
+    def integer_mask(self) -> np.ndarray:
+        """True for the integer genes (devices and split options)."""
+        return np.arange(self.size) < 2 * self.n_groups
+
+    def decode(self, x) -> Strategy:
+        """The strategy genome ``x`` stands for."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape != (self.size,):
+            raise StrategyError(f"genome has {x.size} genes, expected {self.size}")
+        G = self.n_groups
+        device = np.clip(np.rint(x[:G]), 0, self.n_devices - 1).astype(np.int64)
+        splits = {}
+        for g in np.flatnonzero(np.rint(x[G:2 * G]) > 0):
+            opts = self.options[g]
+            choice = opts[int(np.clip(np.rint(x[G + g]), 0, len(opts) - 1))]
+            if choice is not None:
+                dim, parts = choice
+                splits[int(g)] = Split(dim, tuple((device[g] + k) % self.n_devices
+                                                  for k in range(parts)))
+        return spread_groups(self.graph, device, splits, x[2 * G:].copy())
+
+    def encode(self, strategy: Strategy) -> np.ndarray:
+        """The genome of ``strategy``; `StrategyError` if it has no genome (e.g. parts not on
+        consecutive devices)."""
+        strategy.validate(self.graph, self.n_devices)
+        G = self.n_groups
+        x = np.empty(self.size)
+        for g, members in enumerate(self.graph.groups):
+            head = members[0]
+            x[g] = strategy.placement[head]
+            x[G + g] = self._option_index(g, strategy.splits.get(head), int(strategy.placement[head]))
+        x[2 * G:] = strategy.priority
+        return x
+
+    def _option_index(self, g: int, split: Split | None, device: int) -> int:
+        if split is None:
+            return 0
+        want = tuple((device + k) % self.n_devices for k in range(split.parts))
+        key = (split.dim, split.parts)
+        if split.devices != want or key not in self.options[g]:
+            name = self.graph.ops[self.graph.groups[g][0]].name
+            raise StrategyError(f"split of op {name!r} ({split.dim}, devices {split.devices}) "
+                                "has no genome: parts must sit on consecutive devices")
+        return self.options[g].index(key)
+
+
+def _common_dims(graph: OpGraph, members) -> list[str]:
+    return [d for d in SPLIT_DIMS if all(d in graph.ops[i].splittable for i in members)]

@@ -1,0 +1,74 @@
+"""Reading and writing op graphs.
+
+`load_graph` takes a file path or a bundled name (see `list_bundled`) and picks the importer from
+the file's content: PipeDream ``graph.txt``, moplace's own JSON, or dnn-partitioning JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import FormatError
+from ..graph import OpGraph
+from .bundled import bundled_path, is_bundled_spec, known_names_text, list_bundled
+from .dnnpart import load_dnn_partitioning
+from .native import FORMAT as NATIVE_FORMAT
+from .native import load_native, read_json, save_graph
+from .pipedream import load_pipedream
+
+__all__ = ["load_graph", "detect_format", "list_bundled", "bundled_path", "save_graph",
+           "load_native", "load_pipedream", "load_dnn_partitioning"]
+
+# "nodeX -- description -- key=value, ..." : enough to tell a PipeDream profile from other text
+_PIPEDREAM_LINE = re.compile(r"^\S+ -- .* -- \w+=")
+_LOADERS = {"pipedream": load_pipedream, "native": load_native,
+            "dnn-partitioning": load_dnn_partitioning}
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    return line
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FormatError(path, f"cannot read the file: {exc}") from None
+    return ""
+
+
+def _json_format(path: Path) -> str:
+    data = read_json(path)
+    if isinstance(data, dict) and data.get("format") == NATIVE_FORMAT:
+        return "native"
+    edges = data.get("edges") if isinstance(data, dict) else None
+    if isinstance(edges, list) and "nodes" in data and all(
+            isinstance(e, dict) and "sourceId" in e for e in edges[:1]):
+        return "dnn-partitioning"
+    raise FormatError(path, f"JSON is neither a {NATIVE_FORMAT!r} file (\"format\": "
+                      f"\"{NATIVE_FORMAT}\") nor a dnn-partitioning input (nodes, edges with sourceId)")
+
+
+def detect_format(path) -> str:
+    """``"pipedream"``, ``"native"`` or ``"dnn-partitioning"``, judged from the file's content."""
+    path = Path(path)
+    if not path.is_file():
+        raise FormatError(path, "no such file (or it is a directory); " + known_names_text())
+    first = _first_line(path)
+    if first.lstrip().startswith(("{", "[")) or path.suffix == ".json":
+        return _json_format(path)
+    if _PIPEDREAM_LINE.match(first):
+        return "pipedream"
+    raise FormatError(path, "unrecognised graph file: expected a PipeDream graph.txt, a "
+                      f"{NATIVE_FORMAT} JSON file or a dnn-partitioning JSON input")
+
+
+def load_graph(path_or_spec, **kwargs) -> OpGraph:
+    """Load a graph from a file or a bundled name such as ``pipedream:resnet50``.
+
+    ``kwargs`` go to the importer: ``device_kind``/``name`` (PipeDream, dnn-partitioning),
+    ``optimizer_state_factor`` (PipeDream). A missing file or unknown name raises `FormatError`
+    listing the bundled names.
+    """
+    path = bundled_path(path_or_spec) if is_bundled_spec(path_or_spec) else Path(path_or_spec)
+    return _LOADERS[detect_format(path)](path, **kwargs)

@@ -1,0 +1,212 @@
+"""moplace's own graph file: JSON holding exactly what an `OpGraph` holds (``docs/graph-format.md``).
+
+``save_graph`` then ``load_native`` gives back equal ops, edges and metadata; floats survive
+bit-for-bit because Python's json writes the shortest repr that reads back to the same double.
+Unknown keys are errors, so a typo is reported instead of silently becoming a default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import MappingProxyType
+
+from ..errors import FormatError, GraphError
+from ..graph import ROLES, SPLIT_DIMS, Edge, Op, OpGraph
+
+FORMAT = "moplace-graph"
+VERSION = 1
+TOP_KEYS = {"format", "version", "name", "metadata", "ops", "edges"}
+OP_KEYS = {"name", "type", "compute", "output_bytes", "param_bytes", "grad_bytes", "colocation",
+           "splittable", "role", "part_compute"}
+EDGE_KEYS = {"src", "dst", "bytes"}
+
+
+def read_json(path):
+    """Parse a JSON file; `FormatError` with the line of a syntax error, or if it is unreadable."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FormatError(path, f"cannot read the file: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(path, f"invalid JSON: {exc.msg} (column {exc.colno})",
+                          line=exc.lineno) from None
+
+
+# -- saving --------------------------------------------------------------------------------------
+def _plain(value):
+    """json `default`: mapping proxies (OpGraph.metadata) become dicts, numpy scalars Python ones."""
+    if isinstance(value, MappingProxyType):
+        return dict(value)
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"metadata value {value!r} is not JSON-serialisable")
+
+
+def _py(number):
+    """A numpy scalar as the equal Python number (json cannot write numpy types)."""
+    return number.item() if hasattr(number, "item") else number
+
+
+def _op_record(op: Op) -> dict:
+    record = {"name": op.name, "type": op.type,
+              "compute": {k: _py(v) for k, v in op.compute.items()},
+              "output_bytes": int(op.output_bytes), "param_bytes": int(op.param_bytes)}
+    if op.grad_bytes:
+        record["grad_bytes"] = int(op.grad_bytes)
+    record.update(colocation=op.colocation, splittable=list(op.splittable), role=op.role)
+    if op.part_compute:
+        record["part_compute"] = {str(n): {k: _py(v) for k, v in t.items()}
+                                  for n, t in op.part_compute.items()}
+    return record
+
+
+def graph_to_dict(graph: OpGraph) -> dict:
+    """The JSON-ready dictionary `save_graph` writes."""
+    names = [op.name for op in graph.ops]
+    return {"format": FORMAT, "version": VERSION, "name": graph.name,
+            "metadata": dict(graph.metadata),
+            "ops": [_op_record(op) for op in graph.ops],
+            "edges": [{"src": names[e.src], "dst": names[e.dst], "bytes": int(e.bytes)}
+                      for e in graph.edges]}
+
+
+def save_graph(graph: OpGraph, path) -> None:
+    """Write ``graph`` to ``path`` in the moplace-graph JSON format (one op or edge per line)."""
+    data = graph_to_dict(graph)
+    lines = [json.dumps(op, default=_plain, allow_nan=False) for op in data["ops"]]
+    edges = [json.dumps(e) for e in data["edges"]]
+    head = {k: data[k] for k in ("format", "version", "name")}
+    text = ("{\n" + "".join(f" {json.dumps(k)}: {json.dumps(v)},\n" for k, v in head.items())
+            + f' "metadata": {json.dumps(data["metadata"], default=_plain, allow_nan=False)},\n'
+            + ' "ops": [\n  ' + ",\n  ".join(lines) + "\n ],\n"
+            + ' "edges": [\n  ' + ",\n  ".join(edges) + "\n ]\n}\n")
+    Path(path).write_text(text, encoding="utf-8")
+
+
+# -- loading -------------------------------------------------------------------------------------
+class _Reader:
+    """Type-checks values of one file, naming the field path in every error."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def fail(self, field: str, message: str):
+        raise FormatError(self.path, message, field=field or None)
+
+    def obj(self, value, field, keys=None, required=()):
+        if not isinstance(value, dict):
+            self.fail(field, f"must be an object, got {type(value).__name__}")
+        for key in value:
+            if keys is not None and key not in keys:
+                self.fail(f"{field}.{key}" if field else key,
+                          f"unknown key {key!r} (known: {', '.join(sorted(keys))})")
+        for key in required:
+            if key not in value:
+                self.fail(f"{field}.{key}" if field else key, "missing")
+        return value
+
+    def integer(self, value, field):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.fail(field, f"must be a non-negative integer, got {value!r}")
+        return value
+
+    def seconds(self, value, field):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value < 0:
+            self.fail(field, f"must be a finite non-negative number of seconds, got {value!r}")
+        return value
+
+    def string(self, value, field, allow_none=False):
+        if value is None and allow_none:
+            return None
+        if not isinstance(value, str) or not value:
+            self.fail(field, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def times(self, value, field):
+        self.obj(value, field)
+        return {k: self.seconds(v, f"{field}.{k}") for k, v in value.items()}
+
+
+def _read_op(r: _Reader, rec, at: str) -> Op:
+    r.obj(rec, at, OP_KEYS, required=("name",))
+    kw = {"name": r.string(rec["name"], f"{at}.name")}
+    if "type" in rec:
+        kw["type"] = r.string(rec["type"], f"{at}.type")
+    if "compute" in rec:
+        kw["compute"] = r.times(rec["compute"], f"{at}.compute")
+    for key in ("output_bytes", "param_bytes", "grad_bytes"):
+        if key in rec:
+            kw[key] = r.integer(rec[key], f"{at}.{key}")
+    if "colocation" in rec:
+        kw["colocation"] = r.string(rec["colocation"], f"{at}.colocation", allow_none=True)
+    if "splittable" in rec:
+        dims = rec["splittable"]
+        if not isinstance(dims, list) or any(d not in SPLIT_DIMS for d in dims):
+            r.fail(f"{at}.splittable", f"must be a list drawn from {list(SPLIT_DIMS)}, got {dims!r}")
+        kw["splittable"] = tuple(dims)
+    if "role" in rec:
+        if rec["role"] not in ROLES:
+            r.fail(f"{at}.role", f"must be one of {list(ROLES)}, got {rec['role']!r}")
+        kw["role"] = rec["role"]
+    if "part_compute" in rec:
+        kw["part_compute"] = _read_parts(r, rec["part_compute"], f"{at}.part_compute")
+    try:
+        return Op(**kw)
+    except GraphError as exc:
+        r.fail(at, str(exc))
+
+
+def _read_parts(r: _Reader, value, field) -> dict[int, dict]:
+    r.obj(value, field)
+    parts = {}
+    for key, times in value.items():
+        if not key.isdigit() or int(key) < 2:
+            r.fail(f"{field}.{key}", "keys are part counts >= 2 written as strings, e.g. \"2\"")
+        parts[int(key)] = r.times(times, f"{field}.{key}")
+    return parts
+
+
+def _read_edges(r: _Reader, records, names: set[str]) -> list[Edge]:
+    if not isinstance(records, list):
+        r.fail("edges", "must be a list")
+    edges = []
+    for i, rec in enumerate(records):
+        at = f"edges[{i}]"
+        r.obj(rec, at, EDGE_KEYS, required=("src", "dst"))
+        for end in ("src", "dst"):
+            if rec[end] not in names:
+                r.fail(f"{at}.{end}", f"names no op: {rec[end]!r}")
+        edges.append(Edge(rec["src"], rec["dst"], r.integer(rec.get("bytes", 0), f"{at}.bytes")))
+    return edges
+
+
+def load_native(path) -> OpGraph:
+    """Load a moplace-graph JSON file; `FormatError` names the file and field of any problem."""
+    r = _Reader(path)
+    data = r.obj(read_json(path), "", TOP_KEYS, required=("format", "version", "ops"))
+    if data["format"] != FORMAT:
+        r.fail("format", f"must be {FORMAT!r}, got {data['format']!r}")
+    if data["version"] != VERSION or isinstance(data["version"], bool):
+        r.fail("version", f"unsupported version {data['version']!r} (this moplace reads {VERSION})")
+    if not isinstance(data["ops"], list):
+        r.fail("ops", "must be a list")
+    ops, seen = [], {}
+    for i, rec in enumerate(data["ops"]):
+        op = _read_op(r, rec, f"ops[{i}]")
+        if op.name in seen:
+            r.fail(f"ops[{i}].name", f"duplicate op name {op.name!r} (also ops[{seen[op.name]}])")
+        seen[op.name] = i
+        ops.append(op)
+    edges = _read_edges(r, data.get("edges", []), set(seen))
+    name = r.string(data.get("name", Path(path).stem), "name")
+    metadata = r.obj(data.get("metadata", {}), "metadata")
+    try:
+        return OpGraph(ops, edges, name=name, metadata=metadata)
+    except GraphError as exc:
+        # duplicate edges or a cycle: name the file as well
+        raise GraphError(f"{path}: {exc}") from None

@@ -1,0 +1,131 @@
+"""Strategy files: JSON a person can read and write, keyed by op name.
+
+    {"format": "moplace-strategy", "version": 1, "graph": "resnet50",
+     "placement": {"node1": 0, "node2": "gpu1", ...},
+     "priority": {"node1": 10.0, ...},
+     "splits": {"node7": {"dim": "batch", "devices": [0, 1]}}}
+
+``placement`` must cover every op, directly or through another op of its co-location group;
+devices are indices or device names of the cluster. ``priority`` is optional (default: the
+graph's topological order) and, when given, names every op. ``splits`` is optional; a split
+applies to the whole co-location group of the op it names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .baselines import topological_priority
+from .errors import FormatError, StrategyError
+from .graph import OpGraph
+from .strategy import Split, Strategy
+
+FORMAT = "moplace-strategy"
+
+
+def strategy_to_json(graph: OpGraph, strategy: Strategy, cluster=None) -> dict:
+    """A JSON-ready dict of ``strategy`` (device names when ``cluster`` is given)."""
+    names = [op.name for op in graph.ops]
+    dev = (lambda d: cluster.devices[d].name) if cluster is not None else int
+    return {
+        "format": FORMAT, "version": 1, "graph": graph.name,
+        "placement": {n: dev(int(d)) for n, d in zip(names, strategy.placement)},
+        "priority": {n: float(p) for n, p in zip(names, strategy.priority)},
+        "splits": {names[i]: {"dim": s.dim, "devices": [dev(d) for d in s.devices]}
+                   for i, s in strategy.splits.items()},
+    }
+
+
+def save_strategy(path, graph: OpGraph, strategy: Strategy, cluster=None) -> None:
+    """Write ``strategy`` to ``path`` as JSON."""
+    Path(path).write_text(json.dumps(strategy_to_json(graph, strategy, cluster), indent=1) + "\n")
+
+
+def load_strategy(path, graph: OpGraph, cluster) -> Strategy:
+    """Read a strategy file for ``graph`` on ``cluster``; errors name the file and field."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise FormatError(path, f"cannot read strategy file: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise FormatError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
+    try:
+        return strategy_from_json(data, graph, cluster)
+    except StrategyError as exc:
+        raise FormatError(path, str(exc)) from None
+
+
+def strategy_from_json(data, graph: OpGraph, cluster) -> Strategy:
+    """Build a validated strategy from the dict form (see module docstring)."""
+    if not isinstance(data, dict) or not isinstance(data.get("placement"), dict):
+        raise StrategyError("field 'placement' must be an object mapping op names to devices")
+    devices = _device_lookup(cluster)
+    group_dev = {}
+    for name, d in data["placement"].items():
+        group_dev.setdefault(_group_of(graph, name, "placement"), set()).add(_device(devices, d, name))
+    placement = np.empty(len(graph.ops), np.int64)
+    for g, members in enumerate(graph.groups):
+        chosen = group_dev.get(g)
+        if not chosen:
+            raise StrategyError(f"placement: op {graph.ops[members[0]].name!r} has no device")
+        if len(chosen) > 1:
+            raise StrategyError(f"placement: co-located ops of group "
+                                f"{graph.ops[members[0]].colocation!r} name different devices")
+        placement[list(members)] = chosen.pop()
+    splits = {}
+    for name, spec in (data.get("splits") or {}).items():
+        g = _group_of(graph, name, "splits")
+        if not isinstance(spec, dict) or "dim" not in spec or not isinstance(spec.get("devices"), list):
+            raise StrategyError(f"splits.{name}: needs 'dim' and a list of 'devices'")
+        split = Split(str(spec["dim"]), tuple(_device(devices, d, name) for d in spec["devices"]))
+        for m in graph.groups[g]:
+            splits[m] = split
+            placement[m] = split.devices[0]
+    return Strategy(placement, _priority(data.get("priority"), graph), splits).validate(
+        graph, cluster.n_devices)
+
+
+def _priority(spec, graph: OpGraph) -> np.ndarray:
+    if spec is None:
+        return topological_priority(graph)
+    if not isinstance(spec, dict):
+        raise StrategyError("field 'priority' must be an object mapping op names to numbers")
+    prio = np.empty(len(graph.ops))
+    seen = np.zeros(len(graph.ops), bool)
+    for name, p in spec.items():
+        i = _op_index(graph, name, "priority")
+        if isinstance(p, bool) or not isinstance(p, (int, float)):
+            raise StrategyError(f"priority.{name}: must be a number, got {p!r}")
+        prio[i], seen[i] = p, True
+    if not seen.all():
+        raise StrategyError(f"priority: op {graph.ops[int(np.argmin(seen))].name!r} has no priority "
+                            "(give every op one, or leave 'priority' out)")
+    return prio
+
+
+def _op_index(graph: OpGraph, name: str, field: str) -> int:
+    if name not in graph.index:
+        raise StrategyError(f"{field}: unknown op {name!r} (graph {graph.name!r} has "
+                            f"{len(graph.ops)} ops; is the strategy for another graph?)")
+    return graph.index[name]
+
+
+def _group_of(graph: OpGraph, name: str, field: str) -> int:
+    return int(graph.arrays.group[_op_index(graph, name, field)])
+
+
+def _device_lookup(cluster) -> dict:
+    return {d.name: i for i, d in enumerate(cluster.devices)}
+
+
+def _device(lookup: dict, d, op: str) -> int:
+    if isinstance(d, str):
+        if d not in lookup:
+            raise StrategyError(f"op {op!r}: unknown device {d!r} (devices: {', '.join(lookup)})")
+        return lookup[d]
+    if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < len(lookup):
+        raise StrategyError(f"op {op!r}: device {d!r} out of range 0..{len(lookup) - 1}")
+    return d

@@ -1,0 +1,20 @@
+import numpy as np
+import pytest
+
+from moplace.cluster import Cluster, Device
+
+
+def make_cluster(n, *, bandwidth=1e9, latency=0.0, memory=2**40, kind="V100", routes=None,
+                 resource_names=None):
+    """n identical devices, every ordered pair linked at ``bandwidth`` B/s with ``latency`` s."""
+    devices = [Device(f"d{i}", kind, int(memory), 1.0) for i in range(n)]
+    bw = np.full((n, n), float(bandwidth))
+    np.fill_diagonal(bw, np.inf)
+    lat = np.full((n, n), float(latency))
+    np.fill_diagonal(lat, 0.0)
+    return Cluster(f"test-{n}", devices, bw, lat, routes=routes, resource_names=resource_names)
+
+
+@pytest.fixture
+def cluster2():
+    return make_cluster(2, bandwidth=1e9, latency=1e-3)
