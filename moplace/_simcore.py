@@ -12,12 +12,12 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _ev_less(time, seq, a, b):
     return time[a] < time[b] or (time[a] == time[b] and seq[a] < seq[b])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _ev_pop(heap, n, time, seq):
     top = heap[0]
     n -= 1
@@ -37,12 +37,12 @@ def _ev_pop(heap, n, time, seq):
     return top, n
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _rq_less(prio, a, b):
     return prio[a] > prio[b] or (prio[a] == prio[b] and a < b)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _rq_push(rq, base, n, prio, task):
     rq[base + n] = task
     k = n
@@ -55,7 +55,7 @@ def _rq_push(rq, base, n, prio, task):
             break
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _rq_pop(rq, base, n, prio):
     top = rq[base]
     n -= 1
@@ -75,7 +75,7 @@ def _rq_pop(rq, base, n, prio):
     return top
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
@@ -278,7 +278,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     return start, end, sent, recv, peak, n_x, n_done
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _push_slot(heap, n, time, seq, ids, slot, t, s, i):
     time[slot] = t
     seq[slot] = s

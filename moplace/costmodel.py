@@ -42,6 +42,11 @@ class CostModel:
         out.flags.writeable = False
         return out
 
+    @cached_property
+    def ops_with_part_profiles(self) -> tuple[int, ...]:
+        """Ops with measured split-part times (``Op.part_compute``)."""
+        return tuple(i for i, op in enumerate(self.graph.ops) if op.part_compute)
+
     def part_time(self, op: int, device: int, parts: int) -> float:
         """Seconds of one of ``parts`` equal parts of op ``op`` on ``device``."""
         if parts == 1:

@@ -183,6 +183,11 @@ class OpGraph:
         shown = names if len(names) <= 12 else names[:6] + ["..."] + names[-5:]
         raise GraphError(f"graph {self.name!r} has a cycle: " + " -> ".join(shown))
 
+    def __setattr__(self, key, value):
+        if key in self.__dict__:
+            raise AttributeError(f"OpGraph is immutable (tried to set {key!r})")
+        object.__setattr__(self, key, value)
+
     # -- views -----------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.ops)
@@ -215,7 +220,8 @@ class OpGraph:
             if not isinstance(op, Op) or op.name != node:
                 raise GraphError(f"node {node!r} needs an 'op' attribute holding Op(name={node!r})")
             ops.append(op)
-        edges = [Edge(u, v, int(d.get("bytes", 0))) for u, v, d in g.edges(data=True)]
+        # bytes are validated by the constructor (int() would truncate 2.7 and pass -0.5 as 0)
+        edges = [Edge(u, v, d.get("bytes", 0)) for u, v, d in g.edges(data=True)]
         return cls(ops, edges, name=name or g.graph.get("name", "graph"), metadata=metadata)
 
     def device_kinds(self) -> set[str]:
@@ -235,6 +241,12 @@ class OpGraph:
         return tuple(tuple(members[g]) for g in range(self.arrays.n_groups))
 
     @cached_property
+    def group_head(self) -> np.ndarray:
+        """Per op, the first op of its co-location group (itself when alone)."""
+        heads = np.array([members[0] for members in self.groups], np.int64)
+        return heads[self.arrays.group]
+
+    @cached_property
     def arrays(self) -> CompiledGraph:
         """The graph compiled to flat numpy arrays (computed once)."""
         n = len(self.ops)
@@ -246,7 +258,7 @@ class OpGraph:
         group, n_groups = _group_ids(self.ops)
         topo = np.array(list(nx.lexicographical_topological_sort(
             _index_digraph(n, src, dst))), dtype=np.int64)
-        return CompiledGraph(
+        compiled = CompiledGraph(
             src=src, dst=dst, edge_bytes=nbytes, out_ptr=out_ptr, out_edge=out_edge,
             in_ptr=in_ptr, in_edge=in_edge,
             output_bytes=np.array([op.output_bytes for op in self.ops], np.float64),
@@ -256,6 +268,10 @@ class OpGraph:
             split_mask=np.array([sum(1 << SPLIT_DIMS.index(d) for d in set(op.splittable))
                                  for op in self.ops], np.int64),
             group=group, n_groups=n_groups, topo=topo)
+        for value in vars(compiled).values():  # the graph is immutable: so are its arrays
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+        return compiled
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -87,25 +87,23 @@ def run_task_graph(tg: TaskGraph, cluster, n_ops: int) -> Trace:
     """Simulate an already expanded task graph."""
     n_dev = cluster.n_devices
     comp = slice(0, tg.n_compute)
-    out_ptr = np.zeros(tg.n_tasks + 1, np.int64)
-    np.cumsum(np.bincount(tg.e_src, minlength=tg.n_tasks), out=out_ptr[1:])
-    in_edge = np.argsort(tg.e_dst, kind="stable").astype(np.int64)
-    in_ptr = np.zeros(tg.n_tasks + 1, np.int64)
-    np.cumsum(np.bincount(tg.e_dst, minlength=tg.n_tasks), out=in_ptr[1:])
     static = np.bincount(tg.dev[comp], weights=tg.param_bytes, minlength=n_dev).astype(np.float64)
     start, end, sent, recv, peak, n_x, n_done = simulate_core(
         n_dev, tg.dev, tg.dur, tg.prio, tg.out_bytes, tg.n_compute,
-        out_ptr, tg.e_src, tg.e_dst, tg.e_bytes, tg.e_srcdev, tg.e_local, in_ptr, in_edge,
+        tg.out_ptr, tg.e_src, tg.e_dst, tg.e_bytes, tg.e_srcdev, tg.e_local, tg.in_ptr, tg.in_edge,
         cluster.route_ptr, cluster.route_res, cluster.n_resources,
         cluster.bandwidth, cluster.latency,
         tg.coll_ptr, tg.coll_dev, tg.coll_res_ptr, tg.coll_res, tg.coll_dur, tg.coll_bytes,
         static)
     if n_done != tg.n_tasks:  # cannot happen for an acyclic graph; guard against kernel bugs
         raise RuntimeError(f"simulator finished {n_done} of {tg.n_tasks} tasks")
-    op_start = np.full(n_ops, np.inf)
-    op_end = np.full(n_ops, -np.inf)
-    np.minimum.at(op_start, tg.task_op[comp], start[comp])
-    np.maximum.at(op_end, tg.task_op, end)
+    if tg.n_tasks == n_ops:  # no splits: tasks are ops
+        op_start, op_end = start, end
+    else:
+        op_start = np.full(n_ops, np.inf)
+        op_end = np.full(n_ops, -np.inf)
+        np.minimum.at(op_start, tg.task_op[comp], start[comp])
+        np.maximum.at(op_end, tg.task_op, end)
     return Trace(
         makespan=float(end.max()) if end.size else 0.0,
         task_op=tg.task_op, task_device=tg.dev, task_start=start, task_end=end,

@@ -105,16 +105,18 @@ def _check_split(graph: OpGraph, i: int, split: Split, n_devices: int, first: in
 
 
 def _check_groups(graph: OpGraph, strategy: Strategy) -> None:
-    for members in graph.groups:
-        if len(members) < 2:
-            continue
-        head = members[0]
-        want = (int(strategy.placement[head]), strategy.splits.get(head))
-        for m in members[1:]:
-            if (int(strategy.placement[m]), strategy.splits.get(m)) != want:
-                a, b = graph.ops[head], graph.ops[m]
-                raise StrategyError(f"ops {a.name!r} and {b.name!r} share co-location group "
-                                    f"{a.colocation!r} but have different placements or splits")
+    head = graph.group_head
+    bad = np.flatnonzero(strategy.placement != strategy.placement[head])
+    split_ops = set(strategy.splits) | {int(head[i]) for i in strategy.splits}
+    bad_split = [i for i in sorted(split_ops) for m in graph.groups[graph.arrays.group[i]]
+                 if strategy.splits.get(m) != strategy.splits.get(i)]
+    if bad.size or bad_split:
+        m = int(bad[0]) if bad.size else bad_split[0]
+        a = graph.ops[int(head[m])]
+        b = graph.ops[m] if bad.size else next(graph.ops[k] for k in graph.groups[graph.arrays.group[m]]
+                                               if strategy.splits.get(k) != strategy.splits.get(m))
+        raise StrategyError(f"ops {a.name!r} and {b.name!r} share co-location group "
+                            f"{a.colocation!r} but have different placements or splits")
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

@@ -47,9 +47,11 @@ def save_strategy(path, graph: OpGraph, strategy: Strategy, cluster=None) -> Non
 def load_strategy(path, graph: OpGraph, cluster) -> Strategy:
     """Read a strategy file for ``graph`` on ``cluster``; errors name the file and field."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise FormatError(path, f"cannot read strategy file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise FormatError(path, f"cannot read strategy file: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise FormatError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
     try:
@@ -76,10 +78,15 @@ def strategy_from_json(data, graph: OpGraph, cluster) -> Strategy:
                                 f"{graph.ops[members[0]].colocation!r} name different devices")
         placement[list(members)] = chosen.pop()
     splits = {}
+    if not isinstance(data.get("splits") or {}, dict):
+        raise StrategyError("field 'splits' must be an object mapping op names to splits")
     for name, spec in (data.get("splits") or {}).items():
         g = _group_of(graph, name, "splits")
         if not isinstance(spec, dict) or "dim" not in spec or not isinstance(spec.get("devices"), list):
             raise StrategyError(f"splits.{name}: needs 'dim' and a list of 'devices'")
+        if len(spec["devices"]) < 2:
+            raise StrategyError(f"splits.{name}: a split needs at least 2 devices, "
+                                f"got {spec['devices']!r}")
         split = Split(str(spec["dim"]), tuple(_device(devices, d, name) for d in spec["devices"]))
         for m in graph.groups[g]:
             splits[m] = split

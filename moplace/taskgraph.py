@@ -40,6 +40,7 @@ class TaskGraph:
     (``dev`` = -1) whose devices, resources, duration and per-device traffic are in ``coll_*``.
     Edge arrays are sorted by source task; ``e_srcdev`` is the device the data leaves from and
     ``e_local`` marks edges that move nothing (same device, or control edges into a collective).
+    ``out_ptr`` indexes each task's out-edges; ``in_ptr``/``in_edge`` its in-edges (CSR).
     """
 
     n_compute: int
@@ -54,6 +55,9 @@ class TaskGraph:
     e_bytes: np.ndarray
     e_srcdev: np.ndarray
     e_local: np.ndarray
+    out_ptr: np.ndarray
+    in_ptr: np.ndarray
+    in_edge: np.ndarray
     coll_ptr: np.ndarray
     coll_dev: np.ndarray
     coll_res_ptr: np.ndarray
@@ -68,46 +72,71 @@ class TaskGraph:
 
 def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
     """The task graph of ``strategy`` on ``graph`` (the strategy must be validated)."""
+    if not strategy.splits:
+        return _unsplit_task_graph(graph, strategy, costs)
     a = graph.arrays
-    parts = np.ones(len(graph.ops), np.int64)
-    dims = np.full(len(graph.ops), -1, np.int64)
-    for i, s in strategy.splits.items():
-        parts[i], dims[i] = s.parts, _DIM_CODE[s.dim]
+    parts, dims, split_dev = _split_arrays(strategy, len(graph.ops))
     ptr = np.zeros(len(graph.ops) + 1, np.int64)
     np.cumsum(parts, out=ptr[1:])
     task_op = np.repeat(np.arange(len(graph.ops)), parts)
-    part_k = np.arange(ptr[-1]) - ptr[task_op]
     dev = strategy.placement[task_op].copy()
-    for i, s in strategy.splits.items():
-        dev[ptr[i]:ptr[i + 1]] = s.devices
-    dur = _durations(graph, costs, task_op, dev, parts, dims, strategy)
+    dev[parts[task_op] > 1] = split_dev  # splits are sorted by op, so parts line up
+    dur = _durations(graph, costs, task_op, dev, parts, dims)
     out_b, par_b = _memory(a, task_op, parts, dims)
-    colls = _collectives(graph, strategy, dims)
-    edges = _edges(a, ptr, parts, dims, dev, colls, len(task_op))
-    coll_arrays = _collective_arrays(graph, costs, colls)
-    n_coll = len(colls)
+    colls = _Collectives(graph, costs, ptr, parts, dims, dev)
+    n_compute, n_coll = len(task_op), len(colls.ops)
     return TaskGraph(
-        n_compute=len(task_op),
-        task_op=np.concatenate([task_op, [c[0] for c in colls]]).astype(np.int64),
-        dev=np.concatenate([dev, np.full(n_coll, -1)]).astype(np.int64),
-        dur=np.concatenate([dur, coll_arrays[4]]),
+        n_compute=n_compute,
+        task_op=np.concatenate([task_op, colls.ops]),
+        dev=np.concatenate([dev, np.full(n_coll, -1, np.int64)]),
+        dur=np.concatenate([dur, colls.dur]),
         prio=np.concatenate([strategy.priority[task_op], np.zeros(n_coll)]),
         out_bytes=np.concatenate([out_b, np.zeros(n_coll)]),
-        param_bytes=par_b, **edges,
-        coll_ptr=coll_arrays[0], coll_dev=coll_arrays[1], coll_res_ptr=coll_arrays[2],
-        coll_res=coll_arrays[3], coll_dur=coll_arrays[4], coll_bytes=coll_arrays[5])
+        param_bytes=par_b, **_edges(a, ptr, parts, dims, dev, colls, n_compute),
+        coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
+        coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device)
 
 
-def _durations(graph, costs, task_op, dev, parts, dims, strategy) -> np.ndarray:
-    dur = costs.compute[task_op, dev].copy()
-    split_tasks = np.flatnonzero(parts[task_op] > 1)
-    if split_tasks.size == 0:
-        return dur
-    replicated = (graph.arrays.role == _UPDATE) & (dims == _DIM_CODE["batch"])
-    for t in split_tasks:  # per split part: measured part profiles are looked up per op
-        op = task_op[t]
-        if not replicated[op]:  # a batch-"split" update is a full update of each replica
-            dur[t] = costs.part_time(int(op), int(dev[t]), int(parts[op]))
+def _split_arrays(strategy: Strategy, n_ops: int):
+    """Parts and dimension code per op, and the devices of all split parts in op order."""
+    items = list(strategy.splits.items())
+    parts = np.ones(n_ops, np.int64)
+    dims = np.full(n_ops, -1, np.int64)
+    idx = np.fromiter((i for i, _ in items), np.int64, len(items))
+    parts[idx] = [s.parts for _, s in items]
+    dims[idx] = [_DIM_CODE[s.dim] for _, s in items]
+    return parts, dims, np.fromiter((d for _, s in items for d in s.devices), np.int64)
+
+
+def _unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
+    """Fast path without splits: tasks are ops and edges the graph's edges, CSR reused."""
+    a = graph.arrays
+    dev = strategy.placement
+    n = dev.shape[0]
+    e_srcdev = dev[a.src]
+    return TaskGraph(
+        n_compute=n, task_op=np.arange(n), dev=dev, dur=costs.compute[np.arange(n), dev],
+        prio=strategy.priority, out_bytes=a.output_bytes, param_bytes=a.param_bytes,
+        e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev,
+        e_local=(e_srcdev == dev[a.dst]) | (a.edge_bytes <= 0),
+        out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, **_NO_COLLECTIVES)
+
+
+_NO_COLLECTIVES = dict(coll_ptr=np.zeros(1, np.int64), coll_dev=np.zeros(0, np.int64),
+                       coll_res_ptr=np.zeros(1, np.int64), coll_res=np.zeros(0, np.int64),
+                       coll_dur=np.zeros(0), coll_bytes=np.zeros(0))
+
+
+def _durations(graph, costs, task_op, dev, parts, dims) -> np.ndarray:
+    n = parts[task_op]
+    dur = costs.compute[task_op, dev]
+    # a batch-"split" update is a full update of each replica; other parts do 1/n of the work
+    replicated = (graph.arrays.role[task_op] == _UPDATE) & (dims[task_op] == _DIM_CODE["batch"])
+    dur = np.where((n > 1) & ~replicated, dur / n + costs.split_overhead_s, dur)
+    for op in costs.ops_with_part_profiles:  # measured part times replace the estimate
+        if parts[op] > 1 and not replicated[np.searchsorted(task_op, op)]:
+            for t in np.flatnonzero(task_op == op):
+                dur[t] = costs.part_time(int(op), int(dev[t]), int(parts[op]))
     return dur
 
 
@@ -122,14 +151,71 @@ def _memory(a, task_op, parts, dims) -> tuple[np.ndarray, np.ndarray]:
     return out_b, par_b
 
 
-def _collectives(graph, strategy, dims) -> list[tuple[int, tuple[int, ...]]]:
-    a = graph.arrays
-    found = []
-    for i, s in strategy.splits.items():
-        ring = tuple(sorted(set(s.devices)))
-        if dims[i] == _DIM_CODE["batch"] and a.grad_bytes[i] > 0 and len(ring) > 1:
-            found.append((i, ring))
-    return found
+class _Collectives:
+    """Ring all-reduces of batch-split ops with weight gradients, one per op, in op order.
+
+    A ring is a bitmask of devices; collectives on one ring share its links and resources, so
+    ring-level figures are computed once per distinct ring and spread with numpy indexing.
+    """
+
+    def __init__(self, graph, costs, ptr, parts, dims, dev):
+        a, cl = graph.arrays, costs.cluster
+        cand = np.flatnonzero((dims == _DIM_CODE["batch"]) & (a.grad_bytes > 0) & (parts > 1))
+        masks = np.zeros(cand.size, np.int64)
+        if cand.size:  # OR the device bits of each candidate's own parts (contiguous tasks)
+            own = np.repeat(ptr[cand], parts[cand]) + _ranks(parts[cand])
+            starts = np.cumsum(parts[cand]) - parts[cand]
+            masks = np.bitwise_or.reduceat(np.left_shift(np.int64(1), dev[own]), starts)
+        multi = (masks & (masks - 1)) != 0  # more than one distinct device
+        self.ops, self.masks = cand[multi].astype(np.int64), masks[multi]
+        rings, ring_of = np.unique(self.masks, return_inverse=True)
+        ring_of = ring_of.ravel()
+        self.ring_of = ring_of
+        b = a.grad_bytes[self.ops]
+        self.dur = np.zeros(self.ops.size)
+        self.bytes_per_device = np.zeros(self.ops.size)
+        self.first = np.zeros(self.ops.size, np.int64)
+        ring_devs, ring_res = [], []
+        for r, mask in enumerate(rings.tolist()):
+            ring = [d for d in range(cl.n_devices) if mask >> d & 1]
+            n = len(ring)
+            links = [(ring[k], ring[(k + 1) % n]) for k in range(n)]
+            lat = np.array([cl.latency[i, j] for i, j in links])
+            bw = np.array([cl.bandwidth[i, j] for i, j in links])
+            sel = ring_of == r
+            step = np.max(lat[None, :] + (b[sel, None] / n) / bw[None, :], axis=1)
+            self.dur[sel] = 2 * (n - 1) * step
+            self.bytes_per_device[sel] = 2 * (n - 1) / n * b[sel]
+            self.first[sel] = ring[0]
+            ring_devs.append(np.array(ring, np.int64))
+            ring_res.append(np.unique(np.concatenate([cl.route(i, j) for i, j in links]))
+                            .astype(np.int64))
+        self.ptr, self.devices = _ragged(ring_devs, ring_of)
+        self.res_ptr, self.res = _ragged(ring_res, ring_of)
+
+    def on_ring(self, c: np.ndarray, device: np.ndarray) -> np.ndarray:
+        """Whether ``device`` belongs to the ring of collective ``c`` (elementwise)."""
+        return (self.masks[c] >> device) & 1 == 1
+
+
+def _ranks(counts: np.ndarray) -> np.ndarray:
+    """0..counts[0]-1, 0..counts[1]-1, ... concatenated."""
+    return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _ragged(rows: list[np.ndarray], pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of ``rows[pick[0]], rows[pick[1]], ...`` without a Python loop over ``pick``."""
+    sizes = np.array([r.size for r in rows], np.int64)[pick] if rows else np.zeros(0, np.int64)
+    ptr = np.zeros(pick.size + 1, np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    if not rows:
+        return ptr, np.zeros(0, np.int64)
+    width = max(r.size for r in rows)
+    table = np.full((len(rows), width), -1, np.int64)
+    for k, r in enumerate(rows):
+        table[k, :r.size] = r
+    flat = table[pick].ravel()
+    return ptr, flat[flat >= 0]
 
 
 @lru_cache(maxsize=256)
@@ -168,25 +254,31 @@ def _len(x, y) -> float:
     return max(0.0, min(x[1], y[1]) - max(x[0], y[0]))
 
 
-def _edges(a, ptr, parts, dims, dev, colls, n_compute) -> dict:
-    gated = np.zeros(a.src.shape[0], bool)
+def _edges(a, ptr, parts, dims, dev, colls: _Collectives, n_compute) -> dict:
     src, dst, nb, sdev = [], [], [], []
-    coll_of = {op: n_compute + c for c, (op, _) in enumerate(colls)}
-    for op, ring in colls:  # the parts feed the collective; update consumers read from it
-        c = coll_of[op]
-        first, last = ptr[op], ptr[op + 1]
-        src.append(np.arange(first, last)), dst.append(np.full(last - first, c))
-        nb.append(np.zeros(last - first)), sdev.append(dev[first:last])
-        out = a.out_edge[a.out_ptr[op]:a.out_ptr[op + 1]]
-        to_update = out[a.role[a.dst[out]] == _UPDATE]
-        gated[to_update] = True
-        for e in to_update:
-            v_tasks = np.arange(ptr[a.dst[e]], ptr[a.dst[e] + 1])
-            on_ring = np.isin(dev[v_tasks], ring)
-            src.append(np.full(v_tasks.size, c)), dst.append(v_tasks)
-            nb.append(np.where(on_ring, 0.0, a.edge_bytes[e]))
-            sdev.append(np.where(on_ring, dev[v_tasks], ring[0]))
-    plain = np.flatnonzero(~gated)
+    coll_of_op = np.full(parts.size, -1, np.int64)
+    coll_of_op[colls.ops] = np.arange(colls.ops.size)
+    # every part of a collective's op feeds the collective (control edges, nothing moves)
+    parts_in = np.flatnonzero(coll_of_op[np.repeat(np.arange(parts.size), parts)] >= 0)
+    c = coll_of_op[np.repeat(np.arange(parts.size), parts)[parts_in]]
+    src.append(parts_in), dst.append(n_compute + c), nb.append(np.zeros(c.size)), sdev.append(dev[parts_in])
+    # update ops read the reduced gradient from the collective: locally on a ring device
+    gated = (coll_of_op[a.src] >= 0) & (a.role[a.dst] == _UPDATE)
+    g = np.flatnonzero(gated)
+    counts = parts[a.dst[g]]
+    e_rep = np.repeat(g, counts)
+    v_task = ptr[a.dst[e_rep]] + _ranks(counts)
+    c = coll_of_op[a.src[e_rep]]
+    here = colls.on_ring(c, dev[v_task])
+    src.append(n_compute + c), dst.append(v_task)
+    nb.append(np.where(here, 0.0, a.edge_bytes[e_rep]))
+    sdev.append(np.where(here, dev[v_task], colls.first[c]))
+    _plain_edges(a, np.flatnonzero(~gated), ptr, parts, dims, dev, src, dst, nb, sdev)
+    return _sorted_edges(src, dst, nb, sdev, dev, n_compute, n_compute + colls.ops.size)
+
+
+def _plain_edges(a, plain, ptr, parts, dims, dev, src, dst, nb, sdev) -> None:
+    """Part-to-part edges of ordinary op edges, by overlap of held and needed slices."""
     u, v = a.src[plain], a.dst[plain]
     # one int64 key per edge shape: (parts, dim) of producer and (parts, needed dim) of consumer
     nd = _need_dim(a.role[v], dims[v])
@@ -195,15 +287,14 @@ def _edges(a, ptr, parts, dims, dev, colls, n_compute) -> dict:
     for g, key in enumerate(uniq.tolist()):
         hi, lo = key >> 32, key & 0xFFFFFFFF
         nu, du, nv, dv = hi // 4, hi % 4 - 1, lo // 4, lo % 4 - 1
-        sel = plain if len(uniq) == 1 else plain[inverse == g]
+        sel = plain if len(uniq) == 1 else plain[inverse.ravel() == g]
         ks, js, fs = _overlap(int(nu), int(du), int(nv), int(dv))
         s = (ptr[a.src[sel]][:, None] + ks[None, :]).ravel()
         src.append(s), dst.append((ptr[a.dst[sel]][:, None] + js[None, :]).ravel())
         nb.append((a.edge_bytes[sel][:, None] * fs[None, :]).ravel()), sdev.append(dev[s])
-    return _sorted_edges(src, dst, nb, sdev, dev, n_compute)
 
 
-def _sorted_edges(src, dst, nb, sdev, dev, n_compute) -> dict:
+def _sorted_edges(src, dst, nb, sdev, dev, n_compute, n_tasks) -> dict:
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
     e_src, e_dst = cat(src, np.int64), cat(dst, np.int64)
     e_bytes, e_srcdev = cat(nb, np.float64), cat(sdev, np.int64)
@@ -211,22 +302,14 @@ def _sorted_edges(src, dst, nb, sdev, dev, n_compute) -> dict:
     e_src, e_dst, e_bytes, e_srcdev = e_src[order], e_dst[order], e_bytes[order], e_srcdev[order]
     dst_dev = np.where(e_dst < n_compute, dev[np.minimum(e_dst, n_compute - 1)], -1)
     e_local = (e_dst >= n_compute) | (e_srcdev == dst_dev) | (e_bytes <= 0)
-    return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local)
+    return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
+                **_csr(e_src, e_dst, n_tasks))
 
 
-def _collective_arrays(graph, costs, colls):
-    """Ring all-reduce per collective: devices, links used, duration, bytes per device."""
-    cl = costs.cluster
-    ptr, devs, rptr, res, durs, per_dev = [0], [], [0], [], [], []
-    for op, ring in colls:
-        n, b = len(ring), float(graph.arrays.grad_bytes[op])
-        links = [(ring[k], ring[(k + 1) % n]) for k in range(n)]
-        step = max(costs.transfer_time(i, j, b / n) for i, j in links)
-        used = sorted({int(r) for i, j in links
-                       for r in cl.route_res[cl.route_ptr[i * cl.n_devices + j]:
-                                             cl.route_ptr[i * cl.n_devices + j + 1]]})
-        devs.extend(ring), ptr.append(len(devs))
-        res.extend(used), rptr.append(len(res))
-        durs.append(2 * (n - 1) * step), per_dev.append(2 * (n - 1) / n * b)
-    as_i = (lambda x: np.array(x, np.int64))
-    return as_i(ptr), as_i(devs), as_i(rptr), as_i(res), np.array(durs, np.float64), np.array(per_dev)
+def _csr(e_src, e_dst, n_tasks) -> dict:
+    out_ptr = np.zeros(n_tasks + 1, np.int64)
+    np.cumsum(np.bincount(e_src, minlength=n_tasks), out=out_ptr[1:])
+    in_ptr = np.zeros(n_tasks + 1, np.int64)
+    np.cumsum(np.bincount(e_dst, minlength=n_tasks), out=in_ptr[1:])
+    return dict(out_ptr=out_ptr, in_ptr=in_ptr,
+                in_edge=np.argsort(e_dst, kind="stable").astype(np.int64))
