@@ -13,65 +13,91 @@ from numba import njit
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _ev_less(time, seq, a, b):
-    return time[a] < time[b] or (time[a] == time[b] and seq[a] < seq[b])
+def _ev_before(t1, s1, t2, s2):
+    return t1 < t2 or (t1 == t2 and s1 < s2)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _ev_pop(heap, n, time, seq):
-    top = heap[0]
+def _ev_put(ev_t, ev_s, ev_i, k, t, s, i):
+    ev_t[k] = t
+    ev_s[k] = s
+    ev_i[k] = i
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _ev_push(ev_t, ev_s, ev_i, n, t, s, i):
+    """Add event (time t, sequence s, id i) to the heap of size n; returns the new size."""
+    k = n
+    while k > 0:  # move the hole up instead of swapping
+        p = (k - 1) >> 1
+        if not _ev_before(t, s, ev_t[p], ev_s[p]):
+            break
+        _ev_put(ev_t, ev_s, ev_i, k, ev_t[p], ev_s[p], ev_i[p])
+        k = p
+    _ev_put(ev_t, ev_s, ev_i, k, t, s, i)
+    return n + 1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _ev_pop(ev_t, ev_s, ev_i, n):
+    """Remove the earliest event; returns (its id, the new size)."""
+    top = ev_i[0]
     n -= 1
-    heap[0] = heap[n]
+    t, s, i = ev_t[n], ev_s[n], ev_i[n]
     k = 0
     while True:
         c = 2 * k + 1
         if c >= n:
             break
-        if c + 1 < n and _ev_less(time, seq, heap[c + 1], heap[c]):
+        if c + 1 < n and _ev_before(ev_t[c + 1], ev_s[c + 1], ev_t[c], ev_s[c]):
             c += 1
-        if _ev_less(time, seq, heap[c], heap[k]):
-            heap[k], heap[c] = heap[c], heap[k]
-            k = c
-        else:
+        if not _ev_before(ev_t[c], ev_s[c], t, s):
             break
+        _ev_put(ev_t, ev_s, ev_i, k, ev_t[c], ev_s[c], ev_i[c])
+        k = c
+    _ev_put(ev_t, ev_s, ev_i, k, t, s, i)
     return top, n
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _rq_less(prio, a, b):
-    return prio[a] > prio[b] or (prio[a] == prio[b] and a < b)
+def _rq_before(p1, t1, p2, t2):
+    # higher priority first; on a tie the lower task index
+    return p1 > p2 or (p1 == p2 and t1 < t2)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _rq_push(rq, base, n, prio, task):
-    rq[base + n] = task
-    k = n
-    while k > 0:
-        p = (k - 1) >> 1
-        if _rq_less(prio, rq[base + k], rq[base + p]):
-            rq[base + k], rq[base + p] = rq[base + p], rq[base + k]
-            k = p
-        else:
+def _rq_push(rq, key, base, n, p, task):
+    """Add ``task`` with priority ``p`` to the ready heap stored at rq/key[base:base+n]."""
+    k = base + n
+    while k > base:
+        par = base + ((k - base - 1) >> 1)
+        if not _rq_before(p, task, key[par], rq[par]):
             break
+        rq[k], key[k] = rq[par], key[par]
+        k = par
+    rq[k], key[k] = task, p
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _rq_pop(rq, base, n, prio):
+def _rq_pop(rq, key, base, n):
+    """Remove and return the highest-priority task of the ready heap at rq/key[base:base+n]."""
     top = rq[base]
     n -= 1
-    rq[base] = rq[base + n]
+    last, lk = rq[base + n], key[base + n]
     k = 0
     while True:
         c = 2 * k + 1
         if c >= n:
             break
-        if c + 1 < n and _rq_less(prio, rq[base + c + 1], rq[base + c]):
+        ci = base + c
+        if c + 1 < n and _rq_before(key[ci + 1], rq[ci + 1], key[ci], rq[ci]):
+            ci += 1
             c += 1
-        if _rq_less(prio, rq[base + c], rq[base + k]):
-            rq[base + k], rq[base + c] = rq[base + c], rq[base + k]
-            k = c
-        else:
+        if not _rq_before(key[ci], rq[ci], lk, last):
             break
+        rq[base + k], key[base + k] = rq[ci], key[ci]
+        k = c
+    rq[base + k], key[base + k] = last, lk
     return top
 
 
@@ -108,19 +134,16 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     for d in range(n_dev):
         rq_base[d + 1] += rq_base[d]
     rq = np.empty(max(n_compute, 1), np.int64)
+    rq_key = np.empty(max(n_compute, 1))
     rq_n = np.zeros(n_dev, np.int64)
     busy = np.zeros(n_dev, np.bool_)
 
     cap = n + n_e + 1
-    ev_heap = np.empty(cap, np.int64)
-    ev_time = np.empty(cap)
-    ev_seq = np.empty(cap, np.int64)
-    ev_id = np.empty(cap, np.int64)
+    ev_t = np.empty(cap)
+    ev_s = np.empty(cap, np.int64)
+    ev_i = np.empty(cap, np.int64)
     ev_n = 0
     seq = 0
-    # slots are reused: the heap holds slot indices, free slots are a stack
-    free_slots = np.arange(cap - 1, -1, -1).astype(np.int64)
-    n_free = cap
 
     x_dst = np.empty(n_e, np.int64)
     x_bytes = np.empty(n_e)
@@ -148,7 +171,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
             t = ready_stack[n_ready]
             if t < n_compute:
                 d = dev[t]
-                _rq_push(rq, rq_base[d], rq_n[d], prio, t)
+                _rq_push(rq, rq_key, rq_base[d], rq_n[d], prio[t], t)
                 rq_n[d] += 1
             else:
                 c = t - n_compute
@@ -163,14 +186,12 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     recv[coll_dev[k]] += coll_bytes[c]
                 start[t] = s
                 end[t] = f
-                n_free -= 1
-                slot = free_slots[n_free]
-                ev_n = _push_slot(ev_heap, ev_n, ev_time, ev_seq, ev_id, slot, f, seq, t)
+                ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, t)
                 seq += 1
         # idle devices start their highest-priority ready task
         for d in range(n_dev):
             if not busy[d] and rq_n[d] > 0:
-                t = _rq_pop(rq, rq_base[d], rq_n[d], prio)
+                t = _rq_pop(rq, rq_key, rq_base[d], rq_n[d])
                 rq_n[d] -= 1
                 busy[d] = True
                 start[t] = now
@@ -178,18 +199,13 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 cur[d] += out_bytes[t]
                 if cur[d] > peak[d]:
                     peak[d] = cur[d]
-                n_free -= 1
-                slot = free_slots[n_free]
-                ev_n = _push_slot(ev_heap, ev_n, ev_time, ev_seq, ev_id, slot, end[t], seq, t)
+                ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, end[t], seq, t)
                 seq += 1
         if ev_n == 0:
             break
-        now = ev_time[ev_heap[0]]
-        while ev_n > 0 and ev_time[ev_heap[0]] == now:
-            slot, ev_n = _ev_pop(ev_heap, ev_n, ev_time, ev_seq)
-            free_slots[n_free] = slot
-            n_free += 1
-            i = ev_id[slot]
+        now = ev_t[0]
+        while ev_n > 0 and ev_t[0] == now:
+            i, ev_n = _ev_pop(ev_t, ev_s, ev_i, ev_n)
             if i < n:  # task i finished
                 t = i
                 n_done += 1
@@ -243,16 +259,9 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     x_task[n_x] = t
                     x_of_dev[dd] = n_x
                     refs[t] += 1
-                    n_free -= 1
-                    slot = free_slots[n_free]
-                    ev_n = _push_slot(ev_heap, ev_n, ev_time, ev_seq, ev_id, slot, f, seq, n + n_x)
+                    ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, n + n_x)
                     seq += 1
                     n_x += 1
-                for e in range(out_ptr[t], out_ptr[t + 1]):
-                    if not e_local[e]:
-                        x = x_of_dev[dev[e_dst[e]]]
-                        edge_x[e] = x
-                        x_refs[x] += 1
                 for k in range(n_t):
                     xb[touched[k]] = 0.0
                     x_of_dev[touched[k]] = -1
@@ -269,27 +278,12 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 if refs[p] == 0 and p < n_compute:
                     cur[dev[p]] -= out_bytes[p]
                 for e in range(out_ptr[p], out_ptr[p + 1]):
-                    if edge_x[e] == x:
-                        c = e_dst[e]
+                    c = e_dst[e]
+                    if not e_local[e] and dev[c] == dd:
+                        edge_x[e] = x
+                        x_refs[x] += 1
                         pending[c] -= 1
                         if pending[c] == 0:
                             ready_stack[n_ready] = c
                             n_ready += 1
     return start, end, sent, recv, peak, n_x, n_done
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _push_slot(heap, n, time, seq, ids, slot, t, s, i):
-    time[slot] = t
-    seq[slot] = s
-    ids[slot] = i
-    heap[n] = slot
-    k = n
-    while k > 0:
-        p = (k - 1) >> 1
-        if _ev_less(time, seq, heap[k], heap[p]):
-            heap[k], heap[p] = heap[p], heap[k]
-            k = p
-        else:
-            break
-    return n + 1

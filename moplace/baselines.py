@@ -65,11 +65,11 @@ def round_robin(graph: OpGraph, n_devices: int) -> Strategy:
 def layer_split(graph: OpGraph, n_devices: int, weights: np.ndarray | None = None) -> Strategy:
     """Contiguous runs of groups with nearly equal compute, one run per device.
 
-    ``weights`` is the compute per op (default: the mean over the op's profiled kinds).
+    ``weights`` is the compute per op (default: its time on the graph's profiled device kind,
+    else the fastest time it has).
     """
     if weights is None:
-        weights = np.array([np.mean(list(op.compute.values())) if op.compute else 0.0
-                            for op in graph.ops])
+        weights = np.array([_reference_time(op, graph.metadata.get("profiled_on")) for op in graph.ops])
     per_group = np.bincount(graph.arrays.group, weights=weights, minlength=graph.arrays.n_groups)
     order = group_order(graph)
     w = per_group[order]
@@ -81,6 +81,12 @@ def layer_split(graph: OpGraph, n_devices: int, weights: np.ndarray | None = Non
     device = np.empty(graph.arrays.n_groups, np.int64)
     device[order] = np.minimum((mid * n_devices).astype(np.int64), n_devices - 1)
     return spread_groups(graph, device, None, topological_priority(graph))
+
+
+def _reference_time(op, kind) -> float:
+    if kind in op.compute:
+        return float(op.compute[kind])
+    return float(min(op.compute.values())) if op.compute else 0.0
 
 
 def baseline(name: str, graph: OpGraph, n_devices: int) -> Strategy:

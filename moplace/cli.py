@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import MoplaceError
@@ -23,7 +24,12 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return code
+    except BrokenPipeError:  # the reader went away (`moplace graphs | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except MoplaceError as exc:
         print(f"moplace: error: {exc}", file=sys.stderr)
         return 2

@@ -57,6 +57,9 @@ class Op:
     def __post_init__(self):
         set_ = object.__setattr__
         set_(self, "compute", _frozen_mapping(self.compute))
+        if isinstance(self.splittable, str):  # tuple("batch") would be its letters
+            raise GraphError(f"op {self.name!r}: splittable must be a list of dimension names "
+                             f"such as ('batch',), got the string {self.splittable!r}")
         set_(self, "splittable", tuple(self.splittable))
         set_(self, "part_compute", MappingProxyType(
             {int(n): _frozen_mapping(t) for n, t in (self.part_compute or {}).items()}))
@@ -152,7 +155,7 @@ class OpGraph:
     def _normalise_edges(self, edges) -> tuple[Edge, ...]:
         out: dict[tuple[int, int], Edge] = {}
         for edge in edges:
-            edge = edge if isinstance(edge, Edge) else Edge(*edge)
+            edge = edge if isinstance(edge, Edge) else _edge_from_tuple(edge)
             src, dst = (self._resolve(edge.src), self._resolve(edge.dst))
             nbytes = edge.bytes
             if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
@@ -272,6 +275,13 @@ class OpGraph:
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
         return compiled
+
+
+def _edge_from_tuple(edge) -> Edge:
+    try:
+        return Edge(*edge)
+    except TypeError:
+        raise GraphError(f"an edge must be (src, dst) or (src, dst, bytes), got {edge!r}") from None
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

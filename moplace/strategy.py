@@ -13,13 +13,14 @@ across all devices.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
 
 from .errors import StrategyError
-from .graph import OpGraph
+from .graph import SPLIT_DIMS, OpGraph
 
 
 @dataclass(frozen=True)
@@ -81,40 +82,77 @@ class Strategy:
         if not np.all(np.isfinite(self.priority)):
             i = int(np.flatnonzero(~np.isfinite(self.priority))[0])
             raise StrategyError(f"op {graph.ops[i].name!r} has a non-finite priority")
-        for i, split in self.splits.items():
-            _check_split(graph, i, split, n_devices, int(self.placement[i]))
+        _check_splits(graph, self, n_devices)
         _check_groups(graph, self)
         return self
 
+    @cached_property
+    def split_table(self) -> "SplitTable":
+        """The splits as flat arrays (computed once; the strategy is immutable)."""
+        return SplitTable.of(self.splits)
 
-def _check_split(graph: OpGraph, i: int, split: Split, n_devices: int, first: int) -> None:
-    if not 0 <= i < len(graph.ops):
-        raise StrategyError(f"split names op index {i}, out of range")
-    op = graph.ops[i]
-    if split.dim not in op.splittable:
-        raise StrategyError(f"op {op.name!r} cannot be split on {split.dim!r} "
-                            f"(splittable: {list(op.splittable) or 'none'})")
-    if split.parts < 2:
-        raise StrategyError(f"op {op.name!r}: a split needs at least 2 parts")
-    bad = [d for d in split.devices if not 0 <= d < n_devices]
-    if bad:
-        raise StrategyError(f"op {op.name!r}: split part on device {bad[0]}, out of range "
-                            f"0..{n_devices - 1}")
-    if split.devices[0] != first:
-        raise StrategyError(f"op {op.name!r}: placement must equal the first part's device")
+
+@dataclass(frozen=True, eq=False)
+class SplitTable:
+    """Splits as arrays, in op order: ``ops``, ``parts``, ``dims`` (index into `SPLIT_DIMS`,
+    -1 for an unknown name), the parts' ``devices`` concatenated, and ``signature``, equal for
+    equal splits."""
+
+    ops: np.ndarray
+    parts: np.ndarray
+    dims: np.ndarray
+    devices: np.ndarray
+    signature: np.ndarray
+
+    @classmethod
+    def of(cls, splits: Mapping[int, Split]) -> "SplitTable":
+        items = list(splits.items())
+        ids: dict[Split, int] = {}
+        as_int = (lambda values: np.fromiter(values, np.int64, len(items)))
+        return cls(ops=as_int(i for i, _ in items), parts=as_int(s.parts for _, s in items),
+                   dims=as_int(SPLIT_DIMS.index(s.dim) if s.dim in SPLIT_DIMS else -1
+                               for _, s in items),
+                   devices=np.fromiter((d for _, s in items for d in s.devices), np.int64),
+                   signature=as_int(ids.setdefault(s, len(ids)) for _, s in items))
+
+
+def _check_splits(graph: OpGraph, strategy: Strategy, n_devices: int) -> None:
+    t, n = strategy.split_table, len(graph.ops)
+    bad = np.flatnonzero((t.ops < 0) | (t.ops >= n))
+    if bad.size:
+        raise StrategyError(f"split names op index {int(t.ops[bad[0]])}, out of range 0..{n - 1}")
+    allowed = (t.dims >= 0) & ((graph.arrays.split_mask[t.ops] >> np.maximum(t.dims, 0)) & 1 == 1)
+    first = np.cumsum(t.parts) - t.parts
+    off_range = np.flatnonzero((t.devices < 0) | (t.devices >= n_devices))
+    checks = [
+        (~allowed, lambda i, k: f"op {_name(graph, i)} cannot be split on "
+         f"{strategy.splits[i].dim!r} (splittable: {list(graph.ops[i].splittable) or 'none'})"),
+        (t.parts < 2, lambda i, k: f"op {_name(graph, i)}: a split needs at least 2 parts"),
+        (np.isin(np.arange(t.ops.size), np.searchsorted(first, off_range, side="right") - 1),
+         lambda i, k: f"op {_name(graph, i)}: split part on device "
+         f"{next(d for d in strategy.splits[i].devices if not 0 <= d < n_devices)}, "
+         f"out of range 0..{n_devices - 1}"),
+        (t.devices[first] != strategy.placement[t.ops],
+         lambda i, k: f"op {_name(graph, i)}: placement must equal the first part's device"),
+    ]
+    for failed, message in checks:
+        where = np.flatnonzero(failed)
+        if where.size:
+            raise StrategyError(message(int(t.ops[where[0]]), int(where[0])))
+
+
+def _name(graph: OpGraph, i: int) -> str:
+    return repr(graph.ops[i].name)
 
 
 def _check_groups(graph: OpGraph, strategy: Strategy) -> None:
     head = graph.group_head
-    bad = np.flatnonzero(strategy.placement != strategy.placement[head])
-    split_ops = set(strategy.splits) | {int(head[i]) for i in strategy.splits}
-    bad_split = [i for i in sorted(split_ops) for m in graph.groups[graph.arrays.group[i]]
-                 if strategy.splits.get(m) != strategy.splits.get(i)]
-    if bad.size or bad_split:
-        m = int(bad[0]) if bad.size else bad_split[0]
-        a = graph.ops[int(head[m])]
-        b = graph.ops[m] if bad.size else next(graph.ops[k] for k in graph.groups[graph.arrays.group[m]]
-                                               if strategy.splits.get(k) != strategy.splits.get(m))
+    t = strategy.split_table
+    sig = np.full(len(graph.ops), -1, np.int64)
+    sig[t.ops] = t.signature
+    bad = np.flatnonzero((strategy.placement != strategy.placement[head]) | (sig != sig[head]))
+    if bad.size:
+        a, b = graph.ops[int(head[bad[0]])], graph.ops[int(bad[0])]
         raise StrategyError(f"ops {a.name!r} and {b.name!r} share co-location group "
                             f"{a.colocation!r} but have different placements or splits")
 

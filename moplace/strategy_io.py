@@ -64,6 +64,9 @@ def strategy_from_json(data, graph: OpGraph, cluster) -> Strategy:
     """Build a validated strategy from the dict form (see module docstring)."""
     if not isinstance(data, dict) or not isinstance(data.get("placement"), dict):
         raise StrategyError("field 'placement' must be an object mapping op names to devices")
+    named = data.get("graph")
+    if named is not None and named != graph.name:
+        raise StrategyError(f"field 'graph': the strategy is for graph {named!r}, not {graph.name!r}")
     devices = _device_lookup(cluster)
     group_dev = {}
     for name, d in data["placement"].items():
@@ -88,9 +91,11 @@ def strategy_from_json(data, graph: OpGraph, cluster) -> Strategy:
             raise StrategyError(f"splits.{name}: a split needs at least 2 devices, "
                                 f"got {spec['devices']!r}")
         split = Split(str(spec["dim"]), tuple(_device(devices, d, name) for d in spec["devices"]))
+        if split.devices and placement[_group_head(graph, g)] != split.devices[0]:
+            raise StrategyError(f"splits.{name}: the first part's device must be the op's "
+                                f"placement ({int(placement[_group_head(graph, g)])}), got {split.devices[0]}")
         for m in graph.groups[g]:
             splits[m] = split
-            placement[m] = split.devices[0]
     return Strategy(placement, _priority(data.get("priority"), graph), splits).validate(
         graph, cluster.n_devices)
 
@@ -111,6 +116,10 @@ def _priority(spec, graph: OpGraph) -> np.ndarray:
         raise StrategyError(f"priority: op {graph.ops[int(np.argmin(seen))].name!r} has no priority "
                             "(give every op one, or leave 'priority' out)")
     return prio
+
+
+def _group_head(graph: OpGraph, g: int) -> int:
+    return graph.groups[g][0]
 
 
 def _op_index(graph: OpGraph, name: str, field: str) -> int:

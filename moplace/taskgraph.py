@@ -99,13 +99,11 @@ def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> Ta
 
 def _split_arrays(strategy: Strategy, n_ops: int):
     """Parts and dimension code per op, and the devices of all split parts in op order."""
-    items = list(strategy.splits.items())
+    t = strategy.split_table
     parts = np.ones(n_ops, np.int64)
     dims = np.full(n_ops, -1, np.int64)
-    idx = np.fromiter((i for i, _ in items), np.int64, len(items))
-    parts[idx] = [s.parts for _, s in items]
-    dims[idx] = [_DIM_CODE[s.dim] for _, s in items]
-    return parts, dims, np.fromiter((d for _, s in items for d in s.devices), np.int64)
+    parts[t.ops], dims[t.ops] = t.parts, t.dims
+    return parts, dims, t.devices
 
 
 def _unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
