@@ -171,3 +171,39 @@ class TestInvariants:
             on = np.flatnonzero(tr.task_device == d)
             order = on[np.argsort(tr.task_start[on])]
             assert (tr.task_start[order[1:]] >= tr.task_end[order[:-1]] - 1e-15).all()
+
+
+class TestSharedLinks:
+    def test_two_devices_on_one_shared_link(self):
+        # one resource carries both directions (a bus): opposite transfers queue
+        routes = {(0, 1): [0], (1, 0): [0]}
+        cl = make_cluster(2, bandwidth=100.0, routes=routes, resource_names=["bus"])
+        g = OpGraph([op("a", 1.0, 100), op("b", 1.0, 100), op("c", 1.0), op("d", 1.0)],
+                    [("a", "c", 100), ("b", "d", 100)])
+        tr = simulate(g, cl, Strategy([0, 1, 1, 0]))
+        # a (dev 0) and b (dev 1) end at 1; a->c takes the bus 1-2 (issued first), b->d 2-3
+        np.testing.assert_allclose(tr.op_start, [0, 0, 2, 3])
+        full_duplex = simulate(g, make_cluster(2, bandwidth=100.0), Strategy([0, 1, 1, 0]))
+        np.testing.assert_allclose(full_duplex.op_start, [0, 0, 2, 2])
+
+    def test_cross_server_transfers_share_the_nic(self):
+        from moplace import load_cluster
+        cl = load_cluster("2x4xV100-IB100")  # gpu0-3 in server 0, gpu4-7 in server 1
+        nbytes = 10**9
+        g = OpGraph([op("a", 1.0, nbytes), op("b", 1.0, nbytes), op("c", 1.0), op("d", 1.0)],
+                    [("a", "c", nbytes), ("b", "d", nbytes)])
+        across = simulate(g, cl, Strategy([0, 1, 4, 5]))
+        one = cl.transfer_time(0, 4, nbytes)
+        # both leave server 0 at t=1 through its one NIC: the second waits for the first
+        np.testing.assert_allclose(sorted(across.op_start[2:]), [1 + one, 1 + 2 * one])
+        inside = simulate(g, cl, Strategy([0, 1, 2, 3]))
+        assert inside.op_start[2] == pytest.approx(inside.op_start[3])
+
+
+def test_import_moplace_stays_light():
+    import subprocess
+    import sys
+    code = ("import sys, moplace, objectives, searchers; "
+            "print(sorted(m for m in ('tensorflow', 'mlflow', 'optuna', 'pymoo', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
