@@ -120,9 +120,15 @@ def _unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) ->
         out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, **_NO_COLLECTIVES)
 
 
-_NO_COLLECTIVES = dict(coll_ptr=np.zeros(1, np.int64), coll_dev=np.zeros(0, np.int64),
-                       coll_res_ptr=np.zeros(1, np.int64), coll_res=np.zeros(0, np.int64),
-                       coll_dur=np.zeros(0), coll_bytes=np.zeros(0))
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+_NO_COLLECTIVES = {k: _frozen(v) for k, v in dict(
+    coll_ptr=np.zeros(1, np.int64), coll_dev=np.zeros(0, np.int64),
+    coll_res_ptr=np.zeros(1, np.int64), coll_res=np.zeros(0, np.int64),
+    coll_dur=np.zeros(0), coll_bytes=np.zeros(0)).items()}
 
 
 def _durations(graph, costs, task_op, dev, parts, dims) -> np.ndarray:

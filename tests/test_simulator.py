@@ -207,3 +207,14 @@ def test_import_moplace_stays_light():
             "print(sorted(m for m in ('tensorflow', 'mlflow', 'optuna', 'pymoo', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_measured_part_profile_sets_the_duration_of_split_parts():
+    measured = Op("m", compute={V: 8.0}, part_compute={2: {V: 5.0}}, splittable=("batch",))
+    estimated = Op("e", compute={V: 8.0}, splittable=("batch",))
+    cl = make_cluster(2)
+    split = {0: Split("batch", (0, 1))}
+    assert simulate(OpGraph([measured]), cl, Strategy([0], splits=split)).makespan == 5.0
+    from moplace.costmodel import DEFAULT_SPLIT_OVERHEAD_S
+    assert simulate(OpGraph([estimated]), cl, Strategy([0], splits=split)).makespan == \
+        pytest.approx(4.0 + DEFAULT_SPLIT_OVERHEAD_S)
