@@ -99,11 +99,12 @@ def run_task_graph(tg: TaskGraph, cluster, n_ops: int) -> Trace:
         raise RuntimeError(f"simulator finished {n_done} of {tg.n_tasks} tasks")
     if tg.n_tasks == n_ops:  # no splits: tasks are ops
         op_start, op_end = start, end
-    else:
-        op_start = np.full(n_ops, np.inf)
-        op_end = np.full(n_ops, -np.inf)
-        np.minimum.at(op_start, tg.task_op[comp], start[comp])
-        np.maximum.at(op_end, tg.task_op, end)
+    else:  # an op spans its first part's start to its last part's (or all-reduce's) end
+        first = tg.op_ptr[:-1]
+        op_start = np.minimum.reduceat(start[comp], first)
+        op_end = np.maximum.reduceat(end[comp], first)
+        colls = slice(tg.n_compute, tg.n_tasks)
+        op_end[tg.task_op[colls]] = np.maximum(op_end[tg.task_op[colls]], end[colls])
     return Trace(
         makespan=float(end.max()) if end.size else 0.0,
         task_op=tg.task_op, task_device=tg.dev, task_start=start, task_end=end,

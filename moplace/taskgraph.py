@@ -24,6 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ._simcore import group_by
 from .costmodel import CostModel
 from .graph import ROLES, SPLIT_DIMS, OpGraph
 from .strategy import Strategy
@@ -41,6 +42,7 @@ class TaskGraph:
     Edge arrays are sorted by source task; ``e_srcdev`` is the device the data leaves from and
     ``e_local`` marks edges that move nothing (same device, or control edges into a collective).
     ``out_ptr`` indexes each task's out-edges; ``in_ptr``/``in_edge`` its in-edges (CSR).
+    ``op_ptr``: the compute tasks of op i are ``op_ptr[i]:op_ptr[i + 1]``.
     """
 
     n_compute: int
@@ -64,6 +66,7 @@ class TaskGraph:
     coll_res: np.ndarray
     coll_dur: np.ndarray
     coll_bytes: np.ndarray
+    op_ptr: np.ndarray
 
     @property
     def n_tasks(self) -> int:
@@ -94,7 +97,7 @@ def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> Ta
         out_bytes=np.concatenate([out_b, np.zeros(n_coll)]),
         param_bytes=par_b, **_edges(a, ptr, parts, dims, dev, colls, n_compute),
         coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
-        coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device)
+        coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr)
 
 
 def _split_arrays(strategy: Strategy, n_ops: int):
@@ -117,7 +120,8 @@ def _unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) ->
         prio=strategy.priority, out_bytes=a.output_bytes, param_bytes=a.param_bytes,
         e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev,
         e_local=(e_srcdev == dev[a.dst]) | (a.edge_bytes <= 0),
-        out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, **_NO_COLLECTIVES)
+        out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, op_ptr=np.arange(n + 1),
+        **_NO_COLLECTIVES)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -299,21 +303,16 @@ def _plain_edges(a, plain, ptr, parts, dims, dev, src, dst, nb, sdev) -> None:
 
 
 def _sorted_edges(src, dst, nb, sdev, dev, n_compute, n_tasks) -> dict:
-    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+    cat = (lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt))
     e_src, e_dst = cat(src, np.int64), cat(dst, np.int64)
     e_bytes, e_srcdev = cat(nb, np.float64), cat(sdev, np.int64)
-    order = np.lexsort((e_dst, e_src))
+    # sort by (src, dst): two stable counting-sort passes, least significant key first
+    _, by_dst = group_by(e_dst, n_tasks)
+    out_ptr, by_src = group_by(e_src[by_dst], n_tasks)
+    order = by_dst[by_src]
     e_src, e_dst, e_bytes, e_srcdev = e_src[order], e_dst[order], e_bytes[order], e_srcdev[order]
     dst_dev = np.where(e_dst < n_compute, dev[np.minimum(e_dst, n_compute - 1)], -1)
     e_local = (e_dst >= n_compute) | (e_srcdev == dst_dev) | (e_bytes <= 0)
+    in_ptr, in_edge = group_by(e_dst, n_tasks)
     return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
-                **_csr(e_src, e_dst, n_tasks))
-
-
-def _csr(e_src, e_dst, n_tasks) -> dict:
-    out_ptr = np.zeros(n_tasks + 1, np.int64)
-    np.cumsum(np.bincount(e_src, minlength=n_tasks), out=out_ptr[1:])
-    in_ptr = np.zeros(n_tasks + 1, np.int64)
-    np.cumsum(np.bincount(e_dst, minlength=n_tasks), out=in_ptr[1:])
-    return dict(out_ptr=out_ptr, in_ptr=in_ptr,
-                in_edge=np.argsort(e_dst, kind="stable").astype(np.int64))
+                out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge)
