@@ -101,10 +101,14 @@ def _clusters(args) -> int:
 
 
 def _graphs(args) -> int:
-    from .io import list_bundled
+    from .io import list_bundled, load_graph
 
+    print(f"{'graph':<42} {'ops':>6} {'edges':>6} {'profiled on':>11} {'compute ms':>11}")
     for name in list_bundled():
-        print(name)
+        g = load_graph(name)
+        kind = g.metadata.get("profiled_on", "?")
+        print(f"{name:<42} {len(g.ops):>6} {len(g.edges):>6} {kind:>11} "
+              f"{g.total_compute(kind) * 1e3:>11.1f}")
     return 0
 
 

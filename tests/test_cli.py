@@ -162,7 +162,12 @@ class TestListings:
     def test_graphs_lists_bundled_names(self, capsys):
         code, out, err = run(capsys, ["graphs"])
         assert code == 0 and err == ""
-        assert out.split() == list_bundled()
+        rows = [line.split() for line in out.splitlines()[1:]]
+        assert [r[0] for r in rows] == list_bundled()
+        from moplace import load_graph
+        for name, ops, edges, *_ in rows[::7]:
+            g = load_graph(name)
+            assert (int(ops), int(edges)) == (len(g.ops), len(g.edges))
         assert "pipedream:vgg16" in out.split()
 
     def test_no_command_prints_help(self, capsys):
