@@ -3,6 +3,9 @@
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE | --baseline NAME|all) [--json]
     moplace clusters
     moplace graphs
+    moplace profile MODEL_OR_PY --batch N [--device-count K] -o graph.json   (TensorFlow)
+    moplace apply GRAPH (--strategy FILE | --baseline NAME) --steps N [--json] (TensorFlow)
+    moplace zoo
 
 User errors print one line on stderr and exit 2; no tracebacks.
 """
@@ -53,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     cl.set_defaults(run=_clusters)
     gr = sub.add_parser("graphs", help="list the bundled profiled graphs")
     gr.set_defaults(run=_graphs)
+    from .cli_tf import add_commands
+    add_commands(sub)
     return p
 
 

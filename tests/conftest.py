@@ -1,3 +1,9 @@
+import os
+
+# before any test module can import TensorFlow: oneDNN rewrites would rename profiled nodes
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 import numpy as np
 import pytest
 
@@ -18,3 +24,12 @@ def make_cluster(n, *, bandwidth=1e9, latency=0.0, memory=2**40, kind="V100", ro
 @pytest.fixture
 def cluster2():
     return make_cluster(2, bandwidth=1e9, latency=1e-3)
+
+
+def pytest_collection_finish(session):
+    """Split the CPU into two logical devices before any TensorFlow test starts its runtime
+    (TensorFlow fixes its devices at first use), only when such tests were collected."""
+    if any(item.path.name.startswith("test_tf") for item in session.items):
+        from moplace.tf.devices import configure_logical_cpus
+
+        configure_logical_cpus(2)

@@ -1,0 +1,105 @@
+"""From a model to a profiled op graph, and from a profiled graph back to real training steps.
+
+`profile_model` traces a model's training step, measures every op on the first device (one
+op at a time), optionally measures transfers between the devices and estimates costs for
+device kinds the user does not have, and returns the op graph with the measured cluster.
+The graph records where it came from (zoo name or model file, batch size), so
+`apply_to_model` can rebuild exactly the same step later and run a strategy on it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MoplaceError
+from ..graph import OpGraph
+from ..simulator import simulate
+from ..strategy import Strategy
+from .apply import ApplyResult, apply_strategy
+from .devices import available_devices, device_kind, host_cluster
+from .modelfile import load_setup
+from .profile import profile_step
+from .session import session_config
+from .trace import TracedStep, trace_training_step
+
+
+@dataclass
+class ProfiledModel:
+    """The op graph, the cluster of the devices used (links measured when there are several),
+    the traced step, and how long tracing and profiling took (seconds)."""
+
+    graph: OpGraph
+    cluster: object
+    traced: TracedStep
+    trace_seconds: float
+    profile_seconds: float
+
+
+def trace_model(model_or_path: str, batch_size: int) -> TracedStep:
+    """Build ``model_or_path`` (zoo name or model file) at ``batch_size`` and trace its step."""
+    import keras
+
+    # Keras numbers layer and optimizer names per process ("sgd_4"); a fresh session makes a
+    # rebuilt model's node names match the ones it was profiled with
+    keras.backend.clear_session()
+    source = {"model": _source_name(model_or_path), "batch_size": int(batch_size)}
+    return trace_training_step(load_setup(model_or_path, batch_size), source=source)
+
+
+def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1, steps: int = 5,
+                  warmup: int = 2, estimate_kinds=(), measure_links: bool = True) -> ProfiledModel:
+    """Trace, profile and convert ``model_or_path``; see the module docstring."""
+    from .convert import to_op_graph
+
+    devices = available_devices(device_count)
+    t0 = time.perf_counter()
+    traced = trace_model(model_or_path, batch_size)
+    t1 = time.perf_counter()
+    profile = profile_step(traced, steps=steps, warmup=warmup,
+                           config=session_config(inter_op_threads=1))
+    kind = device_kind(devices[0])
+    extra = _estimates(traced, estimate_kinds) if estimate_kinds else None
+    overhead = max(profile.step_median_s - sum(profile.node_seconds.values()), 0.0)
+    graph = to_op_graph(traced, profile.node_seconds, kind, extra_compute=extra, metadata={
+        "measured": {"kind": kind, "device": devices[0], "steps": steps, "warmup": warmup,
+                     "step_median_s": profile.step_median_s, "step_overhead_s": overhead},
+        "estimated": {k: "roofline from op shapes (moplace.analytic)" for k in estimate_kinds}})
+    cluster = host_cluster(devices)
+    if measure_links and len(devices) > 1:
+        from .commprofile import profile_cluster
+        cluster, _ = profile_cluster(devices)
+    return ProfiledModel(graph, cluster, traced, t1 - t0, time.perf_counter() - t1)
+
+
+def apply_to_model(graph: OpGraph, strategy: Strategy, cluster, *, steps: int = 10,
+                   warmup: int = 2, traced: TracedStep | None = None) -> tuple[ApplyResult, float]:
+    """Run ``strategy`` for real on the model ``graph`` was profiled from; returns the result
+    and the simulator's runtime for the same strategy on ``cluster``."""
+    traced = traced or rebuild_traced(graph)
+    devices = available_devices(cluster.n_devices)
+    trace = simulate(graph, cluster, strategy)
+    return apply_strategy(traced, graph, strategy, trace, devices, steps=steps,
+                          warmup=warmup), trace.makespan
+
+
+def rebuild_traced(graph: OpGraph) -> TracedStep:
+    """Trace again the model that ``graph`` was profiled from (zoo name or file, batch)."""
+    source = graph.metadata.get("source") or {}
+    if "model" not in source or "batch_size" not in source:
+        raise MoplaceError(f"graph {graph.name!r} does not say which model it was profiled from "
+                           "(metadata 'source'); only graphs written by `moplace profile` can "
+                           "be applied")
+    return trace_model(source["model"], int(source["batch_size"]))
+
+
+def _source_name(model_or_path: str) -> str:
+    path = Path(model_or_path)
+    return str(path.resolve()) if path.suffix == ".py" or path.exists() else model_or_path
+
+
+def _estimates(traced: TracedStep, kinds) -> dict[str, dict[str, float]]:
+    from .estimate import estimate_node_seconds
+
+    return estimate_node_seconds(traced, kinds)

@@ -1,0 +1,173 @@
+"""TensorFlow front end: extraction, profiling, apply-and-measure, and its errors (CPU)."""
+
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import moplace.tf  # noqa: F401  (sets TensorFlow's environment before keras loads)
+from moplace import Cluster, baseline, simulate
+from moplace.tf.apply import ApplyError, apply_strategy
+from moplace.tf.frontend import apply_to_model, profile_model, rebuild_traced, trace_model
+from moplace.tf.modelfile import load_setup
+from moplace.tf.session import StepRunError, StepRunner
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return profile_model("cnn", 8, device_count=2, steps=3)
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return profile_model("mlp", 8, device_count=2, steps=3)
+
+
+class TestExtraction:
+    def test_forward_backward_and_update_ops(self, cnn):
+        roles = {op.role for op in cnn.graph.ops}
+        assert {"forward", "backward", "update"} <= roles
+        types = {op.type for op in cnn.graph.ops}
+        assert {"Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput"} <= types
+        assert any(op.type.startswith("ResourceApply") or op.type.startswith("Assign")
+                   for op in cnn.graph.ops if op.role == "update")
+
+    @pytest.mark.parametrize("name", ["cnn", "mlp"])
+    def test_parameter_bytes_are_the_models_parameters(self, name, cnn, mlp):
+        pm = {"cnn": cnn, "mlp": mlp}[name]
+        setup = load_setup(name, 8)
+        model_vars = [v for v in pm.traced.variables.values() if not v.optimizer_state]
+        assert sum(v.nbytes for v in model_vars) == setup.model.count_params() * 4
+        by_name = {op.name: op for op in pm.graph.ops}
+        assert all(by_name[v.node].param_bytes == v.nbytes for v in pm.traced.variables.values())
+
+    def test_every_op_has_a_measured_cost(self, cnn):
+        g = cnn.graph
+        kind = g.metadata["profiled_on"]
+        assert kind == "cpu"
+        assert all(kind in op.compute and op.compute[kind] >= 0 for op in g.ops)
+        fed = set(g.metadata["untimed"]["fed_inputs"])
+        assert fed == {"x", "y"} and not g.metadata["untimed"]["not_run"]
+        assert all(op.compute[kind] > 0 for op in g.ops if op.name not in fed)
+
+    def test_variables_and_their_readers_are_colocated(self, cnn):
+        g = cnn.graph
+        for node in cnn.traced.variables:
+            group = g.op(node).colocation
+            assert group == node
+            readers = [op for op in g.ops if op.colocation == group]
+            assert len(readers) >= 2 and any(op.type == "ReadVariableOp" for op in readers)
+
+    def test_consts_are_folded_and_said_so(self, cnn):
+        folded = cnn.graph.metadata["folded"]
+        assert folded["count"] > 0 and folded["types"] == ["Const"]
+        assert not any(op.type == "Const" for op in cnn.graph.ops)
+        assert sum(len(v) for v in folded["into"].values()) == folded["count"]
+
+    def test_splittable_dims_on_conv_and_matmul_only(self, cnn):
+        for op in cnn.graph.ops:
+            expected = op.type in {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
+                                   "MatMul", "BatchMatMulV2"}
+            assert bool(op.splittable) == expected, op.type
+
+    def test_weight_gradients_are_marked(self, cnn):
+        grads = [op for op in cnn.graph.ops if op.grad_bytes]
+        assert grads and all(op.role == "backward" for op in grads)
+        assert {op.type for op in grads} & {"Conv2DBackpropFilter", "MatMul", "BiasAddGrad"}
+
+    def test_profiled_step_is_within_a_sane_factor_of_the_tf_function(self, cnn):
+        x, y = cnn.traced.feeds["x"], cnn.traced.feeds["y"]
+        fn = cnn.traced.function
+        for _ in range(3):
+            fn(x, y)
+        walls = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            fn(x, y).numpy()
+            walls.append(time.perf_counter() - t0)
+        profiled = cnn.graph.total_compute("cpu")
+        ratio = profiled / statistics.median(walls)
+        assert 0.2 < ratio < 5, (profiled, statistics.median(walls))
+
+    def test_graph_records_its_source(self, cnn):
+        assert cnn.graph.metadata["source"] == {"model": "cnn", "batch_size": 8}
+        again = rebuild_traced(cnn.graph)
+        assert [n.name for n in again.graph_def.node] == [n.name for n in cnn.traced.graph_def.node]
+
+
+class TestApply:
+    @pytest.mark.parametrize("name", ["single", "round-robin", "layer-split"])
+    def test_strategies_run_and_train(self, cnn, name):
+        s = baseline(name, cnn.graph, 2)
+        result, simulated = apply_to_model(cnn.graph, s, cnn.cluster, steps=3, traced=cnn.traced)
+        assert result.expressible and result.trained
+        assert result.measured_step_s > 0 and simulated > 0
+        used = {int(d) for d in s.placement}
+        assert len(result.peak_memory_bytes) == len(used)
+
+    def test_two_device_placement_is_really_used(self, cnn):
+        s = baseline("round-robin", cnn.graph, 2)
+        traced = cnn.traced
+        from moplace.tf.apply import placed_graph_def
+        gd = placed_graph_def(traced, cnn.graph, s, simulate(cnn.graph, cnn.cluster, s),
+                              ["/device:CPU:0", "/device:CPU:1"])
+        devices = {n.device for n in gd.node if n.name in cnn.graph.index}
+        assert devices == {"/device:CPU:0", "/device:CPU:1"}
+        with StepRunner(traced, gd) as runner:
+            ran_on = {d.device.split("/")[-1] for d in runner.step(trace=True).metadata.step_stats.dev_stats}
+        assert {"device:CPU:0", "device:CPU:1"} <= ran_on
+
+    def test_splits_are_reported_not_expressible(self, cnn):
+        s = baseline("data-parallel", cnn.graph, 2)
+        result, _ = apply_to_model(cnn.graph, s, cnn.cluster, steps=1, traced=cnn.traced)
+        assert not result.expressible and "split" in result.reason and result.measured_step_s is None
+
+    def test_strategy_for_another_graph_is_refused(self, cnn, mlp):
+        s = baseline("single", mlp.graph, 2)
+        trace = simulate(mlp.graph, mlp.cluster, s)
+        with pytest.raises(ApplyError, match="does not match the model"):
+            apply_strategy(cnn.traced, mlp.graph, s, trace, ["/device:CPU:0", "/device:CPU:1"])
+
+
+class TestErrors:
+    def test_failing_op_is_named(self, tmp_path):
+        path = tmp_path / "bad_numbers.py"
+        path.write_text(textwrap.dedent("""
+            import numpy as np, keras, tensorflow as tf
+
+            class Check(keras.layers.Layer):
+                def call(self, x):
+                    return tf.debugging.check_numerics(tf.math.log(x), "log of a negative")
+
+            def build(batch_size):
+                inp = keras.Input((4,))
+                model = keras.Model(inp, keras.layers.Dense(2)(Check()(inp)))
+                x = -np.ones((batch_size, 4), np.float32)
+                y = np.zeros((batch_size,), np.int64)
+                return (model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                        keras.optimizers.SGD(0.1), (x, y))
+        """))
+        traced = trace_model(str(path), 2)
+        with StepRunner(traced) as runner, pytest.raises(StepRunError, match="CheckNumerics"):
+            runner.step()
+
+    def test_graph_without_source_cannot_be_applied(self):
+        from moplace.errors import MoplaceError
+        from moplace.synthetic import layered_dag
+        with pytest.raises(MoplaceError, match="does not say which model"):
+            rebuild_traced(layered_dag(10, width=2))
+
+
+def test_profiling_refuses_graphs_rewritten_by_onednn():
+    code = ("import os; os.environ['TF_ENABLE_ONEDNN_OPTS'] = '1'\n"
+            "import tensorflow\n"  # imported first: moplace.tf cannot switch oneDNN off
+            "from moplace.tf.frontend import profile_model\n"
+            "from moplace.errors import MoplaceError\n"
+            "try:\n    profile_model('cnn', 4, steps=1, warmup=1)\n"
+            "except MoplaceError as e:\n    print('REFUSED', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "REFUSED" in out.stdout and "TF_ENABLE_ONEDNN_OPTS=0" in out.stdout, out.stderr[-2000:]
