@@ -171,3 +171,16 @@ def test_profiling_refuses_graphs_rewritten_by_onednn():
             "except MoplaceError as e:\n    print('REFUSED', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "REFUSED" in out.stdout and "TF_ENABLE_ONEDNN_OPTS=0" in out.stdout, out.stderr[-2000:]
+
+
+def test_loops_are_timed_through_their_bodies():
+    # Keras LSTMs trace to While loops whose bodies run as nodes of their own
+    pm = profile_model("gnmt", 2, steps=2, warmup=1)
+    g, measured = pm.graph, pm.graph.metadata["measured"]
+    loops = [op for op in g.ops if op.type in ("While", "StatelessWhile")]
+    assert loops and not g.metadata["untimed"]["not_run"]
+    assert measured["nested_nodes_credited"] > 1000
+    # ops run one at a time while profiling: together they fit in an untraced step
+    assert g.total_compute("cpu") <= measured["step_median_s"] * (1 + 1e-9)
+    assert sum(op.compute["cpu"] for op in loops) > 0.3 * g.total_compute("cpu")
+    assert 0 < measured["tracing_correction"] <= 1

@@ -94,7 +94,8 @@ def _source(inp: str) -> str:
 def _output_bytes(func_graph) -> dict[str, list[int]]:
     out = {}
     for op in func_graph.get_operations():
-        out[op.name] = [0 if t.dtype in (tf.resource, tf.variant)
+        # resource handles move no data; integer index vectors of unknown length are tiny
+        out[op.name] = [0 if t.dtype in (tf.resource, tf.variant) or not t.shape.is_fully_defined()
                         else int(np.prod(t.shape.as_list(), dtype=np.int64)) * t.dtype.size
                         for t in op.outputs]
     return out

@@ -54,10 +54,17 @@ def configure_logical_cpus(count: int) -> list[str]:
 
 
 def available_devices(count: int) -> list[str]:
-    """``count`` device names: GPUs when at least ``count`` are visible, else logical CPUs."""
+    """``count`` device names: GPUs when at least ``count`` are visible, else logical CPUs
+    (the first ``count`` of them when the CPU is already split into more)."""
     if len(tf.config.list_physical_devices("GPU")) >= count:
         return [d.name for d in tf.config.list_logical_devices("GPU")][:count]
-    return configure_logical_cpus(count)
+    try:
+        return configure_logical_cpus(count)
+    except DeviceSetupError:  # already split: fewer devices than that are fine
+        have = [d.name for d in tf.config.list_logical_devices("CPU")]
+        if len(have) >= count:
+            return have[:count]
+        raise
 
 
 def gpu_kind(model: str) -> str:

@@ -26,9 +26,11 @@ def estimate_node_seconds(traced: TracedStep, kinds) -> dict[str, dict[str, floa
 
 
 def op_shape(op, traced: TracedStep) -> OpShape:
-    """The `OpShape` of TensorFlow op ``op`` (resource and variant tensors left out)."""
+    """The `OpShape` of TensorFlow op ``op`` (resource and variant tensors, and index vectors
+    of unknown length, left out)."""
     data = lambda ts: tuple((t.shape.as_list(), t.dtype.name) for t in ts  # noqa: E731
-                            if t.dtype not in (tf.resource, tf.variant))
+                            if t.dtype not in (tf.resource, tf.variant)
+                            and t.shape.is_fully_defined())
     attrs = {a: op.get_attr(a) for a in ATTRS if a in op.node_def.attr}
     variable = _updated_variable(op, traced)
     if variable is not None:

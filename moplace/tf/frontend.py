@@ -61,10 +61,14 @@ def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1,
                            config=session_config(inter_op_threads=1))
     kind = device_kind(devices[0])
     extra = _estimates(traced, estimate_kinds) if estimate_kinds else None
+    # what a step costs beyond its ops (session.run, feeding, fetching): not simulated, so
+    # recorded for reports that want to compare absolute step times
     overhead = max(profile.step_median_s - sum(profile.node_seconds.values()), 0.0)
     graph = to_op_graph(traced, profile.node_seconds, kind, extra_compute=extra, metadata={
         "measured": {"kind": kind, "device": devices[0], "steps": steps, "warmup": warmup,
-                     "step_median_s": profile.step_median_s, "step_overhead_s": overhead},
+                     "step_median_s": profile.step_median_s, "step_overhead_s": overhead,
+                     "nested_nodes_credited": profile.nested_nodes,
+                     "tracing_correction": profile.tracing_correction},
         "estimated": {k: "roofline from op shapes (moplace.analytic)" for k in estimate_kinds}})
     cluster = host_cluster(devices)
     if measure_links and len(devices) > 1:

@@ -3,7 +3,9 @@
 Runs warm-up steps, then several steps with full tracing, and takes per node the median of
 its measured time (``all_end_rel`` from `step_stats`: the kernel plus the executor's own work
 for the node, in nanoseconds where TensorFlow reports them). Profile with one inter-op thread
-so that ops run one at a time and do not inflate each other's times. Nodes that never appear in the step stats did not run (dead branches
+so that ops run one at a time and do not inflate each other's times. Control flow and function
+calls (an LSTM's ``While`` loop) run their bodies as nodes of their own, named after the op
+that runs them; their time is credited to that op. Nodes that never appear in the step stats did not run (dead branches
 TensorFlow prunes); they are reported, not guessed.
 """
 
@@ -26,7 +28,8 @@ class ProfileError(MoplaceError):
 
 @dataclass(frozen=True)
 class StepProfile:
-    """Median seconds per node, the device they ran on, and step wall times."""
+    """Median seconds per node (from traced steps), the device they ran on, and the wall
+    times of as many untraced steps."""
 
     node_seconds: dict[str, float]
     node_device: dict[str, str]
@@ -34,6 +37,8 @@ class StepProfile:
     losses: list[float]
     steps: int
     warmup: int
+    nested_nodes: int = 0  # nodes per step run inside loops or calls, credited to those ops
+    tracing_correction: float = 1.0  # see _tracing_correction
 
     @property
     def step_median_s(self) -> float:
@@ -43,24 +48,67 @@ class StepProfile:
 def profile_step(traced: TracedStep, *, steps: int = 5, warmup: int = 2, graph_def=None,
                  config=None) -> StepProfile:
     """Profile ``traced`` (optionally a placed ``graph_def``) over ``steps`` traced steps."""
+    names = {n.name for n in (graph_def or traced.graph_def).node}
+    owners: dict[str, str | None] = {}
     samples: dict[str, list[float]] = {}
     device: dict[str, str] = {}
     walls, losses = [], []
+    nested = 0
     with StepRunner(traced, graph_def, config=config or session_config()) as runner:
         for _ in range(warmup):
             losses.append(runner.step().loss)
+        for _ in range(steps):  # untraced: tracing itself slows a step down
+            step = runner.step()
+            walls.append(step.seconds)
+            losses.append(step.loss)
         for _ in range(steps):
             with quiet_stderr():
                 result = runner.step(trace=True)
-            walls.append(result.seconds)
             losses.append(result.loss)
+            this_step: dict[str, list[tuple[int, int]]] = {}
             for dev in result.metadata.step_stats.dev_stats:
                 for ns in dev.node_stats:
                     _check_not_rewritten(ns)
-                    samples.setdefault(ns.node_name, []).append(_node_seconds(ns))
-                    device[ns.node_name] = dev.device
-    return StepProfile({n: statistics.median(v) for n, v in samples.items()}, device, walls,
-                       losses, steps, warmup)
+                    owner = owners.get(ns.node_name, "")
+                    if owner == "":
+                        owner = owners[ns.node_name] = _owner(ns.node_name, names)
+                    if owner is None:  # the executor's own _SOURCE, _arg_*, _retval_*
+                        continue
+                    nested += owner != ns.node_name
+                    this_step.setdefault(owner, []).append(_interval(ns))
+                    device[owner] = dev.device
+            for name, intervals in this_step.items():
+                samples.setdefault(name, []).append(_covered_seconds(intervals))
+    seconds = {n: statistics.median(v) for n, v in samples.items()}
+    correction = _tracing_correction(seconds, walls)
+    seconds = {n: t * correction for n, t in seconds.items()}
+    return StepProfile(seconds, device, walls, losses, steps, warmup, nested // max(steps, 1),
+                       correction)
+
+
+def _tracing_correction(seconds: dict[str, float], walls: list[float]) -> float:
+    """Factor (<= 1) that brings traced node times back within the untraced step.
+
+    Ops run one at a time while profiling, so their true times cannot add up to more than an
+    untraced step. Tracing costs time per recorded node, which matters when loops run
+    thousands of nodes per step (an LSTM); then the times are scaled down in proportion.
+    """
+    total = sum(seconds.values())
+    wall = statistics.median(walls) if walls else 0.0
+    return wall / total if total > wall > 0 else 1.0
+
+
+def _owner(name: str, names: set[str]) -> str | None:
+    """The graph node a step-stats node belongs to: itself, or for the nodes a loop or a
+    function call runs inside (named ``[Func/]<node>/...``) the longest node name before them."""
+    if name in names:
+        return name
+    parts = name.removeprefix("Func/").split("/")
+    for k in range(len(parts) - 1, 0, -1):
+        prefix = "/".join(parts[:k])
+        if prefix in names:
+            return prefix
+    return None
 
 
 def _check_not_rewritten(ns) -> None:
@@ -74,12 +122,27 @@ def _check_not_rewritten(ns) -> None:
             "imported (import moplace.tf before keras or tensorflow)")
 
 
-def _node_seconds(ns) -> float:
-    # all_end_rel: from the executor starting the node to its outputs being ready, i.e. the
-    # kernel plus the per-node work of the executor, which the step pays for every op
-    if ns.all_end_rel_nanos:
-        return ns.all_end_rel_nanos * 1e-9
-    return ns.all_end_rel_micros * 1e-6
+def _interval(ns) -> tuple[int, int]:
+    """(start, end) in nanoseconds of a node: from the executor starting it to its outputs
+    being ready, i.e. the kernel plus the executor's own work for the node."""
+    if ns.all_start_nanos:
+        return ns.all_start_nanos, ns.all_start_nanos + ns.all_end_rel_nanos
+    start = ns.all_start_micros * 1000
+    return start, start + ns.all_end_rel_micros * 1000
+
+
+def _covered_seconds(intervals: list[tuple[int, int]]) -> float:
+    """Seconds covered by the union of ``intervals``: nodes of one loop may overlap or be
+    interleaved with other ops, and neither may be counted twice."""
+    total, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total * 1e-9
 
 
 @contextmanager

@@ -133,9 +133,12 @@ def _with_variable_handles(graph_def, variables: dict[str, VariableInfo]):
 
 
 def _check_static_shapes(graph) -> None:
+    # gradient code computes small integer index vectors (BroadcastGradientArgs) whose length
+    # TensorFlow does not know statically even when the model's shapes are fixed: only data
+    # tensors (floating point) must have static shapes
     for op in graph.get_operations():
         for t in op.outputs:
-            if t.dtype != tf.resource and t.dtype != tf.variant and not t.shape.is_fully_defined():
+            if t.dtype.is_floating and not t.shape.is_fully_defined():
                 raise TraceError(f"dynamic shapes are not supported: {op.type} op {op.name!r} "
                                  f"has output shape {t.shape}; give the model fixed input shapes")
 
