@@ -184,3 +184,37 @@ def test_loops_are_timed_through_their_bodies():
     assert g.total_compute("cpu") <= measured["step_median_s"] * (1 + 1e-9)
     assert sum(op.compute["cpu"] for op in loops) > 0.3 * g.total_compute("cpu")
     assert 0 < measured["tracing_correction"] <= 1
+
+
+class TestCommandLine:
+    def run(self, *args):
+        return subprocess.run([sys.executable, "-m", "moplace.cli", *args], capture_output=True,
+                              text=True, timeout=300)
+
+    def test_profile_then_apply(self, tmp_path):
+        graph = tmp_path / "mlp.json"
+        out = self.run("profile", "mlp", "--batch", "4", "--device-count", "2", "--steps", "2",
+                       "-o", str(graph))
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert graph.exists() and (tmp_path / "mlp.cluster.toml").exists()
+        out = self.run("apply", str(graph), "--baseline", "round-robin", "--steps", "2", "--json")
+        assert out.returncode == 0, out.stderr[-2000:]
+        import json
+        result = json.loads(out.stdout)
+        assert result["measured_step_s"] > 0 and result["runtime_s"] > 0 and result["trained"]
+        assert len(result["devices"]) == 2
+        out = self.run("evaluate", str(graph), "--cluster", str(tmp_path / "mlp.cluster.toml"),
+                       "--baseline", "single", "--json")
+        assert out.returncode == 0 and json.loads(out.stdout)["runtime_s"] > 0
+
+    @pytest.mark.parametrize("args, message", [
+        (("profile", "no_such_model.py", "--batch", "2", "-o", "x.json"), "no_such_model.py"),
+        (("profile", "mlp", "--batch", "0", "-o", "x.json"), "--batch must be at least 1"),
+        (("apply", "pipedream:vgg16", "--baseline", "single", "--steps", "1"),
+         "does not say which model"),
+    ])
+    def test_bad_input_is_one_clear_line(self, tmp_path, args, message):
+        out = subprocess.run([sys.executable, "-m", "moplace.cli", *args], capture_output=True,
+                             text=True, timeout=300, cwd=tmp_path)
+        assert out.returncode == 2 and message in out.stderr
+        assert "Traceback" not in out.stderr
