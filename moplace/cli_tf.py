@@ -24,6 +24,8 @@ def add_commands(sub) -> None:
                    help="devices to set up (logical CPUs without GPUs); with 2+ the links are measured")
     p.add_argument("--steps", type=int, default=5, help="traced steps (after 2 warm-up steps)")
     p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. V100,H100")
+    p.add_argument("--parts", default="", help="also profile at batch/n for these n, e.g. 2,4, "
+                   "so split parts get measured costs")
     p.add_argument("-o", "--output", required=True, help="graph JSON to write")
     p.set_defaults(run=_profile)
     a = sub.add_parser("apply", help="run a strategy for real on the profiled model and time it")
@@ -50,8 +52,12 @@ def _profile(args) -> int:
     from .tf.frontend import profile_model
 
     kinds = [k.strip() for k in args.estimate.split(",") if k.strip()]
+    try:
+        parts = [int(n) for n in args.parts.split(",") if n.strip()]
+    except ValueError:
+        raise MoplaceError(f"--parts must be comma-separated integers, got {args.parts!r}") from None
     pm = profile_model(args.model, args.batch, device_count=args.device_count, steps=args.steps,
-                       estimate_kinds=kinds)
+                       estimate_kinds=kinds, part_counts=parts)
     graph = _with_links(pm.graph, pm.cluster)
     save_graph(graph, args.output)
     cluster_path = Path(args.output).with_suffix(".cluster.toml")

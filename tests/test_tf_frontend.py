@@ -218,3 +218,15 @@ class TestCommandLine:
                              text=True, timeout=300, cwd=tmp_path)
         assert out.returncode == 2 and message in out.stderr
         assert "Traceback" not in out.stderr
+
+
+def test_part_profiles_give_split_parts_measured_costs():
+    pm = profile_model("cnn", 8, steps=2, warmup=1, part_counts=(2,))
+    splittable = [op for op in pm.graph.ops if op.splittable]
+    assert splittable and all(2 in op.part_compute and op.part_compute[2]["cpu"] > 0
+                              for op in splittable)
+    assert not any(op.part_compute for op in pm.graph.ops if not op.splittable)
+    assert pm.graph.metadata["measured"]["part_counts"] == [2]
+    from moplace.errors import MoplaceError
+    with pytest.raises(MoplaceError, match="must be >= 2 and divide the batch size 8"):
+        profile_model("cnn", 8, part_counts=(3,))

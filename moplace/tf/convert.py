@@ -33,10 +33,13 @@ _WRITES = re.compile(r"^(Assign\w*VariableOp|ResourceApply\w+|ResourceSparseAppl
 
 def to_op_graph(traced: TracedStep, node_seconds: dict[str, float], kind: str, *,
                 extra_compute: dict[str, dict[str, float]] | None = None,
+                part_seconds: dict[int, dict[str, float]] | None = None,
                 metadata: dict | None = None) -> OpGraph:
     """The op graph of ``traced`` with ``node_seconds`` as compute on device kind ``kind``.
 
-    ``extra_compute`` adds per-node times for other kinds (e.g. analytical estimates).
+    ``extra_compute`` adds per-node times for other kinds (e.g. analytical estimates);
+    ``part_seconds[n]`` are the times measured at batch / n, kept as the measured cost of one
+    part of a splittable op split n ways on batch.
     """
     nodes = {n.name: n for n in traced.graph_def.node}
     live = _live_nodes(nodes, traced)
@@ -54,11 +57,14 @@ def to_op_graph(traced: TracedStep, node_seconds: dict[str, float], kind: str, *
         compute = {kind: float(node_seconds.get(name, 0.0))}
         compute.update((extra_compute or {}).get(name, {}))
         info = traced.variables.get(name)
+        splittable = nodes[name].op in SPLITTABLE_TYPES
+        parts = {n: {kind: float(t[name])} for n, t in (part_seconds or {}).items()
+                 if splittable and name in t}
         ops.append(Op(
             name, nodes[name].op, compute, output_bytes=int(sum(shapes.get(name, ()))),
             param_bytes=info.nbytes if info else 0, grad_bytes=grads.get(name, 0),
             colocation=groups.get(name), role=roles[name],
-            splittable=("batch", "channel") if nodes[name].op in SPLITTABLE_TYPES else ()))
+            splittable=("batch", "channel") if splittable else (), part_compute=parts))
     meta = {"format": "tensorflow", "profiled_on": kind, "tf_version": tf.__version__,
             "batch_size": traced.batch_size, "source": traced.source,
             "pruned_nodes": len(nodes) - len(live),

@@ -49,8 +49,16 @@ def trace_model(model_or_path: str, batch_size: int) -> TracedStep:
 
 
 def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1, steps: int = 5,
-                  warmup: int = 2, estimate_kinds=(), measure_links: bool = True) -> ProfiledModel:
-    """Trace, profile and convert ``model_or_path``; see the module docstring."""
+                  warmup: int = 2, estimate_kinds=(), measure_links: bool = True,
+                  part_counts=()) -> ProfiledModel:
+    """Trace, profile and convert ``model_or_path``; see the module docstring.
+
+    ``part_counts``: also profile at batch / n for each n, so that batch splits of the
+    splittable ops get measured part costs (n must divide the batch size).
+    """
+    for n in part_counts:
+        if n < 2 or batch_size % n:
+            raise MoplaceError(f"part count {n} must be >= 2 and divide the batch size {batch_size}")
     from .convert import to_op_graph
 
     devices = available_devices(device_count)
@@ -61,14 +69,20 @@ def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1,
                            config=session_config(inter_op_threads=1))
     kind = device_kind(devices[0])
     extra = _estimates(traced, estimate_kinds) if estimate_kinds else None
+    parts = {n: profile_step(trace_model(model_or_path, batch_size // n), steps=steps,
+                             warmup=warmup, config=session_config(inter_op_threads=1)).node_seconds
+             for n in part_counts}
+    traced = trace_model(model_or_path, batch_size) if parts else traced  # names as profiled
     # what a step costs beyond its ops (session.run, feeding, fetching): not simulated, so
     # recorded for reports that want to compare absolute step times
     overhead = max(profile.step_median_s - sum(profile.node_seconds.values()), 0.0)
-    graph = to_op_graph(traced, profile.node_seconds, kind, extra_compute=extra, metadata={
+    graph = to_op_graph(traced, profile.node_seconds, kind, extra_compute=extra,
+                        part_seconds=parts, metadata={
         "measured": {"kind": kind, "device": devices[0], "steps": steps, "warmup": warmup,
                      "step_median_s": profile.step_median_s, "step_overhead_s": overhead,
                      "nested_nodes_credited": profile.nested_nodes,
-                     "tracing_correction": profile.tracing_correction},
+                     "tracing_correction": profile.tracing_correction,
+                     "part_counts": sorted(parts)},
         "estimated": {k: "roofline from op shapes (moplace.analytic)" for k in estimate_kinds}})
     cluster = host_cluster(devices)
     if measure_links and len(devices) > 1:
