@@ -1,6 +1,7 @@
 """The ``moplace`` command line.
 
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE | --baseline NAME|all) [--json]
+    moplace search GRAPH --cluster C --searcher NAME [--budget N | --time 60s] [--seed K] [--out DIR] [--json]
     moplace clusters
     moplace graphs
     moplace profile MODEL_OR_PY --batch N [--device-count K] -o graph.json   (TensorFlow)
@@ -50,13 +51,16 @@ def _parser() -> argparse.ArgumentParser:
     how = ev.add_mutually_exclusive_group(required=True)
     how.add_argument("--strategy", help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin, layer-split, or all")
+    ev.add_argument("--point", type=int, help="which point of a front.json given as --strategy")
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object")
     ev.set_defaults(run=_evaluate)
     cl = sub.add_parser("clusters", help="list the preset clusters")
     cl.set_defaults(run=_clusters)
     gr = sub.add_parser("graphs", help="list the bundled profiled graphs")
     gr.set_defaults(run=_graphs)
+    from .cli_search import add_commands as add_search_commands
     from .cli_tf import add_commands
+    add_search_commands(sub)
     add_commands(sub)
     return p
 
@@ -73,7 +77,7 @@ def _evaluate(args) -> int:
     graph, cluster = load_graph(args.graph), load_cluster(args.cluster)
     costs = CostModel(graph, cluster)
     if args.strategy:
-        runs = {args.strategy: load_strategy(args.strategy, graph, cluster)}
+        runs = {args.strategy: load_strategy(args.strategy, graph, cluster, point=args.point)}
     elif args.baseline == "all":
         runs = {name: baseline(name, graph, cluster.n_devices) for name in BASELINES}
     else:

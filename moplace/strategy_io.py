@@ -44,8 +44,11 @@ def save_strategy(path, graph: OpGraph, strategy: Strategy, cluster=None) -> Non
     Path(path).write_text(json.dumps(strategy_to_json(graph, strategy, cluster), indent=1) + "\n")
 
 
-def load_strategy(path, graph: OpGraph, cluster) -> Strategy:
-    """Read a strategy file for ``graph`` on ``cluster``; errors name the file and field."""
+def load_strategy(path, graph: OpGraph, cluster, *, point: int | None = None) -> Strategy:
+    """Read a strategy file for ``graph`` on ``cluster``; errors name the file and field.
+
+    A search's ``front.json`` is accepted too: ``point`` chooses which of its points.
+    """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -54,6 +57,9 @@ def load_strategy(path, graph: OpGraph, cluster) -> Strategy:
         raise FormatError(path, f"cannot read strategy file: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise FormatError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
+    if isinstance(data, dict) and data.get("format") == "moplace-front":
+        from .front_io import front_strategy
+        data = front_strategy(data, point, path)
     try:
         return strategy_from_json(data, graph, cluster)
     except StrategyError as exc:

@@ -1,5 +1,20 @@
-"""Search algorithms that propose strategies (list scheduling, evolutionary, MCMC, RL).
+"""Search algorithms that propose strategies, registered by name in `moplace.searcher.SEARCHERS`.
 
-Empty until the search core lands: searchers only propose strategies and learn from their
-evaluations; the driver in `moplace` owns the budget, the archive and the logging.
+Searchers only propose strategies and learn from their evaluations; the driver
+(`moplace.search`) owns the budget, the archive and the logging. Importing this package
+registers the built-in searchers; none of them imports pymoo, optuna or TensorFlow here.
 """
+
+from functools import partial
+
+from moplace.baselines import BASELINES
+from moplace.searcher import SEARCHERS
+
+from .baselines import BaselineSearcher
+from .random_search import RandomSearcher
+
+for _name in BASELINES:
+    SEARCHERS.add(_name, partial(BaselineSearcher, _name))
+SEARCHERS.add("random", RandomSearcher)
+
+__all__ = ["BaselineSearcher", "RandomSearcher"]

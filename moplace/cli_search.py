@@ -1,0 +1,102 @@
+"""The ``search`` command of the CLI.
+
+    moplace search GRAPH --cluster C --searcher NAME [--budget 2000 | --time 60s] [--seed K]
+                   [--out DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+
+from .errors import MoplaceError
+from .search import Budget, Callback
+
+GIB = 2.0 ** 30
+
+
+def add_commands(sub) -> None:
+    """Register ``search`` on the CLI's subparsers."""
+    s = sub.add_parser("search", help="search the trade-off front of strategies")
+    s.add_argument("graph", help="graph file or bundled name (see `moplace graphs`)")
+    s.add_argument("--cluster", required=True, help="preset name or TOML file")
+    s.add_argument("--searcher", required=True, help="searcher name (see `moplace searchers`)")
+    how = s.add_mutually_exclusive_group()
+    how.add_argument("--budget", type=int, help="evaluations (default 2000)")
+    how.add_argument("--time", help="wall time, e.g. 60s, 5m")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", default=".", help="directory for front.json (default: here)")
+    s.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    s.set_defaults(run=_search)
+    ls = sub.add_parser("searchers", help="list the registered searchers")
+    ls.set_defaults(run=_list)
+
+
+def _search(args) -> int:
+    from .front_io import point_json, save_result
+    from .io import load_graph
+    from .presets import load_cluster
+    from .problem import Problem
+    from .search import search
+    from .searcher import make_searcher
+
+    budget = Budget(evaluations=None, seconds=parse_seconds(args.time)) if args.time \
+        else Budget(evaluations=2000 if args.budget is None else args.budget)
+    searcher = make_searcher(args.searcher)
+    problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
+    callbacks = [] if args.json else [_Progress()]
+    result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
+    path = save_result(result, args.out)
+    if args.json:
+        print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
+                          "searcher": result.searcher, "seed": result.seed, "status": result.status,
+                          "evaluations": result.n_evaluations, "seconds": result.seconds,
+                          "hypervolume": result.hypervolume, "feasible_found": result.feasible_found,
+                          "front": [{k: v for k, v in point_json(pt, problem).items() if k != "strategy"}
+                                    for pt in result.front], "front_file": str(path)}))
+        return 0
+    print(f"{result.searcher} on {problem.graph.name} / {problem.cluster.name}: "
+          f"{result.n_evaluations} evaluations in {result.seconds:.1f} s ({result.status}), "
+          f"hypervolume {result.hypervolume:.4f}")
+    rows = result.front or result.infeasible
+    if not result.front:
+        print("no feasible strategy found; the least-violating ones:")
+    print(f"{'#':>3} {'runtime ms':>11} {'peak comm GiB':>14} {'peak mem GiB':>13}  feasible")
+    for k, pt in enumerate(rows):
+        v = dict(zip(problem.objectives, pt.values.tolist()))
+        print(f"{k:>3} {v.get('runtime', 0) * 1e3:>11.3f} {v.get('peak_communication', 0) / GIB:>14.3f} "
+              f"{v.get('peak_memory', 0) / GIB:>13.3f}  "
+              f"{'yes' if pt.feasible else f'no ({pt.evaluation.violation / GIB:.3f} GiB over)'}")
+    print(f"wrote {path} (evaluate a point with: moplace evaluate ... --strategy {path} --point K)")
+    return 0
+
+
+def _list(args) -> int:
+    from .searcher import SEARCHERS, make_searcher
+
+    make_searcher("random")  # registers the built-in searchers
+    print("\n".join(SEARCHERS.names()))
+    return 0
+
+
+def parse_seconds(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"5m"``, ``"1h"`` -> seconds; anything else is an error."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|h)?\s*", text or "")
+    if not m:
+        raise MoplaceError(f"--time must look like 60s, 5m or 1h, got {text!r}")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+class _Progress(Callback):
+    """A line on stderr every two seconds: evaluations, front size, hypervolume."""
+
+    def __init__(self, every: float = 2.0):
+        self.every, self.last = every, time.perf_counter()
+
+    def on_batch(self, result) -> None:
+        if time.perf_counter() - self.last >= self.every:
+            self.last = time.perf_counter()
+            print(f"  {result.n_evaluations} evaluations, front {len(result.front)}, "
+                  f"hypervolume {result.hypervolume:.4f}", file=sys.stderr, flush=True)

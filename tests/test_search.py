@@ -1,0 +1,118 @@
+"""The search driver, front files and the `moplace search` command."""
+
+import json
+
+import numpy as np
+import pytest
+
+import searchers  # noqa: F401
+from conftest import make_cluster
+from moplace.cli import main
+from moplace.errors import MoplaceError
+from moplace.problem import Limits, Problem
+from moplace.search import Budget, Callback, search
+from moplace.searcher import make_searcher
+from moplace.synthetic import layered_dag
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return Problem(layered_dag(40, width=4, seed=2), make_cluster(2, bandwidth=2e9, latency=5e-6))
+
+
+def test_front_is_non_dominated_and_hypervolume_never_drops(problem):
+    result = search(problem, make_searcher("random"), budget=200, seed=1)
+    values = np.array([p.values for p in result.front])
+    for i, v in enumerate(values):
+        others = np.delete(values, i, axis=0)
+        assert not np.any(np.all(others <= v, axis=1) & np.any(others < v, axis=1))
+    hv = [h for _, h in result.hypervolume_history]
+    assert hv == sorted(hv) and result.hypervolume == hv[-1]
+    assert [n for n, _ in result.hypervolume_history][-1] == result.n_evaluations == 200
+
+
+def test_limits_make_strategies_infeasible(problem):
+    free = search(problem, make_searcher("single"), budget=1).front[0]
+    limited = Problem(problem.graph, problem.cluster,
+                      limits=Limits(peak_mem_bytes=free.values[2] / 2))
+    result = search(limited, make_searcher("single"), budget=1)
+    assert not result.front and result.infeasible[0].evaluation.violation == pytest.approx(free.values[2] / 2)
+
+
+def test_time_budget_stops_the_search(problem):
+    result = search(problem, make_searcher("random"), budget=Budget(evaluations=None, seconds=0.3))
+    assert result.seconds < 5 and result.n_evaluations > 0
+
+
+class Interrupt(Callback):
+    def __init__(self):
+        self.ended = None
+
+    def on_batch(self, result):
+        if result.n_evaluations >= 64:
+            raise KeyboardInterrupt
+
+    def on_end(self, result):
+        self.ended = result
+
+
+def test_interrupted_search_keeps_what_it_found(problem):
+    cb = Interrupt()
+    result = search(problem, make_searcher("random"), budget=10_000, callbacks=[cb])
+    assert result.status == "interrupted" and result.front and result.n_evaluations == 64
+    assert cb.ended is result or cb.ended.n_evaluations == 64
+
+
+def test_failing_searcher_reports_failed_and_raises(problem):
+    class Broken(Callback):
+        status = None
+
+        def on_end(self, result):
+            Broken.status = result.status
+
+    searcher = make_searcher("random")
+    searcher.ask = lambda: 1 / 0
+    with pytest.raises(ZeroDivisionError):
+        search(problem, searcher, budget=10, callbacks=[Broken()])
+    assert Broken.status == "failed"
+
+
+def test_cli_search_writes_a_front_that_evaluate_reads(tmp_path, capsys):
+    args = ["search", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--searcher", "random",
+            "--budget", "60", "--out", str(tmp_path), "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["evaluations"] == 60 and out["front"] and 0 <= out["hypervolume"] <= 1
+    assert {"runtime_s", "peak_comm_bytes", "peak_mem_bytes", "feasible"} <= set(out["front"][0])
+    front = json.loads((tmp_path / "front.json").read_text())
+    assert front["format"] == "moplace-front" and len(front["points"]) == len(out["front"])
+    assert main(["evaluate", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--strategy",
+                 str(tmp_path / "front.json"), "--point", "0", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["runtime_s"] == pytest.approx(out["front"][0]["runtime_s"], rel=1e-12)
+
+
+def test_cli_front_without_point_lists_the_choice(tmp_path, capsys):
+    main(["search", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--searcher", "random",
+          "--budget", "40", "--out", str(tmp_path), "--json"])
+    n = len(json.loads(capsys.readouterr().out)["front"])
+    code = main(["evaluate", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--strategy",
+                 str(tmp_path / "front.json")])
+    err = capsys.readouterr().err
+    assert (code, n > 1) == (2, True) and "--point" in err or n == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--searcher", "nope"], "unknown searcher 'nope'"),
+    (["--searcher", "random", "--budget", "0"], "evaluation budget must be a positive integer"),
+    (["--searcher", "random", "--time", "soon"], "--time must look like"),
+])
+def test_cli_bad_input(capsys, args, message):
+    code = main(["search", "pipedream:alexnet", "--cluster", "4xV100-NVLink", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_limits_must_be_positive():
+    with pytest.raises(MoplaceError, match="peak_mem_bytes"):
+        Limits(peak_mem_bytes=0)
