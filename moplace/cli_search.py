@@ -29,6 +29,9 @@ def add_commands(sub) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default=".", help="directory for front.json (default: here)")
     s.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    s.add_argument("--no-mlflow", action="store_true", help="do not log the search to MLflow")
+    s.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
+                   "else sqlite:///mlflow.db here)")
     s.set_defaults(run=_search)
     ls = sub.add_parser("searchers", help="list the registered searchers")
     ls.set_defaults(run=_list)
@@ -47,6 +50,9 @@ def _search(args) -> int:
     searcher = make_searcher(args.searcher)
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
     callbacks = [] if args.json else [_Progress()]
+    if not args.no_mlflow:
+        from .tracking import MLflowCallback
+        callbacks.append(MLflowCallback(args.tracking_uri))
     result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
     path = save_result(result, args.out)
     if args.json:
@@ -70,6 +76,9 @@ def _search(args) -> int:
               f"{v.get('peak_memory', 0) / GIB:>13.3f}  "
               f"{'yes' if pt.feasible else f'no ({pt.evaluation.violation / GIB:.3f} GiB over)'}")
     print(f"wrote {path} (evaluate a point with: moplace evaluate ... --strategy {path} --point K)")
+    tracker = next((cb for cb in callbacks if hasattr(cb, "run_id")), None)
+    if tracker is not None:
+        print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri}")
     return 0
 
 

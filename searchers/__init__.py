@@ -11,10 +11,13 @@ from moplace.baselines import BASELINES
 from moplace.searcher import SEARCHERS
 
 from .baselines import BaselineSearcher
+from .listsched import DposSearcher, HeftSearcher
 from .random_search import RandomSearcher
 
 for _name in BASELINES:
     SEARCHERS.add(_name, partial(BaselineSearcher, _name))
+SEARCHERS.add("heft", HeftSearcher)
+SEARCHERS.add("dpos", DposSearcher)
 SEARCHERS.add("random", RandomSearcher)
 
-__all__ = ["BaselineSearcher", "RandomSearcher"]
+__all__ = ["BaselineSearcher", "DposSearcher", "HeftSearcher", "RandomSearcher"]
