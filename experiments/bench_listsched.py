@@ -4,7 +4,9 @@
    call (numba compile, or cache load) is timed separately on a tiny graph.
 2. Each bundled real graph on 4 and 8 V100 presets: simulated runtime of HEFT and DPOS relative
    to data parallelism and to the best of the four baselines, plus the scheduler's own makespan
-   relative to the simulator's.
+   relative to the simulator's; and OS-DPOS relative to data parallelism, with FastT's rule
+   (stop at the first critical-path op whose split does not help) and trying every
+   critical-path op (``patience`` unbounded, at most 3,000 evaluations).
 
     python experiments/bench_listsched.py [--cold] [--sizes 1000,10000] [--graphs a,b] [--repeat 3]
 
@@ -40,7 +42,15 @@ def bench_synthetic(sizes, repeat, sim_up_to=10_000):
     from moplace.simulator import simulate
     from moplace.strategy import Strategy
     from moplace.synthetic import layered_dag
+    from moplace.problem import Problem
+    from moplace.search import search
+    from moplace.searcher import make_searcher
     from searchers._listsched import ListSchedInput, dpos, heft
+
+    def os_dpos(g, cl, costs, patience):
+        result = search(Problem(g, cl, costs=costs), make_searcher("os-dpos", patience=patience),
+                        budget=3000)
+        return min(p.values[0] for p in result.front) if result.front else float("nan")
 
     cluster = load_cluster("8xV100-16GB-NVLink")
     tiny = ListSchedInput.from_problem(layered_dag(32), cluster)
@@ -72,11 +82,19 @@ def bench_real(names):
     from moplace.presets import load_cluster
     from moplace.simulator import simulate
     from moplace.strategy import Strategy
+    from moplace.problem import Problem
+    from moplace.search import search
+    from moplace.searcher import make_searcher
     from searchers._listsched import ListSchedInput, dpos, heft
+
+    def os_dpos(g, cl, costs, patience):
+        result = search(Problem(g, cl, costs=costs), make_searcher("os-dpos", patience=patience),
+                        budget=3000)
+        return min(p.values[0] for p in result.front) if result.front else float("nan")
 
     print(f"\n{'graph':38} {'cluster':19} {'ops':>5} {'DP ms':>9} {'best baseline':>22}"
           f" {'HEFT/DP':>8} {'HEFT/best':>9} {'DPOS/DP':>8} {'DPOS/best':>9}"
-          f" {'HEFT sim/est':>12} {'DPOS sim/est':>12}")
+          f" {'HEFT sim/est':>12} {'DPOS sim/est':>12} {'OS/DP':>7} {'OS-all/DP':>9}")
     for name in names:
         g = load_graph(name)
         for preset in PRESETS:
@@ -94,13 +112,15 @@ def bench_real(names):
                 cols[sched.__name__] = (tr.makespan, r.makespan, mark)
             dp = base["data-parallel"]
             (hs, he, hm), (ds, de, dm) = cols["heft"], cols["dpos"]
+            os1, osall = os_dpos(g, cl, costs, 1), os_dpos(g, cl, costs, 10**9)
             print(f"{name:38} {preset:19} {len(g.ops):>5} {dp * 1e3:>9.2f}"
                   f" {best:>13} {base[best] * 1e3:>8.2f}"
                   f" {hs / dp:>7.3f}{hm or ' '} {hs / base[best]:>9.3f}"
                   f" {ds / dp:>7.3f}{dm or ' '} {ds / base[best]:>9.3f}"
-                  f" {hs / he:>12.3f} {ds / de:>12.3f}")
+                  f" {hs / he:>12.3f} {ds / de:>12.3f} {os1 / dp:>7.3f} {osall / dp:>9.3f}", flush=True)
     print("\nratios < 1: faster than the reference; * = infeasible (static or simulated memory);"
-          "\nsim/est = simulated makespan / the scheduler's own estimate")
+          "\nsim/est = simulated makespan / the scheduler's own estimate; OS = OS-DPOS (FastT's"
+          " stopping rule), OS-all = OS-DPOS trying every critical-path op")
 
 
 def main(argv=None):

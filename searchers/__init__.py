@@ -12,12 +12,14 @@ from moplace.searcher import SEARCHERS
 
 from .baselines import BaselineSearcher
 from .listsched import DposSearcher, HeftSearcher
+from .osdpos import OsDposSearcher
 from .random_search import RandomSearcher
 
 for _name in BASELINES:
     SEARCHERS.add(_name, partial(BaselineSearcher, _name))
 SEARCHERS.add("heft", HeftSearcher)
 SEARCHERS.add("dpos", DposSearcher)
+SEARCHERS.add("os-dpos", OsDposSearcher)
 SEARCHERS.add("random", RandomSearcher)
 
-__all__ = ["BaselineSearcher", "DposSearcher", "HeftSearcher", "RandomSearcher"]
+__all__ = ["BaselineSearcher", "DposSearcher", "HeftSearcher", "OsDposSearcher", "RandomSearcher"]
