@@ -1,7 +1,9 @@
 """The ``search`` command of the CLI.
 
     moplace search GRAPH --cluster C --searcher NAME [--budget 2000 | --time 60s] [--seed K]
-                   [--out DIR] [--json]
+                   [--out DIR] [--json] [--no-mlflow] [--tracking-uri URI]
+    moplace compare GRAPH --cluster C --searchers a,b,c [--budget N | --time T] [--seed K] [--json]
+    moplace searchers
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ def add_commands(sub) -> None:
     s.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
                    "else sqlite:///mlflow.db here)")
     s.set_defaults(run=_search)
+    c = sub.add_parser("compare", help="run several searchers on the same budget, one table")
+    c.add_argument("graph", help="graph file or bundled name")
+    c.add_argument("--cluster", required=True, help="preset name or TOML file")
+    c.add_argument("--searchers", required=True, help="comma-separated names, e.g. heft,dpos,random")
+    how = c.add_mutually_exclusive_group()
+    how.add_argument("--budget", type=int, help="evaluations per searcher (default 2000)")
+    how.add_argument("--time", help="wall time per searcher, e.g. 30s")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    c.add_argument("--no-mlflow", action="store_true", help="do not log the searches to MLflow")
+    c.add_argument("--tracking-uri", help="MLflow tracking URI")
+    c.set_defaults(run=_compare)
     ls = sub.add_parser("searchers", help="list the registered searchers")
     ls.set_defaults(run=_list)
 
@@ -45,8 +59,7 @@ def _search(args) -> int:
     from .search import search
     from .searcher import make_searcher
 
-    budget = Budget(evaluations=None, seconds=parse_seconds(args.time)) if args.time \
-        else Budget(evaluations=2000 if args.budget is None else args.budget)
+    budget = _budget(args)
     searcher = make_searcher(args.searcher)
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
     callbacks = [] if args.json else [_Progress()]
@@ -76,10 +89,65 @@ def _search(args) -> int:
               f"{v.get('peak_memory', 0) / GIB:>13.3f}  "
               f"{'yes' if pt.feasible else f'no ({pt.evaluation.violation / GIB:.3f} GiB over)'}")
     print(f"wrote {path} (evaluate a point with: moplace evaluate ... --strategy {path} --point K)")
+    estimate = getattr(searcher, "estimated_makespan", None)
+    if estimate and result.front + result.infeasible:
+        simulated = (result.front + result.infeasible)[0].values[0]
+        flag = "" if abs(simulated / estimate - 1) <= 0.05 else "  (they disagree by more than 5%)"
+        print(f"the scheduler's own makespan estimate: {estimate * 1e3:.3f} ms, simulated: "
+              f"{simulated * 1e3:.3f} ms{flag}")
     tracker = next((cb for cb in callbacks if hasattr(cb, "run_id")), None)
     if tracker is not None:
         print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri}")
     return 0
+
+
+def _compare(args) -> int:
+    from .io import load_graph
+    from .presets import load_cluster
+    from .problem import Problem
+    from .search import search
+    from .searcher import make_searcher
+
+    names = [n.strip() for n in args.searchers.split(",") if n.strip()]
+    if not names:
+        raise MoplaceError("--searchers needs at least one name")
+    searchers = [make_searcher(n) for n in names]  # unknown names fail before any work
+    budget = _budget(args)
+    problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
+    rows = []
+    for name, searcher in zip(names, searchers):
+        callbacks = []
+        if not args.no_mlflow:
+            from .tracking import MLflowCallback
+            callbacks.append(MLflowCallback(args.tracking_uri))
+        r = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
+        best = [min(p.values[k] for p in r.front) if r.front else None
+                for k in range(len(problem.objectives))]
+        rows.append({"searcher": name, "evaluations": r.n_evaluations, "seconds": r.seconds,
+                     "front_size": len(r.front), "hypervolume": r.hypervolume,
+                     **{f"best_{o}": b for o, b in zip(problem.objectives, best)}})
+    if args.json:
+        print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
+                          "budget_evaluations": budget.evaluations, "budget_seconds": budget.seconds,
+                          "seed": args.seed, "results": rows}))
+        return 0
+    print(f"{problem.graph.name} on {problem.cluster.name}, budget "
+          f"{budget.evaluations or f'{budget.seconds:g} s'} per searcher, seed {args.seed}")
+    print(f"{'searcher':<14} {'evals':>6} {'front':>6} {'hypervolume':>12} {'runtime ms':>11} "
+          f"{'comm GiB':>9} {'mem GiB':>8} {'time s':>7}")
+    fmt = (lambda v, scale: f"{v * scale:.3f}" if v is not None else "-")
+    for r in rows:
+        print(f"{r['searcher']:<14} {r['evaluations']:>6} {r['front_size']:>6} "
+              f"{r['hypervolume']:>12.4f} {fmt(r.get('best_runtime'), 1e3):>11} "
+              f"{fmt(r.get('best_peak_communication'), 1 / GIB):>9} "
+              f"{fmt(r.get('best_peak_memory'), 1 / GIB):>8} {r['seconds']:>7.2f}")
+    return 0
+
+
+def _budget(args) -> Budget:
+    if args.time:
+        return Budget(evaluations=None, seconds=parse_seconds(args.time))
+    return Budget(evaluations=2000 if args.budget is None else args.budget)
 
 
 def _list(args) -> int:

@@ -116,3 +116,27 @@ def test_cli_bad_input(capsys, args, message):
 def test_limits_must_be_positive():
     with pytest.raises(MoplaceError, match="peak_mem_bytes"):
         Limits(peak_mem_bytes=0)
+
+
+def test_cli_compare_runs_every_searcher_on_the_same_budget(capsys):
+    code = main(["compare", "pipedream:vgg16", "--cluster", "4xV100-NVLink", "--searchers",
+                 "data-parallel,heft,random", "--budget", "20", "--no-mlflow", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and [r["searcher"] for r in out["results"]] == ["data-parallel", "heft", "random"]
+    by = {r["searcher"]: r for r in out["results"]}
+    assert by["random"]["evaluations"] == 20 and by["heft"]["evaluations"] == 1
+    for r in out["results"]:
+        assert 0 <= r["hypervolume"] <= 1 and r["best_runtime"] > 0
+
+
+def test_cli_compare_checks_names_before_searching(capsys):
+    code = main(["compare", "pipedream:vgg16", "--cluster", "4xV100-NVLink", "--searchers",
+                 "random,nope", "--no-mlflow"])
+    captured = capsys.readouterr()
+    assert code == 2 and "unknown searcher 'nope'" in captured.err and captured.out == ""
+
+
+def test_cli_search_reports_the_schedulers_estimate(tmp_path, capsys):
+    assert main(["search", "pipedream:resnet50", "--cluster", "4xV100-NVLink", "--searcher", "heft",
+                 "--no-mlflow", "--out", str(tmp_path)]) == 0
+    assert "the scheduler's own makespan estimate" in capsys.readouterr().out
