@@ -11,7 +11,7 @@ from moplace.baselines import BASELINES
 from moplace.searcher import SEARCHERS
 
 from .baselines import BaselineSearcher
-from .listsched import DposSearcher, HeftSearcher
+from .listsched import DposSearcher, HeftSearcher, MetfSearcher
 from .osdpos import OsDposSearcher
 from .random_search import RandomSearcher
 
@@ -19,7 +19,9 @@ for _name in BASELINES:
     SEARCHERS.add(_name, partial(BaselineSearcher, _name))
 SEARCHERS.add("heft", HeftSearcher)
 SEARCHERS.add("dpos", DposSearcher)
+SEARCHERS.add("m-etf", MetfSearcher)
 SEARCHERS.add("os-dpos", OsDposSearcher)
 SEARCHERS.add("random", RandomSearcher)
 
-__all__ = ["BaselineSearcher", "DposSearcher", "HeftSearcher", "OsDposSearcher", "RandomSearcher"]
+__all__ = ["BaselineSearcher", "DposSearcher", "HeftSearcher", "MetfSearcher", "OsDposSearcher",
+           "RandomSearcher"]

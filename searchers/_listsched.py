@@ -165,22 +165,35 @@ def critical_path(inp: ListSchedInput, rank) -> np.ndarray:
 
 
 def _schedule(inp: ListSchedInput, rank: np.ndarray, cp: np.ndarray) -> ListSchedResult:
-    n = inp.n_ops
-    topo_pos = np.empty(n, np.int64)
-    topo_pos[inp.topo] = np.arange(n)
     # decreasing rank; rank(pred) >= rank(succ) as weights are >= 0, and equal ranks fall back
     # to the topological position, so this order always visits producers first
-    visit = np.lexsort((topo_pos, -rank)).astype(np.int64)
-    group_mem = np.bincount(inp.group, weights=inp.op_memory,
-                            minlength=int(inp.group.max()) + 1 if n else 0)
+    visit = np.lexsort((topo_positions(inp), -rank)).astype(np.int64)
     place, start, finish, feasible = core.schedule_kernel(
         visit, cp, inp.compute, inp.src, inp.edge_bytes, inp.in_ptr, inp.in_edge, inp.latency,
-        inp.bandwidth, group_mem, inp.capacity, inp.group)
-    order = np.lexsort((topo_pos, start)).astype(np.int64)
+        inp.bandwidth, group_memory(inp), inp.capacity, inp.group)
+    return schedule_result(inp, place, start, finish, feasible)
+
+
+def topo_positions(inp: ListSchedInput) -> np.ndarray:
+    """Each op's position in the topological order."""
+    pos = np.empty(inp.n_ops, np.int64)
+    pos[inp.topo] = np.arange(inp.n_ops)
+    return pos
+
+
+def group_memory(inp: ListSchedInput) -> np.ndarray:
+    """Bytes each co-location group pins (the static memory model)."""
+    groups = int(inp.group.max()) + 1 if inp.n_ops else 0
+    return np.bincount(inp.group, weights=inp.op_memory, minlength=groups)
+
+
+def schedule_result(inp: ListSchedInput, place, start, finish, feasible) -> ListSchedResult:
+    """A frozen `ListSchedResult`, its order by (start, topological position)."""
+    order = np.lexsort((topo_positions(inp), start)).astype(np.int64)
     for a in (place, start, finish, order):
         a.flags.writeable = False
     return ListSchedResult(placement=place, start=start, finish=finish,
-                           makespan=float(finish.max()) if n else 0.0,
+                           makespan=float(finish.max()) if inp.n_ops else 0.0,
                            feasible=bool(feasible), order=order)
 
 

@@ -1,4 +1,5 @@
-"""List-scheduling searchers: HEFT and FastT's DPOS, one strategy each (placement + order).
+"""List-scheduling searchers: HEFT, FastT's DPOS and Baechi's m-ETF, one strategy each
+(placement + order).
 
 The numeric work is in `searchers._listsched`; these classes only adapt it to the searcher
 contract. The scheduler's own finish-time estimate is kept (``estimated_makespan``) so it can
@@ -11,6 +12,7 @@ from moplace.searcher import OneShot
 from moplace.strategy import Strategy
 
 from ._listsched import ListSchedInput, dpos, heft
+from ._metf import metf
 
 
 class _ListScheduler(OneShot):
@@ -37,3 +39,12 @@ class DposSearcher(_ListScheduler):
 
     name = "dpos"
     schedule = staticmethod(dpos)
+
+
+class MetfSearcher(_ListScheduler):
+    """Baechi's m-ETF: Earliest Time First list scheduling (the ready op and device that can
+    start soonest go first) restricted to devices whose remaining memory fits the op. Memory
+    comes first, so it is meant for models that fit no single device."""
+
+    name = "m-etf"
+    schedule = staticmethod(metf)
