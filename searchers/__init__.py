@@ -2,10 +2,12 @@
 
 Searchers only propose strategies and learn from their evaluations; the driver
 (`moplace.search`) owns the budget, the archive and the logging. Importing this package
-registers the built-in searchers; none of them imports pymoo, optuna or TensorFlow here.
+registers the built-in searchers. Those that need pymoo or optuna are registered by module and
+class name and imported when first made, so importing this package stays light.
 """
 
 from functools import partial
+from importlib import import_module
 
 from moplace.baselines import BASELINES
 from moplace.searcher import SEARCHERS
@@ -22,6 +24,20 @@ SEARCHERS.add("dpos", DposSearcher)
 SEARCHERS.add("m-etf", MetfSearcher)
 SEARCHERS.add("os-dpos", OsDposSearcher)
 SEARCHERS.add("random", RandomSearcher)
+
+
+def _lazy(module: str, cls: str, **defaults):
+    """A factory that imports ``searchers.<module>`` only when the searcher is made."""
+    def make(**settings):
+        return getattr(import_module(f"searchers.{module}"), cls)(**{**defaults, **settings})
+    make.__doc__ = f"searchers.{module}.{cls}"
+    return make
+
+
+SEARCHERS.add("nsga2", _lazy("nsga2", "Nsga2Searcher"))
+SEARCHERS.add("mcmc", _lazy("mcmc", "McmcSearcher"))
+SEARCHERS.add("optuna-nsga2", _lazy("optuna_search", "OptunaSearcher", sampler="nsga2"))
+SEARCHERS.add("optuna-tpe", _lazy("optuna_search", "OptunaSearcher", sampler="tpe"))
 
 __all__ = ["BaselineSearcher", "DposSearcher", "HeftSearcher", "MetfSearcher", "OsDposSearcher",
            "RandomSearcher"]

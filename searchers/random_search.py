@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 
 from moplace.errors import MoplaceError
 from moplace.searcher import Searcher

@@ -33,3 +33,19 @@ def pytest_collection_finish(session):
         from moplace.tf.devices import configure_logical_cpus
 
         configure_logical_cpus(2)
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A 40-op layered graph on 3 devices: quick searches."""
+    from moplace.problem import Problem
+    from moplace.synthetic import layered_dag
+    return Problem(layered_dag(40, width=4, seed=2), make_cluster(3, bandwidth=5e9, latency=2e-6))
+
+
+@pytest.fixture(scope="module")
+def vgg():
+    """PipeDream's VGG-16 on 4 V100s: searches on a real graph."""
+    import moplace
+    from moplace.problem import Problem
+    return Problem(moplace.load_graph("pipedream:vgg16"), moplace.load_cluster("4xV100-NVLink"))

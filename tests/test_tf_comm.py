@@ -16,7 +16,7 @@ import warnings
 
 import pytest
 
-pytest.importorskip("tensorflow")
+import tensorflow  # noqa: E402,F401  (the test extra installs it; a missing install must fail)
 
 from moplace.errors import MoplaceError  # noqa: E402
 from moplace.tf.commprofile import DEFAULT_SIZES, fit_transfers  # noqa: E402

@@ -6,11 +6,10 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import pytest
 
 import moplace.tf  # noqa: F401  (sets TensorFlow's environment before keras loads)
-from moplace import Cluster, baseline, simulate
+from moplace import baseline, simulate
 from moplace.tf.apply import ApplyError, apply_strategy
 from moplace.tf.frontend import apply_to_model, profile_model, rebuild_traced, trace_model
 from moplace.tf.modelfile import load_setup

@@ -12,8 +12,8 @@ import pytest
 
 import moplace.tf  # noqa: F401 - sets TensorFlow's environment before it is first imported
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from moplace.errors import FormatError, MoplaceError  # noqa: E402
 from moplace.tf.modelfile import load_setup  # noqa: E402

@@ -1,0 +1,109 @@
+"""Searchers compared on real graphs: equal evaluations, and equal wall time.
+
+    python3 experiments/bench_search.py [--graphs a b] [--clusters 4xV100-NVLink ...]
+        [--searchers nsga2 mcmc ...] [--evaluations 2000] [--seconds 30] [--json FILE]
+        [--scale]
+
+For each bundled graph (default: all) and preset cluster (default: 4 and 8 V100), each searcher
+runs once with an evaluation budget and once with a time budget. Printed per run: hypervolume
+(normalized against 1.1 x the worst baseline, so comparable across searchers), best runtime,
+best peak communication and peak memory over the feasible front, search time, evaluations,
+and the best runtime relative to data parallelism.
+
+``--scale`` adds the targets of the multi-objective issue: a full front (NSGA-II) for the largest
+bundled graph (nasnetamobile) and for synthetic layered graphs of 1,000 and 10,000 ops, with the
+time each took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+DEFAULT_SEARCHERS = ["random", "heft", "dpos", "os-dpos", "m-etf", "nsga2", "mcmc",
+                     "optuna-nsga2", "optuna-tpe"]
+GIB = 2.0 ** 30
+
+
+def run_one(problem, name, budget, seed=0) -> dict:
+    from moplace.search import search
+    from moplace.searcher import make_searcher
+
+    t0 = time.perf_counter()
+    result = search(problem, make_searcher(name), budget=budget, seed=seed)
+    front = [p.values for p in result.front]
+    dp = problem.baselines["data-parallel"].values[0]
+    best = [min(v[k] for v in front) if front else float("nan") for k in range(3)]
+    return {"searcher": name, "evaluations": result.n_evaluations,
+            "seconds": time.perf_counter() - t0, "hypervolume": result.hypervolume,
+            "front_size": len(front), "best_runtime_s": best[0], "best_comm_bytes": best[1],
+            "best_mem_bytes": best[2], "runtime_vs_dp": best[0] / dp}
+
+
+def print_row(graph, cluster, mode, r) -> None:
+    print(f"{graph:32} {cluster:19} {mode:5} {r['searcher']:13} {r['evaluations']:>6} "
+          f"{r['seconds']:>7.1f} {r['hypervolume']:>7.4f} {r['front_size']:>5} "
+          f"{r['best_runtime_s'] * 1e3:>10.2f} {r['runtime_vs_dp']:>6.3f} "
+          f"{r['best_comm_bytes'] / GIB:>8.3f} {r['best_mem_bytes'] / GIB:>8.3f}", flush=True)
+
+
+def scale(rows: list) -> None:
+    from moplace import load_cluster, load_graph
+    from moplace.problem import Problem
+    from moplace.search import Budget
+    from moplace.synthetic import layered_dag
+
+    cases = [("pipedream:nasnetamobile", load_graph("pipedream:nasnetamobile")),
+             ("layered-1k", layered_dag(1000, width=16)), ("layered-10k", layered_dag(10000, width=16))]
+    print("\nscale: NSGA-II, 2000 evaluations or 300 s, 4xV100-NVLink")
+    for name, graph in cases:
+        problem = Problem(graph, load_cluster("4xV100-NVLink"))
+        t0 = time.perf_counter()
+        problem.baselines  # noqa: B018 - part of the cost of a search
+        r = run_one(problem, "nsga2", Budget(evaluations=2000, seconds=300))
+        r.update(graph=name, ops=len(graph.ops), setup_s=time.perf_counter() - t0 - r["seconds"])
+        rows.append(r)
+        print(f"  {name:26} {len(graph.ops):>6} ops: {r['evaluations']} evaluations in "
+              f"{r['seconds']:.1f} s (+{r['setup_s']:.1f} s baselines), front {r['front_size']}, "
+              f"hypervolume {r['hypervolume']:.4f}", flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--graphs", nargs="+")
+    p.add_argument("--clusters", nargs="+", default=["4xV100-NVLink", "8xV100-16GB-NVLink"])
+    p.add_argument("--searchers", nargs="+", default=DEFAULT_SEARCHERS)
+    p.add_argument("--evaluations", type=int, default=2000)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--scale", action="store_true")
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args(argv)
+    from moplace import list_bundled, load_cluster, load_graph
+    from moplace.problem import Problem
+    from moplace.search import Budget
+
+    rows = []
+    print(f"{'graph':32} {'cluster':19} {'mode':5} {'searcher':13} {'evals':>6} {'time s':>7} "
+          f"{'HV':>7} {'front':>5} {'runtime ms':>10} {'vs DP':>6} {'comm GiB':>8} {'mem GiB':>8}")
+    for gname in args.graphs or list_bundled():
+        graph = load_graph(gname)
+        for cname in args.clusters:
+            problem = Problem(graph, load_cluster(cname))
+            for mode, budget in (("evals", Budget(evaluations=args.evaluations)),
+                                 ("time", Budget(evaluations=None, seconds=args.seconds))):
+                for name in args.searchers:
+                    r = run_one(problem, name, budget)
+                    r.update(graph=gname, cluster=cname, mode=mode)
+                    rows.append(r)
+                    print_row(gname, cname, mode, r)
+    if args.scale:
+        scale(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

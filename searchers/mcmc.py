@@ -1,0 +1,267 @@
+"""MCMC search as in FlexFlow (Jia et al., SysML 2019), with one chain per trade-off.
+
+FlexFlow walks the strategy space with Metropolis-Hastings: from the current strategy it
+proposes a random neighbour (one op's configuration changed), simulates it, and accepts it
+with probability ``min(1, exp(-beta * (cost(new) - cost(current))))``; it starts from
+data parallelism / expert strategies and restarts from the best strategy found when the
+search stalls. This searcher does the same on moplace's genome, for three objectives:
+
+- **Chains and weights.** Each of ``chains`` chains has its own weight vector ``w`` on the
+  objectives (spread over the simplex, the first one balanced) and minimizes the augmented
+  Chebyshev scalarization ``max_k w_k f_k / ref_k + rho * sum_k w_k f_k / ref_k`` of the
+  objectives normalized by ``problem.reference`` (the hypervolume reference point, so every
+  term is about 0..1). Chebyshev reaches non-convex parts of a front, the small sum term
+  breaks ties towards non-dominated points. Together the chains trace a front into the
+  driver's archive (every evaluated proposal goes there, accepted or not).
+- **Infeasible strategies** (violation > 0 bytes) cost ``penalty * (1 + violation /
+  capacity)``, added to the scalarized value, with capacity the largest device memory: any
+  infeasible strategy costs more than a feasible one with the same objectives, and less
+  violation is better, so a chain that starts infeasible walks towards feasibility.
+- **Start.** The first batch holds the heuristics: DPOS, HEFT and the baselines (single,
+  data-parallel, round-robin, layer-split). Each chain starts from the one that is cheapest
+  under its own weights.
+- **Moves** (one per proposal): move ONE co-location group to another device (with
+  probability ``neighbour_prob`` to the device of a graph-neighbour group on another device,
+  FlexFlow's locality move, else to a uniformly random other device); change ONE group's
+  split option; or swap the priorities of two ops (preferably two on the same device, where
+  the order matters). Move kinds that cannot change anything (one device, no split options,
+  fewer than two ops) are not drawn; when none is possible the search is done.
+- **Acceptance** ``exp(-delta / temperature)`` with delta the change in the chain's cost
+  (``temperature`` is in units of the normalized cost: the default 0.001 accepts a worsening
+  of 0.1% of the reference with probability 1/e; on VGG-16 / 4xV100 it beat 0.0003, 0.0005,
+  0.003, 0.01 and 0.03 at 300 and 2000 evaluations). Moves that change nothing the objectives
+  see (delta = 0, e.g. swapping the priorities of two ops that a dependency already orders)
+  are accepted, as Metropolis-Hastings does.
+- **Restart.** After ``restart_after`` rejections in a row a chain jumps to the best strategy
+  seen so far under its weights (over all chains' evaluations, heuristics included). Accepted
+  neutral moves reset the count, so on plateaus restarts are rare.
+- **Batches.** Each ``ask`` returns ``steps_per_ask`` proposals per chain (chain-major), all
+  drawn from the chain's state at ask time; ``tell`` runs the acceptance test on them in
+  order. With ``steps_per_ask=1`` (the default) every chain is an exact Metropolis-Hastings
+  chain; with more, later proposals were drawn from the state before an earlier one was
+  accepted, an approximation that trades chain exactness for larger batches.
+
+All randomness comes from the driver's rng: same seed, same result. Each proposal is simulated
+in full by the driver; FlexFlow's delta simulation (re-simulating only what a move changes) is
+not done here, because the simulator is shared by every searcher and a proposal costs one
+ordinary evaluation (moplace's simulator takes about a millisecond on VGG-16).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moplace.baselines import BASELINES, baseline
+from moplace.errors import MoplaceError, StrategyError
+from moplace.searcher import Searcher
+from moplace.strategy import Strategy
+
+from ._listsched import ListSchedInput, dpos, heft
+
+
+class McmcSearcher(Searcher):
+    """FlexFlow-style MCMC with one chain per weight vector (see module docstring)."""
+
+    name = "mcmc"
+
+    def __init__(self, chains: int = 4, steps_per_ask: int = 1, temperature: float = 0.001,
+                 restart_after: int = 20, neighbour_prob: float = 0.5, rho: float = 0.05,
+                 penalty: float = 10.0, move_weights: tuple[float, float, float] = (0.4, 0.3, 0.3)):
+        if int(chains) < 1:
+            raise MoplaceError(f"chains must be at least 1, got {chains}")
+        if int(steps_per_ask) < 1:
+            raise MoplaceError(f"steps_per_ask must be at least 1, got {steps_per_ask}")
+        if not (np.isfinite(temperature) and temperature > 0):
+            raise MoplaceError(f"temperature must be a positive number, got {temperature}")
+        if int(restart_after) < 1:
+            raise MoplaceError(f"restart_after must be at least 1, got {restart_after}")
+        if not 0 <= neighbour_prob <= 1:
+            raise MoplaceError(f"neighbour_prob must be in [0, 1], got {neighbour_prob}")
+        if len(move_weights) != 3 or min(move_weights) < 0 or sum(move_weights) <= 0:
+            raise MoplaceError("move_weights must be three non-negative numbers "
+                               "(device, split, priority) with a positive sum")
+        self.chains, self.steps_per_ask = int(chains), int(steps_per_ask)
+        self.temperature, self.restart_after = float(temperature), int(restart_after)
+        self.neighbour_prob, self.rho, self.penalty = float(neighbour_prob), float(rho), float(penalty)
+        self.move_weights = tuple(float(w) for w in move_weights)
+
+    # -- setup -----------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        p = self.problem
+        space = p.genome
+        self._space = space
+        self._weights = spread_weights(self.chains, len(p.objectives))
+        self._scale = np.asarray(p.reference, dtype=np.float64)
+        self._capacity = float(np.max(p.cluster.memory)) if p.n_devices else 1.0
+        self._seeds = _heuristic_genomes(p)
+        self._neighbours = _group_neighbours(p.graph)
+        G, N, D = space.n_groups, space.n_ops, space.n_devices
+        self._splittable = np.array([g for g in range(G) if len(space.options[g]) > 1], np.int64)
+        kinds = np.array(self.move_weights) * np.array(
+            [G > 0 and D > 1, self._splittable.size > 0, N > 1], dtype=np.float64)
+        self._move_p = kinds / kinds.sum() if kinds.sum() > 0 else None
+        # chain state: genome, its strategy's cost, consecutive rejections
+        self._x: list[np.ndarray | None] = [None] * self.chains
+        self._cost = np.full(self.chains, np.inf)
+        self._rejections = np.zeros(self.chains, np.int64)
+        self._best_x: list[np.ndarray | None] = [None] * self.chains
+        self._best_cost = np.full(self.chains, np.inf)
+        self._pending: list[tuple[int, np.ndarray]] = []  # (chain or -1 for a seed, genome)
+        self.accepted = np.zeros(self.chains, np.int64)
+        self.proposed = np.zeros(self.chains, np.int64)
+        self.restarts = np.zeros(self.chains, np.int64)
+
+    @property
+    def weights(self) -> np.ndarray:
+        """The chains' weight vectors [chains, objectives]."""
+        return self._weights.copy()
+
+    # -- ask / tell ------------------------------------------------------------------------
+
+    def ask(self) -> list[Strategy]:
+        if self._x[0] is None:  # nothing told yet: the heuristics first
+            self._pending = [(-1, x) for x in self._seeds]
+        elif self._move_p is None:  # no move can change the strategy: done
+            return []
+        else:
+            self._pending = [(c, self._propose(self._x[c])) for c in range(self.chains)
+                             for _ in range(self.steps_per_ask)]
+        return [self._space.decode(x) for _, x in self._pending]
+
+    def tell(self, strategies, evaluations) -> None:
+        told = self._pending[:len(evaluations)]
+        self._pending = []
+        costs = [self._costs(ev) for ev in evaluations]  # [chains] per evaluation
+        for (chain, x), cost in zip(told, costs):  # best-so-far per chain, from every point
+            better = cost < self._best_cost
+            for c in np.flatnonzero(better):
+                self._best_x[c], self._best_cost[c] = x, cost[c]
+        if self._x[0] is None:
+            if told:  # every chain starts from the heuristic best under its weights
+                self._x = list(self._best_x)
+                self._cost = self._best_cost.copy()
+            return
+        for (c, x), cost in zip(told, costs):
+            self.proposed[c] += 1
+            delta = cost[c] - self._cost[c]
+            if delta <= 0 or self.rng.random() < np.exp(-delta / self.temperature):
+                self._x[c], self._cost[c] = x, cost[c]
+                self._rejections[c] = 0
+                self.accepted[c] += 1
+            else:
+                self._rejections[c] += 1
+                if self._rejections[c] >= self.restart_after:
+                    self._x[c], self._cost[c] = self._best_x[c], self._best_cost[c]
+                    self._rejections[c] = 0
+                    self.restarts[c] += 1
+
+    def settings(self) -> dict:
+        return {"chains": self.chains, "steps_per_ask": self.steps_per_ask,
+                "temperature": self.temperature, "restart_after": self.restart_after,
+                "neighbour_prob": self.neighbour_prob, "rho": self.rho, "penalty": self.penalty,
+                "move_weights": list(self.move_weights)}
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _costs(self, ev) -> np.ndarray:
+        """The evaluation's cost under every chain's weights [chains]."""
+        f = np.asarray(ev.values, dtype=np.float64) / self._scale
+        wf = self._weights * f
+        cost = wf.max(axis=1) + self.rho * wf.sum(axis=1)
+        if ev.violation > 0:
+            cost = cost + self.penalty * (1.0 + ev.violation / self._capacity)
+        return cost
+
+    def _propose(self, x: np.ndarray) -> np.ndarray:
+        space, rng = self._space, self.rng
+        G, N, D = space.n_groups, space.n_ops, space.n_devices
+        y = x.copy()
+        kind = rng.choice(3, p=self._move_p)
+        if kind == 0:  # one group to another device
+            g = int(rng.integers(G))
+            here = int(y[g])
+            near = [int(y[h]) for h in self._neighbours[g] if int(y[h]) != here]
+            if near and rng.random() < self.neighbour_prob:
+                y[g] = near[int(rng.integers(len(near)))]
+            else:
+                y[g] = (here + 1 + int(rng.integers(D - 1))) % D
+        elif kind == 1:  # one group's split option
+            g = int(self._splittable[int(rng.integers(self._splittable.size))])
+            n_opt = len(space.options[g])
+            y[G + g] = (int(y[G + g]) + 1 + int(rng.integers(n_opt - 1))) % n_opt
+        else:  # swap two ops' priorities, preferably two on the same device
+            group = self.problem.graph.arrays.group
+            i = int(rng.integers(N))
+            same = np.flatnonzero(y[:G][group] == y[group[i]])
+            same = same[same != i]
+            j = int(same[int(rng.integers(same.size))]) if same.size else \
+                (i + 1 + int(rng.integers(N - 1))) % N
+            y[2 * G + i], y[2 * G + j] = y[2 * G + j], y[2 * G + i]
+        return y
+
+
+def spread_weights(k: int, m: int) -> np.ndarray:
+    """``k`` weight vectors on the ``m``-simplex, spread out: the balanced vector first, then
+    greedily the lattice point farthest from those chosen (a Das-Dennis lattice fine enough
+    to hold ``k`` points). Deterministic; every weight is at least a small positive floor so
+    that no objective is ignored entirely."""
+    if m == 1:
+        return np.ones((k, 1))
+    h = 1
+    while _n_lattice(h, m) < k + m:
+        h += 1
+    lattice = np.array(_lattice(h, m), dtype=np.float64) / h
+    chosen = [np.full(m, 1.0 / m)]
+    for _ in range(k - 1):
+        dist = np.min([np.linalg.norm(lattice - c, axis=1) for c in chosen], axis=0)
+        chosen.append(lattice[int(np.argmax(dist))])  # ties: first in lattice order
+    w = np.maximum(np.array(chosen), 0.02)
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def _n_lattice(h: int, m: int) -> int:
+    from math import comb
+    return comb(h + m - 1, m - 1)
+
+
+def _lattice(h: int, m: int):
+    if m == 1:
+        return [(h,)]
+    return [(i,) + rest for i in range(h, -1, -1) for rest in _lattice(h - i, m - 1)]
+
+
+def _group_neighbours(graph) -> list[np.ndarray]:
+    """Per co-location group, the groups it exchanges tensors with."""
+    a = graph.arrays
+    gs, gd = a.group[a.src], a.group[a.dst]
+    keep = gs != gd
+    pairs = np.unique(np.concatenate([np.stack([gs[keep], gd[keep]], 1),
+                                      np.stack([gd[keep], gs[keep]], 1)]), axis=0) \
+        if keep.any() else np.empty((0, 2), np.int64)
+    out = [[] for _ in range(a.n_groups)]
+    for g, h in pairs.tolist():
+        out[g].append(h)
+    return [np.array(v, np.int64) for v in out]
+
+
+def _heuristic_genomes(problem) -> list[np.ndarray]:
+    """Genomes of DPOS, HEFT and the baselines (duplicates and unencodable ones left out)."""
+    space, graph, n = problem.genome, problem.graph, problem.n_devices
+    strategies = []
+    if len(graph.ops):
+        inp = ListSchedInput.from_problem(graph, problem.cluster, problem.costs)
+        for schedule in (dpos, heft):
+            result = schedule(inp)
+            strategies.append(Strategy(result.placement, result.priority()))
+    strategies += [baseline(b, graph, n) for b in BASELINES]
+    out, seen = [], set()
+    for s in strategies:
+        try:
+            x = space.encode(s)
+        except StrategyError:
+            continue
+        if x.tobytes() not in seen:
+            seen.add(x.tobytes())
+            out.append(x)
+    return out

@@ -1,0 +1,129 @@
+"""Optuna searchers: genome <-> trial, constraints, heuristic seeds, resume, and fronts on VGG-16."""
+
+import numpy as np
+import optuna
+import pytest
+
+from conftest import make_cluster
+from moplace.baselines import baseline
+from moplace.errors import MoplaceError
+from moplace.problem import Problem
+from moplace.search import search
+from moplace.searcher import make_searcher
+from moplace.synthetic import layered_dag
+from searchers.optuna_search import OptunaSearcher, _storage, _unit_rank
+
+COMPLETE, RUNNING = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING
+
+
+
+
+@pytest.fixture(scope="module")
+def vgg_random_hv(vgg):
+    return search(vgg, make_searcher("random"), budget=300, seed=0).hypervolume
+
+
+def test_registered_names_and_bad_settings():
+    assert make_searcher("optuna-nsga2").name == "optuna-nsga2"
+    assert make_searcher("optuna-tpe").settings()["sampler"] == "tpe"
+    with pytest.raises(MoplaceError, match="unknown optuna sampler"):
+        OptunaSearcher(sampler="cma")
+    with pytest.raises(MoplaceError, match="batch_size"):
+        OptunaSearcher(batch_size=0)
+
+
+def test_unit_rank_keeps_order_and_ties():
+    p = np.array([-3.0, 5.0, -3.0, 0.0])
+    np.testing.assert_array_equal(_unit_rank(p), [0.0, 1.0, 0.0, 0.5])
+    assert _unit_rank(np.array([])).size == 0 and np.all(_unit_rank(np.ones(3)) == 0)
+
+
+def test_heuristics_are_the_first_trials_and_simulate_as_themselves(small):
+    s = OptunaSearcher(batch_size=8)
+    s.setup(small, np.random.default_rng(0))
+    first = s.ask()
+    values = {tuple(small.evaluate(x).values) for x in first}
+    for name in ("single", "data-parallel", "round-robin", "layer-split"):
+        assert tuple(small.evaluate(baseline(name, small.graph, small.n_devices)).values) in values
+    # the genome has one int per group (device, split option) and one float per op
+    params = s.study.trials[0].params
+    G = small.genome.n_groups
+    assert sum(k.startswith("d") for k in params) == G
+    assert sum(k.startswith("p") for k in params) == len(small.graph.ops)
+
+
+def test_constraint_reaches_the_study():
+    tiny = Problem(layered_dag(20, width=4), make_cluster(2, memory=1000))  # nothing fits
+    s = OptunaSearcher(sampler="nsga2", batch_size=4)
+    result = search(tiny, s, budget=12, seed=0)
+    trials = s.study.get_trials(states=(COMPLETE,))
+    assert len(trials) == 12 and not result.feasible_found
+    for t in trials:
+        assert t.constraints["violation_bytes"] > 0
+        assert t.user_attrs["violation_bytes"] == t.constraints["violation_bytes"]
+
+
+def test_priorities_can_be_left_out(small):
+    s = OptunaSearcher(priorities=False)
+    result = search(small, s, budget=16, seed=0)
+    assert result.front
+    assert not any(k.startswith("p") for t in s.study.trials for k in t.params)
+    s = OptunaSearcher(max_priority_ops=10)  # 40 ops > 10: not searched by default
+    search(small, s, budget=8, seed=0)
+    assert not any(k.startswith("p") for k in s.study.trials[0].params)
+
+
+@pytest.fixture(scope="module")
+def tiny_graph():
+    # small genome: SQLite writes every suggested parameter (about 2 ms each)
+    return Problem(layered_dag(6, width=2, seed=3), make_cluster(3, bandwidth=5e9, latency=2e-6))
+
+
+def _resume(storage, problem):
+    kw = dict(sampler="nsga2", storage=storage, study_name="resume-me", batch_size=8)
+    first = search(problem, OptunaSearcher(**kw), budget=60, seed=0)
+    assert first.n_evaluations == 60
+    study = optuna.load_study(study_name="resume-me", storage=_storage(storage))
+    done = {t.number: t.values for t in study.get_trials(states=(COMPLETE,))}
+    running = [t.number for t in study.get_trials(states=(RUNNING,))]
+    assert len(done) == 60 and len(running) == 4  # 8 asked in the last batch, 4 evaluated
+
+    second = search(problem, OptunaSearcher(**kw), budget=60, seed=1)
+    assert second.n_evaluations == 60  # the budget counts only new evaluations
+    study = optuna.load_study(study_name="resume-me", storage=_storage(storage))
+    complete = study.get_trials(states=(COMPLETE,))
+    assert len(complete) == 120
+    assert {t.state for t in study.trials} <= {COMPLETE, RUNNING}  # nothing failed or lost
+    assert len(study.trials) == 124  # 4 asked, not evaluated, left for the next resume
+    after = {t.number: t.values for t in complete}
+    assert all(after[n] == v for n, v in done.items())  # earlier results kept as they were
+    assert all(n in after for n in running)  # trials left running were evaluated first
+    # the heuristics were enqueued by the first search only
+    seeded = [t.number for t in study.trials if "fixed_params" in t.system_attrs]
+    assert seeded and max(seeded) < 8
+
+
+def test_resume_from_sqlite(tmp_path, tiny_graph):
+    _resume(f"sqlite:///{tmp_path / 'study.db'}", tiny_graph)
+
+
+def test_resume_from_a_journal_file(tmp_path, tiny_graph):
+    _resume(str(tmp_path / "study.log"), tiny_graph)
+
+
+def test_resume_refuses_another_problem(tmp_path, tiny_graph):
+    storage = str(tmp_path / "other.log")
+    search(tiny_graph, OptunaSearcher(storage=storage, study_name="s"), budget=8, seed=0)
+    other = Problem(layered_dag(30, width=3, seed=4), make_cluster(3))
+    with pytest.raises(MoplaceError, match="was made for"):
+        search(other, OptunaSearcher(storage=storage, study_name="s"), budget=8, seed=0)
+
+
+@pytest.mark.parametrize("name", ["optuna-nsga2", "optuna-tpe"])
+def test_beats_random_search_on_vgg16(name, vgg, vgg_random_hv):
+    result = search(vgg, make_searcher(name), budget=300, seed=0)
+    assert result.n_evaluations == 300
+    # measured (seed 0): random 0.019, optuna-nsga2 0.562, optuna-tpe 0.563; the heuristic
+    # seeds alone give 0.5615, so nearly all of the gain over random comes from them
+    assert result.hypervolume >= vgg_random_hv
+    assert result.hypervolume >= 0.56
