@@ -20,35 +20,32 @@ GIB = 2.0 ** 30
 
 
 def add_commands(sub) -> None:
-    """Register ``search`` on the CLI's subparsers."""
+    """Register ``search``, ``compare`` and ``searchers`` on the CLI's subparsers."""
     s = sub.add_parser("search", help="search the trade-off front of strategies")
-    s.add_argument("graph", help="graph file or bundled name (see `moplace graphs`)")
-    s.add_argument("--cluster", required=True, help="preset name or TOML file")
+    _problem_and_budget(s, per="")
     s.add_argument("--searcher", required=True, help="searcher name (see `moplace searchers`)")
-    how = s.add_mutually_exclusive_group()
-    how.add_argument("--budget", type=int, help="evaluations (default 2000)")
-    how.add_argument("--time", help="wall time, e.g. 60s, 5m")
-    s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default=".", help="directory for front.json (default: here)")
-    s.add_argument("--json", action="store_true", help="print exactly one JSON object")
-    s.add_argument("--no-mlflow", action="store_true", help="do not log the search to MLflow")
-    s.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
-                   "else sqlite:///mlflow.db here)")
     s.set_defaults(run=_search)
     c = sub.add_parser("compare", help="run several searchers on the same budget, one table")
-    c.add_argument("graph", help="graph file or bundled name")
-    c.add_argument("--cluster", required=True, help="preset name or TOML file")
+    _problem_and_budget(c, per=" per searcher")
     c.add_argument("--searchers", required=True, help="comma-separated names, e.g. heft,dpos,random")
-    how = c.add_mutually_exclusive_group()
-    how.add_argument("--budget", type=int, help="evaluations per searcher (default 2000)")
-    how.add_argument("--time", help="wall time per searcher, e.g. 30s")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--json", action="store_true", help="print exactly one JSON object")
-    c.add_argument("--no-mlflow", action="store_true", help="do not log the searches to MLflow")
-    c.add_argument("--tracking-uri", help="MLflow tracking URI")
     c.set_defaults(run=_compare)
     ls = sub.add_parser("searchers", help="list the registered searchers")
     ls.set_defaults(run=_list)
+
+
+def _problem_and_budget(p, per: str) -> None:
+    """The options `search` and `compare` share: problem, budget, seed, output, MLflow."""
+    p.add_argument("graph", help="graph file or bundled name (see `moplace graphs`)")
+    p.add_argument("--cluster", required=True, help="preset name or TOML file")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--budget", type=int, help=f"evaluations{per} (default 2000)")
+    how.add_argument("--time", help=f"wall time{per}, e.g. 60s, 5m")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
+                   "else sqlite:///mlflow.db here)")
 
 
 def _search(args) -> int:
