@@ -43,8 +43,9 @@ def add_commands(sub) -> None:
 
 
 def _profile(args) -> int:
-    _positive("--batch", args.batch), _positive("--device-count", args.device_count)
-    _positive("--steps", args.steps)
+    for flag, value in (("--batch", args.batch), ("--device-count", args.device_count),
+                        ("--steps", args.steps)):
+        _positive(flag, value)
     from .io import save_graph
     from .presets.export import cluster_to_toml
     from .tf.devices import available_devices

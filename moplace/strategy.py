@@ -63,11 +63,6 @@ class Strategy:
         return (f"Strategy({self.placement.size} ops on {len(set(self.placement.tolist()))} devices, "
                 f"{len(self.splits)} splits)")
 
-    def devices_of(self, op: int) -> tuple[int, ...]:
-        """Devices running op ``op``: its parts' devices, or its one device."""
-        split = self.splits.get(op)
-        return split.devices if split else (int(self.placement[op]),)
-
     def validate(self, graph: OpGraph, n_devices: int) -> "Strategy":
         """Check this strategy against ``graph`` and a cluster of ``n_devices``; return self."""
         n = len(graph.ops)

@@ -84,7 +84,7 @@ def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> Ta
     task_op = np.repeat(np.arange(len(graph.ops)), parts)
     dev = strategy.placement[task_op].copy()
     dev[parts[task_op] > 1] = split_dev  # splits are sorted by op, so parts line up
-    dur = _durations(graph, costs, task_op, dev, parts, dims)
+    dur = _durations(graph, costs, ptr, task_op, dev, parts, dims)
     out_b, par_b = _memory(a, task_op, parts, dims)
     colls = _Collectives(graph, costs, ptr, parts, dims, dev)
     n_compute, n_coll = len(task_op), len(colls.ops)
@@ -135,15 +135,15 @@ _NO_COLLECTIVES = {k: _frozen(v) for k, v in dict(
     coll_dur=np.zeros(0), coll_bytes=np.zeros(0)).items()}
 
 
-def _durations(graph, costs, task_op, dev, parts, dims) -> np.ndarray:
+def _durations(graph, costs, ptr, task_op, dev, parts, dims) -> np.ndarray:
     n = parts[task_op]
     dur = costs.compute[task_op, dev]
     # a batch-"split" update is a full update of each replica; other parts do 1/n of the work
-    replicated = (graph.arrays.role[task_op] == _UPDATE) & (dims[task_op] == _DIM_CODE["batch"])
-    dur = np.where((n > 1) & ~replicated, dur / n + costs.split_overhead_s, dur)
+    replicated = (graph.arrays.role == _UPDATE) & (dims == _DIM_CODE["batch"])
+    dur = np.where((n > 1) & ~replicated[task_op], dur / n + costs.split_overhead_s, dur)
     for op in costs.ops_with_part_profiles:  # measured part times replace the estimate
-        if parts[op] > 1 and not replicated[np.searchsorted(task_op, op)]:
-            for t in np.flatnonzero(task_op == op):
+        if parts[op] > 1 and not replicated[op]:
+            for t in range(ptr[op], ptr[op + 1]):
                 dur[t] = costs.part_time(int(op), int(dev[t]), int(parts[op]))
     return dur
 

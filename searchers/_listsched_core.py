@@ -142,6 +142,13 @@ def _cp_device(cp, k0, compute, group, group_dev, group_mem, free, stamp):
     return best
 
 
+@njit(cache=True, inline="always")
+def new_schedule(n, group_mem, capacity):
+    """Empty schedule state: placement (-1), start, finish, device per group (-1), free memory."""
+    return (np.full(n, -1, np.int64), np.zeros(n), np.zeros(n),
+            np.full(group_mem.size, -1, np.int64), capacity.astype(np.float64).copy())
+
+
 @njit(cache=True)
 def schedule_kernel(visit, cp, compute, src, edge_bytes, in_ptr, in_edge, latency, bandwidth,
                     group_mem, capacity, group):
@@ -149,11 +156,7 @@ def schedule_kernel(visit, cp, compute, src, edge_bytes, in_ptr, in_edge, latenc
     ``cp`` (empty for HEFT) go to the critical-path device, the rest to the device of minimum
     insertion-based EFT. Returns placement, start, finish and feasible."""
     n, D = compute.shape
-    place = np.full(n, -1, np.int64)
-    start = np.zeros(n)
-    finish = np.zeros(n)
-    group_dev = np.full(group_mem.size, -1, np.int64)
-    free = capacity.astype(np.float64).copy()
+    place, start, finish, group_dev, free = new_schedule(n, group_mem, capacity)
     iv_start = np.empty((D, max(n, 1)))
     iv_end = np.empty((D, max(n, 1)))
     cnt = np.zeros(D, np.int64)

@@ -35,11 +35,7 @@ def metf_kernel(rank, compute, src, edge_bytes, in_ptr, in_edge, out_ptr, out_ed
     are scheduled), so a step scans ready x devices with arithmetic only: O(R * D) per step.
     """
     n, D = compute.shape
-    place = np.full(n, -1, np.int64)
-    start = np.zeros(n)
-    finish = np.zeros(n)
-    group_dev = np.full(group_mem.size, -1, np.int64)
-    free = capacity.astype(np.float64).copy()
+    place, start, finish, group_dev, free = core.new_schedule(n, group_mem, capacity)
     avail = np.zeros(D)  # time each device finishes its last op (ETF appends)
     drt = np.empty((n, D))
     missing = np.empty(n, np.int64)  # unscheduled predecessors
