@@ -1,7 +1,9 @@
 """The ``moplace`` command line.
 
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE | --baseline NAME|all) [--json]
-    moplace search GRAPH --cluster C --searcher NAME [--budget N | --time 60s] [--seed K] [--out DIR] [--json]
+    moplace search GRAPH --cluster C --searcher NAME [--set K=V] [--budget N | --time 60s] [--checkpoint F] [--json]
+    moplace compare GRAPH --cluster C --searchers a,b [--set NAME.K=V] [--budget N | --time 60s] [--json]
+    moplace searchers
     moplace clusters
     moplace graphs
     moplace profile MODEL_OR_PY --batch N [--device-count K] -o graph.json   (TensorFlow)

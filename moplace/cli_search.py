@@ -1,9 +1,17 @@
 """The ``search`` command of the CLI.
 
     moplace search GRAPH --cluster C --searcher NAME [--budget 2000 | --time 60s] [--seed K]
-                   [--out DIR] [--json] [--no-mlflow] [--tracking-uri URI]
+                   [--out DIR] [--json] [--no-mlflow] [--tracking-uri URI] [--checkpoint FILE]
     moplace compare GRAPH --cluster C --searchers a,b,c [--budget N | --time T] [--seed K] [--json]
-    moplace searchers
+    moplace searchers                         (names and their settings)
+
+``--set KEY=VALUE`` (``--set NAME.KEY=VALUE`` in compare) passes a setting to a searcher, e.g.
+``--set pop_size=50`` for nsga2; a setting the searcher does not have is refused with its list.
+
+``--checkpoint FILE`` writes the search's state to FILE while it runs (every 30 s and at the
+end, Ctrl-C included); when FILE exists the search continues from it (same graph, cluster,
+searcher and seed; the budget counts every run's evaluations and seconds together), so
+running the same command again after Ctrl-C finishes the search without losing a point.
 """
 
 from __future__ import annotations
@@ -24,11 +32,19 @@ def add_commands(sub) -> None:
     s = sub.add_parser("search", help="search the trade-off front of strategies")
     _problem_and_budget(s, per="")
     s.add_argument("--searcher", required=True, help="searcher name (see `moplace searchers`)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a searcher setting, e.g. --set pop_size=50 (repeatable; VALUE is JSON "
+                        "or a plain word; `moplace searchers` lists the settings)")
     s.add_argument("--out", default=".", help="directory for front.json (default: here)")
+    s.add_argument("--checkpoint", metavar="FILE",
+                   help="continue from FILE if it exists; write the search's state to it while "
+                        "running (Ctrl-C included)")
     s.set_defaults(run=_search)
     c = sub.add_parser("compare", help="run several searchers on the same budget, one table")
     _problem_and_budget(c, per=" per searcher")
     c.add_argument("--searchers", required=True, help="comma-separated names, e.g. heft,dpos,random")
+    c.add_argument("--set", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="a setting of searcher NAME, e.g. --set nsga2.pop_size=50 (repeatable)")
     c.set_defaults(run=_compare)
     ls = sub.add_parser("searchers", help="list the registered searchers")
     ls.set_defaults(run=_list)
@@ -57,17 +73,32 @@ def _search(args) -> int:
     from .searcher import make_searcher
 
     budget = _budget(args)
-    searcher = make_searcher(args.searcher)
+    searcher = make_searcher(args.searcher, **parse_settings(args.set))
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
     callbacks = [] if args.json else [_Progress()]
     if not args.no_mlflow:
         from .tracking import MLflowCallback
         callbacks.append(MLflowCallback(args.tracking_uri))
-    result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
+    if args.checkpoint and not args.json:
+        resumed = _resuming(args.checkpoint, problem, searcher, args.seed, budget)
+        if resumed:
+            print(resumed, flush=True)
+    result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
+                    checkpoint=args.checkpoint)
     path = save_result(result, args.out)
+    if args.checkpoint and result.status == "interrupted":
+        from .checkpoint import read_meta
+
+        n = read_meta(args.checkpoint)["n_evaluations"]
+        print(f"checkpoint {args.checkpoint} holds {n} evaluations; run the same command again "
+              f"(same graph, cluster, searcher, seed and --checkpoint {args.checkpoint}) to "
+              f"continue", file=sys.stderr)
     if args.json:
+        extra = {"checkpoint": args.checkpoint, "resumed_from": result.resumed_from} \
+            if args.checkpoint else {}
         print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
-                          "searcher": result.searcher, "seed": result.seed, "status": result.status,
+                          "searcher": result.searcher, "settings": searcher.settings(),
+                          "seed": result.seed, "status": result.status, **extra,
                           "evaluations": result.n_evaluations, "seconds": result.seconds,
                           "hypervolume": result.hypervolume, "feasible_found": result.feasible_found,
                           "front": [{k: v for k, v in point_json(pt, problem).items() if k != "strategy"}
@@ -98,6 +129,24 @@ def _search(args) -> int:
     return 0
 
 
+def _resuming(path, problem, searcher, seed, budget) -> str | None:
+    """The line saying the search continues from checkpoint ``path`` (None: a new search);
+    checks that the checkpoint belongs to this search first."""
+    from pathlib import Path
+
+    from .checkpoint import check, read_meta, run_key
+
+    if not Path(path).is_file():
+        return None
+    meta = read_meta(path)
+    check(meta, run_key(problem, searcher, seed), path)
+    n, elapsed = int(meta["n_evaluations"]), float(meta["elapsed"])
+    spent = (budget.evaluations is not None and n >= budget.evaluations) or \
+        (budget.seconds is not None and elapsed >= budget.seconds)
+    return (f"resumed from {path}: {n} evaluations in {elapsed:.1f} s done"
+            + ("; the budget is spent, nothing left to do" if spent else ""))
+
+
 def _compare(args) -> int:
     from .io import load_graph
     from .presets import load_cluster
@@ -108,7 +157,8 @@ def _compare(args) -> int:
     names = [n.strip() for n in args.searchers.split(",") if n.strip()]
     if not names:
         raise MoplaceError("--searchers needs at least one name")
-    searchers = [make_searcher(n) for n in names]  # unknown names fail before any work
+    per_searcher = parse_settings(args.set, names)
+    searchers = [make_searcher(n, **per_searcher.get(n, {})) for n in names]  # fail before work
     budget = _budget(args)
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
     rows = []
@@ -148,11 +198,38 @@ def _budget(args) -> Budget:
 
 
 def _list(args) -> int:
-    from .searcher import SEARCHERS, make_searcher
+    from .searcher import SEARCHERS, make_searcher, setting_names
 
     make_searcher("random")  # registers the built-in searchers
-    print("\n".join(SEARCHERS.names()))
+    for name in SEARCHERS.names():
+        settings = setting_names(name)
+        print(f"{name:<14} {'settings: ' + ', '.join(settings) if settings else ''}".rstrip())
     return 0
+
+
+def parse_settings(items, names=None) -> dict:
+    """``--set`` values -> settings. ``KEY=VALUE`` -> {KEY: VALUE} for `search`; with ``names``
+    (`compare`) ``NAME.KEY=VALUE`` -> {NAME: {KEY: VALUE}}, NAME one of ``names``. VALUE is
+    read as JSON (``50``, ``0.1``, ``true``, ``[0.4, 0.3, 0.3]``, ``null``), else kept as text."""
+    out: dict = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise MoplaceError(f"--set wants KEY=VALUE, got {item!r}")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        if names is None:
+            out[key] = value
+            continue
+        name, dot, key = key.rpartition(".")
+        if not dot or name not in names:
+            raise MoplaceError(f"--set in compare wants NAME.KEY=VALUE with NAME one of "
+                               f"{', '.join(names)}, got {item!r}")
+        out.setdefault(name, {})[key] = value
+    return out
 
 
 def parse_seconds(text: str) -> float:

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .errors import MoplaceError
 from .evaluate import Evaluation
 from .registry import Registry
 from .strategy import Strategy
@@ -67,7 +68,33 @@ class OneShot(Searcher):
 
 
 def make_searcher(name: str, **settings) -> Searcher:
-    """A new searcher by registered name (unknown names list the known ones)."""
+    """A new searcher by registered name with ``settings`` (unknown names, and settings the
+    searcher does not have, are refused with the known ones listed)."""
     import searchers  # noqa: F401  (registers the built-in searchers)
 
-    return SEARCHERS[name](**settings)
+    factory = SEARCHERS[name]
+    known = setting_names(name)
+    unknown = [k for k in settings if k not in known]
+    if unknown:
+        raise MoplaceError(f"searcher {name!r} has no setting {unknown[0]!r}; its settings: "
+                           f"{', '.join(known) or 'none'}")
+    return factory(**settings)
+
+
+def setting_names(name: str) -> list[str]:
+    """The keyword settings searcher ``name`` accepts (those its registration fixes left out)."""
+    import functools
+    import inspect
+
+    import searchers  # noqa: F401
+
+    factory, fixed, n_args = SEARCHERS[name], set(), 0
+    if isinstance(factory, functools.partial):  # e.g. the baselines: partial(cls, name)
+        fixed |= set(factory.keywords)
+        factory, n_args = factory.func, len(factory.args)
+    if hasattr(factory, "target"):  # a lazily imported searcher: its class's signature
+        fixed |= set(factory.fixed)
+        factory = factory.target()
+    params = list(inspect.signature(factory).parameters.values())[n_args:]
+    return [p.name for p in params if p.name not in fixed
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

@@ -31,6 +31,8 @@ def _lazy(module: str, cls: str, **defaults):
     def make(**settings):
         return getattr(import_module(f"searchers.{module}"), cls)(**{**defaults, **settings})
     make.__doc__ = f"searchers.{module}.{cls}"
+    make.target = lambda: getattr(import_module(f"searchers.{module}"), cls)  # for its signature
+    make.fixed = tuple(defaults)  # settings the registered name fixes
     return make
 
 

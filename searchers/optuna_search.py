@@ -28,6 +28,15 @@ order-preservingly (dense rank) into [0, 1], so each seed decodes to a strategy 
 simulates exactly like the heuristic. The sampler's seed is drawn from the driver's rng:
 same seed, same result (for a new study).
 
+**Mutation.** optuna's NSGA-II resamples each parameter of a child with probability
+``mutation_prob`` (default 1 / number of parameters: one parameter per child). ``mutations``
+(default 4) sets the expected number per child instead, ``mutation_prob = min(1, mutations /
+n_params)``: with one, on tiny problems the population settled on the mirror image of a good
+placement (ops on the slow device) and one instance of the 20 in `moplace.tiny` stayed at 93%
+of the exact hypervolume; with four every instance reached 99% (2000 evaluations, seed 0), and
+VGG-16 / 4xV100 went from 0.590 to 0.602 at 2000 evaluations. ``mutations=None`` keeps
+optuna's default. TPE and random sampling do not mutate.
+
 **Batches.** ``ask`` returns ``batch_size`` trials (``study.ask()`` each); TPE uses the
 constant liar for trials asked but not yet told. Trials the driver did not evaluate (it cuts
 the last batch to the budget) are asked again first by the next ``ask``, never lost.
@@ -77,7 +86,8 @@ class OptunaSearcher(Searcher):
 
     def __init__(self, sampler: str = "nsga2", storage=None, study_name: str | None = None,
                  batch_size: int = 8, priorities: bool | None = None, max_priority_ops: int = 500,
-                 population_size: int = 32, n_startup_trials: int = 10, seed_heuristics: bool = True):
+                 population_size: int = 32, n_startup_trials: int = 10, seed_heuristics: bool = True,
+                 mutations: float | None = 4.0):
         if sampler not in SAMPLERS:
             raise MoplaceError(f"unknown optuna sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
         if int(batch_size) < 1:
@@ -88,6 +98,9 @@ class OptunaSearcher(Searcher):
         self.batch_size, self.priorities = int(batch_size), priorities
         self.max_priority_ops, self.population_size = int(max_priority_ops), int(population_size)
         self.n_startup_trials, self.seed_heuristics = int(n_startup_trials), bool(seed_heuristics)
+        if mutations is not None and not float(mutations) > 0:
+            raise MoplaceError(f"mutations must be a positive number (or None), got {mutations}")
+        self.mutations = None if mutations is None else float(mutations)
         self.name = f"optuna-{sampler}"
         self.study = None
 
@@ -104,7 +117,12 @@ class OptunaSearcher(Searcher):
         self._devices = [g for g in range(G)] if space.n_devices > 1 else []
         self._splits = [g for g in range(G) if len(space.options[g]) > 1]
         seed = int(self.rng.integers(2**31 - 1))
-        sampler = _make_sampler(self.sampler, seed, self.population_size, self.n_startup_trials)
+        n_params = len(self._devices) + len(self._splits) + \
+            (space.n_ops if self._search_priorities else 0)
+        mutation_prob = None if self.mutations is None or n_params == 0 \
+            else min(1.0, self.mutations / n_params)
+        sampler = _make_sampler(self.sampler, seed, self.population_size, self.n_startup_trials,
+                                mutation_prob)
         name = self.study_name
         if name is None and self.storage is not None:
             name = f"moplace:{p.graph.name}:{p.cluster.name}:{self.sampler}"
@@ -145,7 +163,8 @@ class OptunaSearcher(Searcher):
         return {"sampler": self.sampler, "storage": storage, "study_name": self.study_name,
                 "batch_size": self.batch_size, "priorities": self.priorities,
                 "max_priority_ops": self.max_priority_ops, "population_size": self.population_size,
-                "n_startup_trials": self.n_startup_trials, "seed_heuristics": self.seed_heuristics}
+                "n_startup_trials": self.n_startup_trials, "seed_heuristics": self.seed_heuristics,
+                "mutations": self.mutations}
 
     # -- genome <-> trial --------------------------------------------------------------------
 
@@ -219,11 +238,13 @@ def _storage(storage):
     return storage
 
 
-def _make_sampler(kind: str, seed: int, population_size: int, n_startup_trials: int):
+def _make_sampler(kind: str, seed: int, population_size: int, n_startup_trials: int,
+                  mutation_prob: float | None = None):
     import optuna
 
     if kind == "nsga2":
-        return optuna.samplers.NSGAIISampler(population_size=population_size, seed=seed)
+        return optuna.samplers.NSGAIISampler(population_size=population_size, seed=seed,
+                                             mutation_prob=mutation_prob)
     if kind == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                           n_startup_trials=n_startup_trials)

@@ -9,10 +9,12 @@ from moplace.searcher import make_searcher
 from moplace.tiny import hv_ratio, tiny_benchmark
 
 BUDGET = 2000  # the CLI's default evaluation budget
-# the multi-objective issue asks 99% of the exact hypervolume for NSGA-II and MCMC and 95% for
-# the Optuna samplers; MCMC and the Optuna samplers do not reach it yet (see the issue's notes),
-# so only the searchers that meet their bar are held to it here
-THRESHOLD = {"nsga2": 0.99}
+# per searcher: (the hypervolume ratio every instance must reach, how many of the 20 must reach
+# 99%). The issue asks 99% for NSGA-II and MCMC and 95% for the Optuna samplers. MCMC does not
+# meet its bar yet: with its default settings, seed 0, 18 of 20 instances reach 99% and the
+# lowest 95.8% (see searchers/mcmc.py); it is held to what it does so that it cannot slip.
+# optuna-tpe is too slow for 2000 trials on 20 instances in a test (about 0.1 s per trial).
+BARS = {"nsga2": (0.99, 20), "optuna-nsga2": (0.95, 0), "mcmc": (0.95, 18)}
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +22,7 @@ def tiny():
     return tiny_benchmark(20, 0)
 
 
-@pytest.mark.parametrize("name", list(THRESHOLD))
+@pytest.mark.parametrize("name", list(BARS))
 def test_reaches_the_exact_front(tiny, name):
     ratios = []
     for problem, exact in tiny:
@@ -28,6 +30,8 @@ def test_reaches_the_exact_front(tiny, name):
         front = np.array([p.values for p in result.front]).reshape(-1, len(problem.objectives))
         ratios.append(hv_ratio(front, exact))
     ratios = np.array(ratios)
-    assert ratios.min() >= THRESHOLD[name], (
-        f"{name}: hypervolume / exact on 20 instances: min {ratios.min():.4f}, "
-        f"median {np.median(ratios):.4f}; per instance {np.round(ratios, 4).tolist()}")
+    floor, at_99 = BARS[name]
+    detail = (f"{name}: hypervolume / exact on 20 instances: min {ratios.min():.4f}, "
+              f"median {np.median(ratios):.4f}; per instance {np.round(ratios, 4).tolist()}")
+    assert ratios.min() >= floor, detail
+    assert np.sum(ratios >= 0.99) >= at_99, detail

@@ -22,7 +22,8 @@ def test_registered_and_settings():
 
 @pytest.mark.parametrize("kw", [dict(chains=0), dict(steps_per_ask=0), dict(temperature=0.0),
                                 dict(restart_after=0), dict(neighbour_prob=1.5),
-                                dict(move_weights=(0, 0, 0))])
+                                dict(move_weights=(0, 0, 0)), dict(restarts=("nope",)),
+                                dict(restarts=())])
 def test_bad_settings_are_refused(kw):
     with pytest.raises(MoplaceError):
         McmcSearcher(**kw)
@@ -118,8 +119,38 @@ def test_done_when_no_move_can_change_anything():
     assert result.n_evaluations == 1
 
 
+def test_restarts_draw_new_weights_and_learn_which_kind_pays(small):
+    s = McmcSearcher(chains=2, restart_after=3)
+    search(small, s, budget=300, seed=0)
+    assert s.restarts.sum() == s.restart_tries.sum() > 0
+    assert np.all(s.restart_wins <= s.restart_tries)
+    assert not np.allclose(s.weights, spread_weights(2, 3))  # reweighted at restarts
+    np.testing.assert_allclose(s.weights.sum(axis=1), 1)
+    only = McmcSearcher(chains=2, restart_after=3, restarts=("random",), reweight=False)
+    search(small, only, budget=300, seed=0)
+    assert only.restart_tries[1:].tolist() == [0, only.restarts.sum()]  # random only
+    np.testing.assert_allclose(only.weights, spread_weights(2, 3))
+
+
+def test_relabel_restart_renames_the_devices_of_the_best_strategy(small):
+    s = McmcSearcher(chains=1, restart_after=1, restarts=("relabel",), reweight=False)
+    s.setup(small, np.random.default_rng(0))
+    first = s.ask()
+    s.tell(first, [small.evaluate(x) for x in first])
+    s._restart(0)
+    G = small.genome.n_groups
+    best, jump = s._best_x[0], s._jump[0]
+    assert not np.array_equal(best[:G], jump[:G]) and np.array_equal(best[G:], jump[G:])
+    mapping = {}
+    for a, b in zip(best[:G].tolist(), jump[:G].tolist()):  # a consistent renaming
+        assert mapping.setdefault(a, b) == b
+    assert len(set(mapping.values())) == len(mapping)
+    batch = s.ask()  # the restart's strategy is the chain's next proposal
+    assert batch[0] == small.genome.decode(jump)
+
+
 def test_chains_trace_different_parts_of_the_front(vgg):
-    s = McmcSearcher()  # 4 chains: balanced, runtime, communication, memory
+    s = McmcSearcher(reweight=False)  # 4 chains: balanced, runtime, communication, memory
     result = search(vgg, s, budget=300, seed=0)
     best = np.array([vgg.evaluate(vgg.genome.decode(x)).values for x in s._best_x])
     lean = np.argmax(s.weights, axis=1)

@@ -140,3 +140,43 @@ def test_cli_search_reports_the_schedulers_estimate(tmp_path, capsys):
     assert main(["search", "pipedream:resnet50", "--cluster", "4xV100-NVLink", "--searcher", "heft",
                  "--no-mlflow", "--out", str(tmp_path)]) == 0
     assert "the scheduler's own makespan estimate" in capsys.readouterr().out
+
+
+def test_cli_set_passes_settings_to_the_searcher(tmp_path, capsys):
+    code = main(["search", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--searcher", "random",
+                 "--set", "batch_size=7", "--set", "splits=false", "--budget", "20", "--no-mlflow",
+                 "--out", str(tmp_path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["settings"] == {"batch_size": 7, "splits": False}
+
+
+def test_cli_compare_set_is_per_searcher(capsys):
+    code = main(["compare", "pipedream:vgg16", "--cluster", "4xV100-NVLink", "--searchers",
+                 "random,mcmc", "--set", "mcmc.chains=2", "--set", "random.batch_size=5",
+                 "--budget", "20", "--no-mlflow", "--json"])
+    assert code == 0 and len(json.loads(capsys.readouterr().out)["results"]) == 2
+
+
+@pytest.mark.parametrize("cmd, sets, message", [
+    ("search", ["popsize=5"], "searcher 'nsga2' has no setting 'popsize'; its settings: pop_size"),
+    ("search", ["pop_size"], "--set wants KEY=VALUE"),
+    ("search", ["pop_size=1"], "pop_size must be at least 2"),
+    ("compare", ["pop_size=5"], "--set in compare wants NAME.KEY=VALUE"),
+    ("compare", ["heft.pop_size=5"], "NAME one of nsga2"),
+])
+def test_cli_bad_settings_are_refused_before_any_work(capsys, cmd, sets, message):
+    which = ["--searcher", "nsga2"] if cmd == "search" else ["--searchers", "nsga2"]
+    args = [cmd, "pipedream:alexnet", "--cluster", "4xV100-NVLink", *which, "--no-mlflow"]
+    for s in sets:
+        args += ["--set", s]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_searchers_lists_names_and_settings(capsys):
+    assert main(["searchers"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "pop_size" in lines["nsga2"] and "temperature" in lines["mcmc"]
+    assert "sampler" not in lines["optuna-tpe"]  # fixed by the name
+    assert lines["heft"].strip() == "heft"
