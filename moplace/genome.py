@@ -44,6 +44,11 @@ class GenomeSpace:
                              [len(o) - 1.0 for o in self.options], np.ones(self.n_ops)])
         return lo, hi
 
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` genomes [n, size] drawn uniformly (see `sample_genomes`)."""
+        lo, hi = self.bounds
+        return sample_genomes(lo, hi, 2 * self.n_groups, n, rng)
+
     @property
     def integer_mask(self) -> np.ndarray:
         """True for the integer genes (devices and split options)."""
@@ -89,6 +94,16 @@ class GenomeSpace:
             raise StrategyError(f"split of op {name!r} ({split.dim}, devices {split.devices}) "
                                 "has no genome: parts must sit on consecutive devices")
         return self.options[g].index(key)
+
+
+def sample_genomes(lo: np.ndarray, hi: np.ndarray, n_integer: int, n: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """``n`` genomes [n, len(lo)] uniform within the bounds; the first ``n_integer`` genes
+    (devices and split options) uniform over their integer values."""
+    X = rng.uniform(lo, hi, size=(n, lo.size))
+    k = int(n_integer)
+    X[:, :k] = rng.integers(lo[:k].astype(np.int64), hi[:k].astype(np.int64) + 1, size=(n, k))
+    return X
 
 
 def _common_dims(graph: OpGraph, members) -> list[str]:

@@ -211,3 +211,19 @@ def dpos(inp: ListSchedInput) -> ListSchedResult:
     smallest mean op time, replaced when full); other ops by minimum insertion-based EFT."""
     rank = upward_rank(inp, inp.compute.max(axis=1), transfer_weights(inp, "max"))
     return _schedule(inp, rank, critical_path(inp, rank))
+
+
+def heuristic_strategies(problem, schedulers=(dpos, heft)) -> list:
+    """The strategies the searchers start from: each of ``schedulers`` (list schedulers, in
+    that order) on ``problem``, then the baselines (single, data-parallel, round-robin,
+    layer-split). Duplicates are kept; an empty graph has the baselines only."""
+    from moplace.baselines import BASELINES, baseline
+    from moplace.strategy import Strategy
+
+    out = []
+    if len(problem.graph.ops):
+        inp = ListSchedInput.from_problem(problem.graph, problem.cluster, problem.costs)
+        for schedule in schedulers:
+            result = schedule(inp)
+            out.append(Strategy(result.placement, result.priority()))
+    return out + [baseline(name, problem.graph, problem.n_devices) for name in BASELINES]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moplace.baselines import group_order
-from moplace.genome import GenomeSpace
+from moplace.genome import GenomeSpace, sample_genomes
 
 
 def _csr_undirected(a: np.ndarray, b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -137,10 +137,7 @@ def normalized_priority(priority: np.ndarray) -> np.ndarray:
 
 def random_genomes(s: GenomeStructure, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` genomes uniform over the space (integer genes uniform over their values)."""
-    X = rng.uniform(s.lo, s.hi, size=(n, s.size))
-    k = 2 * s.G
-    X[:, :k] = rng.integers(s.lo[:k].astype(np.int64), s.hi[:k].astype(np.int64) + 1, size=(n, k))
-    return X
+    return sample_genomes(s.lo, s.hi, 2 * s.G, n, rng)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -75,12 +75,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from moplace.baselines import BASELINES, baseline
+from moplace.archive import ParetoArchive
 from moplace.errors import MoplaceError, StrategyError
 from moplace.searcher import Searcher
 from moplace.strategy import Strategy
 
-from ._listsched import ListSchedInput, dpos, heft
+from ._listsched import heuristic_strategies
 
 
 #: How a stalled chain can restart: from its best strategy, from it relabelled, from a random one.
@@ -156,7 +156,6 @@ class McmcSearcher(Searcher):
         self._best_ev: list = [None] * self.chains
         self._best_cost = np.full(self.chains, np.inf)
         self._pending: list[tuple[int, np.ndarray, bool]] = []  # (chain or -1, genome, jump?)
-        from moplace.archive import ParetoArchive
         self._seen = ParetoArchive(len(p.objectives), max_infeasible=10)
         self.accepted = np.zeros(self.chains, np.int64)
         self.proposed = np.zeros(self.chains, np.int64)
@@ -246,7 +245,7 @@ class McmcSearcher(Searcher):
             self._cost[c] = self._run_best[c] = self._costs(self._x_ev[c])[c]  # new weights
         best = self._best_x[c]
         if RESTARTS[kind] == "random":
-            self._jump[c] = random_genome(space, rng)
+            self._jump[c] = space.sample(1, rng)[0]
         elif RESTARTS[kind] == "relabel":
             y = best.copy()
             G = space.n_groups
@@ -310,16 +309,6 @@ def _other_permutation(n: int, rng) -> np.ndarray:
             return p
 
 
-def random_genome(space, rng) -> np.ndarray:
-    """A genome drawn uniformly: devices and split options as integers, priorities in their
-    bounds."""
-    lo, hi = space.bounds
-    G = space.n_groups
-    x = rng.uniform(lo, hi)
-    x[:2 * G] = rng.integers(lo[:2 * G], hi[:2 * G] + 1)
-    return x
-
-
 def spread_weights(k: int, m: int) -> np.ndarray:
     """``k`` weight vectors on the ``m``-simplex, spread out: the balanced vector first, then
     greedily the lattice point farthest from those chosen (a Das-Dennis lattice fine enough
@@ -366,16 +355,9 @@ def _group_neighbours(graph) -> list[np.ndarray]:
 
 def _heuristic_genomes(problem) -> list[np.ndarray]:
     """Genomes of DPOS, HEFT and the baselines (duplicates and unencodable ones left out)."""
-    space, graph, n = problem.genome, problem.graph, problem.n_devices
-    strategies = []
-    if len(graph.ops):
-        inp = ListSchedInput.from_problem(graph, problem.cluster, problem.costs)
-        for schedule in (dpos, heft):
-            result = schedule(inp)
-            strategies.append(Strategy(result.placement, result.priority()))
-    strategies += [baseline(b, graph, n) for b in BASELINES]
+    space = problem.genome
     out, seen = [], set()
-    for s in strategies:
+    for s in heuristic_strategies(problem):
         try:
             x = space.encode(s)
         except StrategyError:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from moplace.baselines import BASELINES, baseline
 from moplace.errors import MoplaceError, StrategyError
 from moplace.searcher import Searcher
 from moplace.strategy import Strategy
@@ -114,17 +113,9 @@ class Nsga2Searcher(Searcher):
 
     def seed_strategies(self) -> list[Strategy]:
         """HEFT, DPOS and the four baselines for this problem (what the search starts from)."""
-        from ._listsched import ListSchedInput, dpos, heft
+        from ._listsched import dpos, heft, heuristic_strategies
 
-        p = self.problem
-        out = []
-        if p.graph.ops:
-            inp = ListSchedInput.from_problem(p.graph, p.cluster, p.costs)
-            for schedule in (heft, dpos):
-                result = schedule(inp)
-                out.append(Strategy(result.placement, result.priority()))
-        out += [baseline(name, p.graph, p.n_devices) for name in BASELINES]
-        return out
+        return heuristic_strategies(self.problem, (heft, dpos))
 
     def _encode(self, strategy: Strategy) -> np.ndarray | None:
         try:

@@ -69,12 +69,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from moplace.baselines import BASELINES, baseline, topological_priority
+from moplace.baselines import topological_priority
 from moplace.errors import MoplaceError, StrategyError
 from moplace.searcher import Searcher
 from moplace.strategy import Strategy
 
-from ._listsched import ListSchedInput, dpos, heft
+from ._listsched import heuristic_strategies
 
 SAMPLERS = ("nsga2", "tpe", "random")
 
@@ -193,16 +193,8 @@ class OptunaSearcher(Searcher):
         return params
 
     def _heuristic_params(self) -> list[dict]:
-        p = self.problem
-        strategies = []
-        if len(p.graph.ops):
-            inp = ListSchedInput.from_problem(p.graph, p.cluster, p.costs)
-            for schedule in (dpos, heft):
-                result = schedule(inp)
-                strategies.append(Strategy(result.placement, result.priority()))
-        strategies += [baseline(b, p.graph, p.n_devices) for b in BASELINES]
         out = []
-        for s in strategies:
+        for s in heuristic_strategies(self.problem):
             try:
                 params = self._params(self._space.encode(s))
             except StrategyError:

@@ -21,10 +21,8 @@ class RandomSearcher(Searcher):
 
     def ask(self) -> list[Strategy]:
         space = self.problem.genome
-        lo, hi = space.bounds
         g = space.n_groups
-        x = self.rng.uniform(lo, hi, size=(self.batch_size, space.size))
-        x[:, :2 * g] = self.rng.integers(lo[:2 * g], hi[:2 * g] + 1, size=(self.batch_size, 2 * g))
+        x = space.sample(self.batch_size, self.rng)
         if not self.splits:
             x[:, g:2 * g] = 0
         return [space.decode(row) for row in x]
