@@ -20,18 +20,27 @@ search stalls. This searcher does the same on moplace's genome, for three object
 - **Start.** The first batch holds the heuristics: DPOS, HEFT and the baselines (single,
   data-parallel, round-robin, layer-split). Each chain starts from the one that is cheapest
   under its own weights.
-- **Moves** (one per proposal): move ONE co-location group to another device (with
+- **Moves.** A proposal makes one move: move ONE co-location group to another device (with
   probability ``neighbour_prob`` to the device of a graph-neighbour group on another device,
   FlexFlow's locality move, else to a uniformly random other device); change ONE group's
-  split option; or swap the priorities of two ops (preferably two on the same device, where
-  the order matters). Move kinds that cannot change anything (one device, no split options,
-  fewer than two ops) are not drawn; when none is possible the search is done.
+  split option; or swap the priorities of two ops on the same device, where the order
+  matters (with probability ``adjacent_prob`` the op next to it in that device's order, else
+  any; two ops anywhere when the op is alone on its device). Move kinds that cannot change
+  anything (one device, no split options, fewer than two ops) are not drawn; when none is
+  possible the search is done. Once a chain has gone half of ``restart_after`` proposals
+  without improving, each proposal makes one more move with probability ``extra_move``, and
+  again for each extra one (a variable neighbourhood: compound moves cross strategies that
+  single moves only reach through worse or infeasible ones, for example a trade of two ops
+  between devices whose memory is tight). Making them on every proposal cost hypervolume on
+  VGG-16 (0.613 instead of 0.666 at 2000 evaluations, seed 0), where single moves still
+  improve.
 - **Acceptance** ``exp(-delta / temperature)`` with delta the change in the chain's cost
   (``temperature`` is in units of the normalized cost: the default 0.001 accepts a worsening
   of 0.1% of the reference with probability 1/e; on VGG-16 / 4xV100 it beat 0.0003, 0.0005,
-  0.003, 0.01 and 0.03 at 300 and 2000 evaluations, measured with FlexFlow's plain restarts). Moves that change nothing the objectives
-  see (delta = 0, e.g. swapping the priorities of two ops that a dependency already orders)
-  are accepted, as Metropolis-Hastings does.
+  0.003, 0.01 and 0.03 at 300 and 2000 evaluations, measured with FlexFlow's plain
+  restarts). Moves that change nothing the objectives see (delta = 0, e.g. swapping the
+  priorities of two ops that a dependency already orders) are accepted, as
+  Metropolis-Hastings does.
 - **Restart.** A chain has *stalled* after ``restart_after`` proposals in a row that did not
   improve on the best cost it reached since it (re)started (accepted neutral moves count: a
   chain wandering a plateau stalls too). It then restarts: with ``reweight`` (the default) it
@@ -44,26 +53,41 @@ search stalls. This searcher does the same on moplace's genome, for three object
   structure, other devices: on mixed device kinds or links it reaches the mirror image of a
   strategy, which one-group moves reach only through worse strategies);
   ``random``, a uniformly random genome (escapes any basin, but on a large graph it starts far
-  from anything good). Which kind a restart takes is learned as the search goes, by Thompson
+  from anything good);
+  ``repair``, the infeasible strategy seen that is best under the new weights on its
+  objectives alone, when it beats the best feasible one: the chain then swaps op priorities
+  only (the placement and splits stay) until it fits, since peak memory depends on the
+  order (on tiny problems the one all-on-one-device placement that fits does so in one
+  order only; no single move reaches it from a feasible strategy);
+  ``frontier``, a point of the searcher's Pareto set, one of those restarted from least
+  often, with the weights ``w_k ~ ref_k / f_k`` under which that point is Chebyshev-optimal
+  (Dirichlet weights rarely fall in the narrow region of weights of a point that differs from
+  its neighbours in one objective only; this polishes each point of the front in turn).
+  Which kind a restart takes is learned as the search goes, by Thompson
   sampling: a restart's run *wins* when it finds a point that enters the searcher's Pareto
   set, and each kind is drawn with the probability that it has the highest win rate under a
-  Beta(wins + 1, losses + 1) posterior. On VGG-16 / 4xV100 (2000 evaluations, seed 0) best
-  and relabel restarts won about half their runs (20 of 37, 17 of 34) and random ones were
-  dropped after two tries that won nothing; on tiny problems all three win rarely and alike,
-  and all keep being tried. A restart's strategy is evaluated as the chain's next proposal and
-  taken whatever it costs.
+  Beta(wins + 1, losses + 1) posterior. On VGG-16 / 4xV100 (2000 evaluations, seed 0, before
+  ``repair`` and ``frontier`` existed) best and relabel restarts won about half their runs
+  (20 of 37, 17 of 34) and random ones were dropped after two tries that won nothing; on
+  tiny problems every kind wins rarely and alike, and all keep being tried. A restart's
+  strategy (but ``best``'s and ``frontier``'s, already evaluated) is evaluated as the chain's
+  next proposal and taken whatever it costs.
 - **Batches.** Each ``ask`` returns ``steps_per_ask`` proposals per chain (chain-major), all
   drawn from the chain's state at ask time; ``tell`` runs the acceptance test on them in
   order. With ``steps_per_ask=1`` (the default) every chain is an exact Metropolis-Hastings
   chain; with more, later proposals were drawn from the state before an earlier one was
   accepted, an approximation that trades chain exactness for larger batches.
 
-**Against exact fronts** (`moplace.tiny`, 20 instances, 2000 evaluations, seed 0): 18 of 20
-reach 99% of the exact hypervolume, the lowest 95.8%, median 100% (FlexFlow's plain restarts
-from the best strategy, with 4 fixed weight vectors: 9 of 20, lowest 9.4%: chains stuck in the
-mirror image of the right placement, or unable to cross infeasible strategies to the one
-all-on-one-device placement that fits). On VGG-16 / 4xV100 the hypervolume went from 0.608 /
-0.658 to 0.612 / 0.666 at 300 / 2000 evaluations.
+**Against exact fronts** (`moplace.tiny`, 20 instances, 2000 evaluations, seed 0): 19 of 20
+reach 99% of the exact hypervolume, the lowest 97.3%, median 100% (with the best / relabel /
+random restarts and single moves only: 18 of 20, lowest 95.8%; FlexFlow's plain restarts from
+the best strategy, with 4 fixed weight vectors: 9 of 20, lowest 9.4%). Over 3 instance sets x
+3 seeds (180 runs) 8 runs stay below 99% (before repair, frontier and compound moves: 9, and
+the lowest 45.4% instead of 68.2%); the lowest is a graph of six independent ops on three
+devices with tight memory, where the missing point needs ops to trade devices through
+infeasible strategies. On VGG-16 / 4xV100 at 2000 evaluations, seeds 0-3: 0.647, 0.660,
+0.652, 0.654 (before: 0.666, 0.658, 0.661, 0.595): the run-to-run spread is larger than the
+change.
 
 All randomness comes from the driver's rng: same seed, same result. Each proposal is simulated
 in full by the driver; FlexFlow's delta simulation (re-simulating only what a move changes) is
@@ -83,8 +107,11 @@ from moplace.strategy import Strategy
 from ._listsched import heuristic_strategies
 
 
-#: How a stalled chain can restart: from its best strategy, from it relabelled, from a random one.
-RESTARTS = ("best", "relabel", "random")
+#: How a stalled chain can restart: from its best strategy, from it relabelled, from a random
+#: one, or from the best strategy that does not fit, to repair its op order.
+RESTARTS = ("best", "relabel", "random", "repair", "frontier")
+#: Smallest normalized objective value a frontier restart's weights are computed from.
+FRONTIER_FLOOR = 0.01
 
 
 class McmcSearcher(Searcher):
@@ -95,7 +122,8 @@ class McmcSearcher(Searcher):
     def __init__(self, chains: int = 4, steps_per_ask: int = 1, temperature: float = 0.001,
                  restart_after: int = 30, neighbour_prob: float = 0.5, rho: float = 0.05,
                  penalty: float = 10.0, move_weights: tuple[float, float, float] = (0.4, 0.3, 0.3),
-                 restarts: tuple[str, ...] = RESTARTS, reweight: bool = True):
+                 restarts: tuple[str, ...] = RESTARTS, reweight: bool = True,
+                 adjacent_prob: float = 0.5, extra_move: float = 0.6):
         if int(chains) < 1:
             raise MoplaceError(f"chains must be at least 1, got {chains}")
         if int(steps_per_ask) < 1:
@@ -119,6 +147,12 @@ class McmcSearcher(Searcher):
         self.move_weights = tuple(float(w) for w in move_weights)
         self.restart_kinds = tuple(r for r in RESTARTS if r in restarts)
         self.reweight = bool(reweight)
+        if not 0 <= adjacent_prob <= 1:
+            raise MoplaceError(f"adjacent_prob must be in [0, 1], got {adjacent_prob}")
+        self.adjacent_prob = float(adjacent_prob)
+        if not 0 <= extra_move < 1:
+            raise MoplaceError(f"extra_move must be in [0, 1), got {extra_move}")
+        self.extra_move = float(extra_move)
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -150,13 +184,19 @@ class McmcSearcher(Searcher):
         self.restart_wins = np.zeros(len(RESTARTS), np.int64)
         self._run_kind = np.full(self.chains, -1, np.int64)
         self._run_won = np.zeros(self.chains, bool)
-        usable = [r for r in self.restart_kinds if r != "relabel" or D > 1]
+        usable = [r for r in self.restart_kinds
+                  if (r != "relabel" or D > 1) and (r != "repair" or N > 1)]
         self._kinds = np.array([RESTARTS.index(r) for r in usable or ["best"]], np.int64)
         self._best_x: list[np.ndarray | None] = [None] * self.chains
         self._best_ev: list = [None] * self.chains
         self._best_cost = np.full(self.chains, np.inf)
         self._pending: list[tuple[int, np.ndarray, bool]] = []  # (chain or -1, genome, jump?)
         self._seen = ParetoArchive(len(p.objectives), max_infeasible=10)
+        # the infeasible points seen, Pareto-filtered on their objectives alone: where a
+        # repair restart starts; per chain, whether it is repairing (order moves only)
+        self._unfit = ParetoArchive(len(p.objectives), max_infeasible=0)
+        self._repairing = np.zeros(self.chains, bool)
+        self._visits: dict[int, int] = {}  # restarts from each front point (by archive index)
         self.accepted = np.zeros(self.chains, np.int64)
         self.proposed = np.zeros(self.chains, np.int64)
         self.restarts = np.zeros(self.chains, np.int64)
@@ -180,7 +220,8 @@ class McmcSearcher(Searcher):
                 if jump is not None:
                     self._pending.append((c, jump, True))
                 start = self._x[c] if jump is None else jump
-                self._pending += [(c, self._propose(start), False)
+                extra = self.extra_move if 2 * self._stalled[c] >= self.restart_after else 0.0
+                self._pending += [(c, self._propose(start, self._repairing[c], extra), False)
                                   for _ in range(self.steps_per_ask - (jump is not None))]
         return [self._space.decode(x) for _, x, _ in self._pending]
 
@@ -189,6 +230,8 @@ class McmcSearcher(Searcher):
         self._pending = []
         costs = [self._costs(ev) for ev in evaluations]  # [chains] per evaluation
         for (c, x, _), ev in zip(told, evaluations):  # credit a run that finds a front point
+            if ev.violation > 0:
+                self._unfit.add(ev.values, 0.0, (x, ev))
             if self._seen.add(ev.values, ev.violation, (x, ev)) and c >= 0 \
                     and not self._run_won[c] and self._run_kind[c] >= 0:
                 self._run_won[c] = True
@@ -215,6 +258,8 @@ class McmcSearcher(Searcher):
             if delta <= 0 or self.rng.random() < np.exp(-delta / self.temperature):
                 self._x[c], self._cost[c], self._x_ev[c] = x, cost[c], ev
                 self.accepted[c] += 1
+                if ev.violation == 0:  # repaired: every kind of move again
+                    self._repairing[c] = False
             if cost[c] < self._run_best[c]:
                 self._run_best[c], self._stalled[c] = cost[c], 0
             else:
@@ -227,7 +272,8 @@ class McmcSearcher(Searcher):
     def _restart(self, c: int) -> None:
         """Chain ``c`` has stalled: a new weight vector (with ``reweight``), and a new start of
         the kind chosen by Thompson sampling over the kinds' past success (see the module
-        docstring): its best strategy, that strategy relabelled, or a random one."""
+        docstring): its best strategy, that strategy relabelled, a random one, the best
+        infeasible one to repair, or a point of the front under the weights it is best for."""
         self.restarts[c] += 1
         self._stalled[c] = 0
         space, rng = self._space, self.rng
@@ -235,49 +281,104 @@ class McmcSearcher(Searcher):
         kind = int(self._kinds[int(np.argmax(rng.beta(wins + 1, tries - wins + 1)))])
         self.restart_tries[kind] += 1
         self._run_kind[c], self._run_won[c] = kind, False
+        self._repairing[c] = False
+        start = self._frontier_entry() if RESTARTS[kind] == "frontier" else None
         if self.reweight:
-            self._weights[c] = rng.dirichlet(np.ones(self._weights.shape[1]))
+            if start is not None:  # weights under which the point is Chebyshev-optimal
+                # (an objective at 0 makes any weight right: the floor keeps the others')
+                w = 1.0 / np.maximum(start.values / self._scale, FRONTIER_FLOOR)
+                self._weights[c] = w / w.sum()
+            else:
+                self._weights[c] = rng.dirichlet(np.ones(self._weights.shape[1]))
             entries = self._seen.front or self._seen.infeasible(10)
             costs = [self._costs(e.payload[1])[c] for e in entries]
             k = int(np.argmin(costs))
             self._best_x[c], self._best_ev[c] = entries[k].payload
             self._best_cost[c] = costs[k]
             self._cost[c] = self._run_best[c] = self._costs(self._x_ev[c])[c]  # new weights
+        if start is not None:
+            self._x[c], self._x_ev[c] = start.payload
+            self._cost[c] = self._run_best[c] = self._costs(self._x_ev[c])[c]
+            return
         best = self._best_x[c]
-        if RESTARTS[kind] == "random":
+        unfit = self._unfit_start(c) if RESTARTS[kind] == "repair" else None
+        if unfit is not None:
+            self._jump[c], self._repairing[c] = unfit, True
+        elif RESTARTS[kind] == "random":
             self._jump[c] = space.sample(1, rng)[0]
         elif RESTARTS[kind] == "relabel":
             y = best.copy()
             G = space.n_groups
             y[:G] = _other_permutation(space.n_devices, rng)[best[:G].astype(np.int64)]
             self._jump[c] = y
-        else:
+        else:  # best (and repair when nothing infeasible beats it)
             self._x[c], self._cost[c], self._run_best[c] = best, self._best_cost[c], self._best_cost[c]
             self._x_ev[c] = self._best_ev[c]
+
+    def _frontier_entry(self):
+        """A point of the front seen, one of those restarted from least often (random among
+        them); None while the front is empty."""
+        entries = self._seen.front
+        if not entries:
+            return None
+        visits = np.array([self._visits.get(e.index, 0) for e in entries])
+        least = np.flatnonzero(visits == visits.min())
+        entry = entries[int(least[int(self.rng.integers(least.size))])]
+        self._visits[entry.index] = self._visits.get(entry.index, 0) + 1
+        return entry
+
+    def _unfit_start(self, c: int) -> np.ndarray | None:
+        """The infeasible strategy seen that is best under chain ``c``'s weights on its
+        objectives alone, if that beats the chain's best feasible one: a placement worth
+        fitting into memory by reordering its ops. None when there is none."""
+        entries = self._unfit.front
+        if not entries:
+            return None
+        scores = [self._scalar(e.values)[c] for e in entries]
+        k = int(np.argmin(scores))
+        best_ev = self._best_ev[c]
+        if best_ev is not None and best_ev.violation == 0 \
+                and scores[k] >= self._scalar(best_ev.values)[c]:
+            return None
+        return entries[k].payload[0]
 
     def settings(self) -> dict:
         return {"chains": self.chains, "steps_per_ask": self.steps_per_ask,
                 "temperature": self.temperature, "restart_after": self.restart_after,
                 "neighbour_prob": self.neighbour_prob, "rho": self.rho, "penalty": self.penalty,
                 "move_weights": list(self.move_weights), "restarts": list(self.restart_kinds),
-                "reweight": self.reweight}
+                "reweight": self.reweight, "adjacent_prob": self.adjacent_prob,
+                "extra_move": self.extra_move}
 
     # -- internals -------------------------------------------------------------------------
 
+    def _scalar(self, values) -> np.ndarray:
+        """Objective values scalarized under every chain's weights [chains] (no penalty)."""
+        wf = self._weights * (np.asarray(values, dtype=np.float64) / self._scale)
+        return wf.max(axis=1) + self.rho * wf.sum(axis=1)
+
     def _costs(self, ev) -> np.ndarray:
         """The evaluation's cost under every chain's weights [chains]."""
-        f = np.asarray(ev.values, dtype=np.float64) / self._scale
-        wf = self._weights * f
-        cost = wf.max(axis=1) + self.rho * wf.sum(axis=1)
+        cost = self._scalar(ev.values)
         if ev.violation > 0:
             cost = cost + self.penalty * (1.0 + ev.violation / self._capacity)
         return cost
 
-    def _propose(self, x: np.ndarray) -> np.ndarray:
+    def _propose(self, x: np.ndarray, order_only: bool = False, extra: float = 0.0) -> np.ndarray:
+        """A neighbour of ``x``: one move, and with probability ``extra`` each one more (see
+        the module docstring)."""
+        y = self._move(x, order_only)
+        while extra > 0 and self.rng.random() < extra:
+            y = self._move(y, order_only)
+        return y
+
+    def _move(self, x: np.ndarray, order_only: bool = False) -> np.ndarray:
+        """``x`` changed by one move; with ``order_only`` a priority swap (a repairing chain
+        keeps its placement and splits)."""
         space, rng = self._space, self.rng
         G, N, D = space.n_groups, space.n_ops, space.n_devices
         y = x.copy()
-        kind = rng.choice(3, p=self._move_p)
+        kind = 2 if order_only else rng.choice(3, p=self._move_p)
         if kind == 0:  # one group to another device
             g = int(rng.integers(G))
             here = int(y[g])
@@ -295,8 +396,17 @@ class McmcSearcher(Searcher):
             i = int(rng.integers(N))
             same = np.flatnonzero(y[:G][group] == y[group[i]])
             same = same[same != i]
-            j = int(same[int(rng.integers(same.size))]) if same.size else \
-                (i + 1 + int(rng.integers(N - 1))) % N
+            if same.size and rng.random() < self.adjacent_prob:  # next in the device's order
+                gap = y[2 * G + same] - y[2 * G + i]
+                side = gap > 0 if rng.random() < 0.5 else gap < 0
+                if not side.any():
+                    side = ~side
+                cand = same[side]
+                j = int(cand[int(np.argmin(np.abs(gap[side])))])
+            elif same.size:
+                j = int(same[int(rng.integers(same.size))])
+            else:
+                j = (i + 1 + int(rng.integers(N - 1))) % N
             y[2 * G + i], y[2 * G + j] = y[2 * G + j], y[2 * G + i]
         return y
 

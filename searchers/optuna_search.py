@@ -37,6 +37,14 @@ of the exact hypervolume; with four every instance reached 99% (2000 evaluations
 VGG-16 / 4xV100 went from 0.590 to 0.602 at 2000 evaluations. ``mutations=None`` keeps
 optuna's default. TPE and random sampling do not mutate.
 
+**TPE's start.** TPE (multivariate, constant liar) samples at random until
+``n_startup_trials`` trials are complete, the enqueued heuristics included; moplace's default
+is 100 (optuna's is 10). With 10, the heuristics and a handful of random trials made TPE's
+"good" group, and it searched around them: on instance 0 of `moplace.tiny` (2000 trials, seed
+0) it reached 77.1% of the exact hypervolume; with 100, 95.1% (200: 89.1%, 300: 95.8%). At
+500 trials: 74.6% with 10, 89.1% with 100; other knobs did not help (10 startup trials with
+``multivariate=False``: 77.1%, with ``n_ei_candidates=128``: 74.4%).
+
 **Batches.** ``ask`` returns ``batch_size`` trials (``study.ask()`` each); TPE uses the
 constant liar for trials asked but not yet told. Trials the driver did not evaluate (it cuts
 the last batch to the budget) are asked again first by the next ``ask``, never lost.
@@ -86,7 +94,7 @@ class OptunaSearcher(Searcher):
 
     def __init__(self, sampler: str = "nsga2", storage=None, study_name: str | None = None,
                  batch_size: int = 8, priorities: bool | None = None, max_priority_ops: int = 500,
-                 population_size: int = 32, n_startup_trials: int = 10, seed_heuristics: bool = True,
+                 population_size: int = 32, n_startup_trials: int = 100, seed_heuristics: bool = True,
                  mutations: float | None = 4.0):
         if sampler not in SAMPLERS:
             raise MoplaceError(f"unknown optuna sampler {sampler!r}; known: {', '.join(SAMPLERS)}")

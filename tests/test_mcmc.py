@@ -9,7 +9,7 @@ from moplace.errors import MoplaceError
 from moplace.problem import Problem
 from moplace.search import search
 from moplace.searcher import make_searcher
-from searchers.mcmc import McmcSearcher, spread_weights
+from searchers.mcmc import FRONTIER_FLOOR, McmcSearcher, spread_weights
 
 
 
@@ -23,7 +23,8 @@ def test_registered_and_settings():
 @pytest.mark.parametrize("kw", [dict(chains=0), dict(steps_per_ask=0), dict(temperature=0.0),
                                 dict(restart_after=0), dict(neighbour_prob=1.5),
                                 dict(move_weights=(0, 0, 0)), dict(restarts=("nope",)),
-                                dict(restarts=())])
+                                dict(restarts=()), dict(adjacent_prob=-0.1),
+                                dict(extra_move=1.0)])
 def test_bad_settings_are_refused(kw):
     with pytest.raises(MoplaceError):
         McmcSearcher(**kw)
@@ -128,7 +129,7 @@ def test_restarts_draw_new_weights_and_learn_which_kind_pays(small):
     np.testing.assert_allclose(s.weights.sum(axis=1), 1)
     only = McmcSearcher(chains=2, restart_after=3, restarts=("random",), reweight=False)
     search(small, only, budget=300, seed=0)
-    assert only.restart_tries[1:].tolist() == [0, only.restarts.sum()]  # random only
+    assert only.restart_tries.tolist() == [0, 0, only.restarts.sum(), 0, 0]  # random only
     np.testing.assert_allclose(only.weights, spread_weights(2, 3))
 
 
@@ -147,6 +148,75 @@ def test_relabel_restart_renames_the_devices_of_the_best_strategy(small):
     assert len(set(mapping.values())) == len(mapping)
     batch = s.ask()  # the restart's strategy is the chain's next proposal
     assert batch[0] == small.genome.decode(jump)
+
+
+def test_stalled_chains_make_compound_moves(small):
+    s = McmcSearcher(chains=1, extra_move=0.9)
+    s.setup(small, np.random.default_rng(0))
+    first = s.ask()
+    s.tell(first, [small.evaluate(x) for x in first])
+    x = s._x[0]
+    changed = [int(np.sum(x != s._propose(x, extra=0.9))) for _ in range(100)]
+    assert max(changed) > 2  # more than one move (a swap changes two genes)
+    assert max(int(np.sum(x != s._propose(x))) for _ in range(100)) <= 2
+    s._stalled[0] = s.restart_after // 2  # half-way to a restart: asks propose compound moves
+    sizes = set()
+    for _ in range(50):
+        s._stalled[0] = s.restart_after // 2
+        sizes.add(int(np.sum(s._x[0] != s._space.encode(s.ask()[0]))))
+        s._pending = []
+    assert max(sizes) > 2
+
+
+def _tiny_tight():
+    """A tiny problem whose single-device placement does not fit in topological order but
+    does in another order (instance 0 of `moplace.tiny`, seed 0)."""
+    from moplace.tiny import tiny_instance
+    return tiny_instance(0, 0)
+
+
+def test_repair_restart_reorders_an_infeasible_placement_until_it_fits():
+    p = _tiny_tight()
+    s = McmcSearcher(chains=1, restart_after=1, restarts=("repair",), reweight=False)
+    s.setup(p, np.random.default_rng(0))
+    first = s.ask()
+    evs = [p.evaluate(x) for x in first]
+    s.tell(first, evs)
+    assert any(ev.violation > 0 for ev in evs)
+    s._weights[0] = [0.01, 0.98, 0.01]  # communication first: the single device beats all
+    s._best_x[0], s._best_ev[0] = s._x[0], s._x_ev[0]
+    s._restart(0)
+    assert s._repairing[0]
+    jump = s._jump[0]
+    assert p.evaluate(p.genome.decode(jump)).violation > 0
+    G = p.genome.n_groups
+    for _ in range(200):  # the placement stays while it repairs; swaps change the order
+        batch = s.ask()
+        assert all(np.array_equal(p.genome.encode(x)[:2 * G], jump[:2 * G]) for x in batch)
+        s.tell(batch, [p.evaluate(x) for x in batch])
+        if not s._repairing[0]:
+            break
+        s._stalled[0] = 0  # no restart in between
+    assert not s._repairing[0] and s._x_ev[0].violation == 0  # repaired: it fits
+    assert np.array_equal(s._x[0][:2 * G], jump[:2 * G])
+    assert s._x_ev[0].values[1] == 0  # all on one device, and feasible
+
+
+def test_frontier_restart_starts_from_each_front_point_in_turn(small):
+    s = McmcSearcher(chains=1, restarts=("frontier",))
+    search(small, s, budget=60, seed=0)
+    front = s._seen.front
+    assert len(front) >= 2
+    s._visits.clear()
+    starts = []
+    for _ in range(len(front)):
+        s._restart(0)
+        starts.append(next(e.index for e in front if e.payload[0] is s._x[0]))
+        f = np.maximum(s._x_ev[0].values / s._scale, FRONTIER_FLOOR)
+        wf = s.weights[0] * f  # the weights make the point's terms equal: Chebyshev-optimal
+        np.testing.assert_allclose(wf, wf[0])
+        assert s._cost[0] == s._costs(s._x_ev[0])[0]
+    assert sorted(starts) == sorted(e.index for e in front)  # each point once
 
 
 def test_chains_trace_different_parts_of_the_front(vgg):
