@@ -108,7 +108,8 @@ from ._listsched import heuristic_strategies
 
 
 #: How a stalled chain can restart: from its best strategy, from it relabelled, from a random
-#: one, or from the best strategy that does not fit, to repair its op order.
+#: one, from the best strategy that does not fit (to repair its op order), or from a point of
+#: the front.
 RESTARTS = ("best", "relabel", "random", "repair", "frontier")
 #: Smallest normalized objective value a frontier restart's weights are computed from.
 FRONTIER_FLOOR = 0.01

@@ -159,10 +159,9 @@ def test_stalled_chains_make_compound_moves(small):
     changed = [int(np.sum(x != s._propose(x, extra=0.9))) for _ in range(100)]
     assert max(changed) > 2  # more than one move (a swap changes two genes)
     assert max(int(np.sum(x != s._propose(x))) for _ in range(100)) <= 2
-    s._stalled[0] = s.restart_after // 2  # half-way to a restart: asks propose compound moves
     sizes = set()
     for _ in range(50):
-        s._stalled[0] = s.restart_after // 2
+        s._stalled[0] = s.restart_after // 2  # half-way to a restart: compound moves
         sizes.add(int(np.sum(s._x[0] != s._space.encode(s.ask()[0]))))
         s._pending = []
     assert max(sizes) > 2
