@@ -1,11 +1,12 @@
 """Searchers compared on real graphs: equal evaluations, and equal wall time.
 
     python3 experiments/bench_search.py [--graphs a b] [--clusters 4xV100-NVLink ...]
-        [--searchers nsga2 mcmc ...] [--evaluations 2000] [--seconds 30] [--json FILE]
-        [--scale]
+        [--searchers nsga2 mcmc ...] [--evaluations 2000] [--seconds 30] [--modes evals time]
+        [--json FILE] [--scale]
 
 For each bundled graph (default: all) and preset cluster (default: 4 and 8 V100), each searcher
-runs once with an evaluation budget and once with a time budget. Printed per run: hypervolume
+runs once with an evaluation budget and once with a time budget (``--modes`` picks one of
+them, for searchers too slow per evaluation to run the other). Printed per run: hypervolume
 (normalized against 1.1 x the worst baseline, so comparable across searchers), best runtime,
 best peak communication and peak memory over the feasible front, search time, evaluations,
 and the best runtime relative to data parallelism.
@@ -76,6 +77,7 @@ def main(argv=None) -> int:
     p.add_argument("--searchers", nargs="+", default=DEFAULT_SEARCHERS)
     p.add_argument("--evaluations", type=int, default=2000)
     p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--modes", nargs="+", choices=["evals", "time"], default=["evals", "time"])
     p.add_argument("--scale", action="store_true")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
@@ -90,19 +92,26 @@ def main(argv=None) -> int:
         graph = load_graph(gname)
         for cname in args.clusters:
             problem = Problem(graph, load_cluster(cname))
-            for mode, budget in (("evals", Budget(evaluations=args.evaluations)),
-                                 ("time", Budget(evaluations=None, seconds=args.seconds))):
+            budgets = {"evals": Budget(evaluations=args.evaluations),
+                       "time": Budget(evaluations=None, seconds=args.seconds)}
+            for mode in args.modes:
                 for name in args.searchers:
-                    r = run_one(problem, name, budget)
+                    r = run_one(problem, name, budgets[mode])
                     r.update(graph=gname, cluster=cname, mode=mode)
                     rows.append(r)
                     print_row(gname, cname, mode, r)
+                    save(rows, args.json)
     if args.scale:
         scale(rows)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        save(rows, args.json)
     return 0
+
+
+def save(rows: list, path) -> None:
+    """Rewrite the JSON after every run, so a stopped benchmark keeps what it measured."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":
