@@ -28,6 +28,62 @@ def topological_priority(graph: OpGraph) -> np.ndarray:
     return prio
 
 
+def memory_priority(graph: OpGraph) -> np.ndarray:
+    """Priorities for a topological order that keeps resident outputs few, for ops run one at a
+    time on one device: greedily the ready op whose run adds the fewest bytes net, its output
+    (held until its consumers have run) less the outputs of the ops it is the last consumer
+    of (ties: the smaller output, then topological position). A heuristic, not an optimum."""
+    import heapq
+
+    a = graph.arrays
+    n = len(graph.ops)
+    position = np.empty(n, np.int64)
+    position[a.topo] = np.arange(n)
+    waiting = np.diff(a.in_ptr).astype(np.int64)  # inputs not yet produced
+    unread = np.diff(a.out_ptr).astype(np.int64)  # consumers not yet run
+    out = a.output_bytes
+    inputs = [a.src[a.in_edge[a.in_ptr[i]:a.in_ptr[i + 1]]] for i in range(n)]
+
+    def key(i):
+        freed = sum(out[j] for j in set(inputs[i].tolist()) if unread[j] == _reads(a, j, i))
+        held = out[i] if a.out_ptr[i + 1] > a.out_ptr[i] else 0.0
+        return (held - freed, held, position[i])
+
+    heap = [(key(i), i) for i in range(n) if waiting[i] == 0]
+    heapq.heapify(heap)
+    done = np.zeros(n, bool)
+    order = []
+    while heap:
+        k, i = heapq.heappop(heap)
+        if done[i] or k != key(i):  # stale: its inputs' readers changed since it was pushed
+            if not done[i]:
+                heapq.heappush(heap, (key(i), i))
+            continue
+        done[i] = True
+        order.append(i)
+        for j in set(inputs[i].tolist()):
+            unread[j] -= _reads(a, j, i)
+            if unread[j]:  # a reader left may now free j: its key changed
+                for e in a.out_edge[a.out_ptr[j]:a.out_ptr[j + 1]]:
+                    r = int(a.dst[e])
+                    if not done[r] and waiting[r] == 0:
+                        heapq.heappush(heap, (key(r), r))
+        for e in a.out_edge[a.out_ptr[i]:a.out_ptr[i + 1]]:
+            r = int(a.dst[e])
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(heap, (key(r), r))
+    prio = np.empty(n)
+    prio[np.array(order, np.int64)] = -np.arange(n, dtype=np.float64)
+    return prio
+
+
+def _reads(a, j: int, i: int) -> int:
+    """Edges from op ``j`` to op ``i``."""
+    e = a.out_edge[a.out_ptr[j]:a.out_ptr[j + 1]]
+    return int(np.count_nonzero(a.dst[e] == i))
+
+
 def group_order(graph: OpGraph) -> np.ndarray:
     """Co-location groups sorted by the topological position of their first op."""
     first = np.full(graph.arrays.n_groups, len(graph.ops))

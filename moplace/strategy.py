@@ -12,6 +12,7 @@ across all devices.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -80,6 +81,26 @@ class Strategy:
         _check_splits(graph, self, n_devices)
         _check_groups(graph, self)
         return self
+
+    @cached_property
+    def simulation_key(self) -> bytes:
+        """A 16-byte digest, equal for strategies that the simulator runs identically: the same
+        placement and splits, and on every device the same order of the ops that have a task
+        there (priority, ties by op index: the simulator's rule). Priorities count only
+        through that order, so strategies whose priorities differ but order every device's
+        ops alike share a key (the searchers' memory of evaluations relies on this)."""
+        t = self.split_table
+        n = self.placement.size
+        whole = np.ones(n, bool)
+        whole[t.ops] = False
+        ops = np.concatenate([np.flatnonzero(whole), np.repeat(t.ops, t.parts)])
+        devs = np.concatenate([self.placement[whole], t.devices])
+        order = np.lexsort((ops, -self.priority[ops], devs))
+        h = hashlib.blake2b(digest_size=16)
+        for arr in (self.placement, t.ops, t.parts, t.dims, t.devices, devs[order], ops[order]):
+            h.update(np.ascontiguousarray(arr, np.int64).tobytes())
+            h.update(b"|")
+        return h.digest()
 
     @cached_property
     def split_table(self) -> "SplitTable":

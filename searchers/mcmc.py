@@ -54,11 +54,14 @@ search stalls. This searcher does the same on moplace's genome, for three object
   strategy, which one-group moves reach only through worse strategies);
   ``random``, a uniformly random genome (escapes any basin, but on a large graph it starts far
   from anything good);
-  ``repair``, the infeasible strategy seen that is best under the new weights on its
-  objectives alone, when it beats the best feasible one: the chain then swaps op priorities
-  only (the placement and splits stay) until it fits, since peak memory depends on the
-  order (on tiny problems the one all-on-one-device placement that fits does so in one
-  order only; no single move reaches it from a feasible strategy);
+  ``repair``, an infeasible strategy seen whose objectives no feasible one dominates (one of
+  those repaired from least often), with the weights under which it is Chebyshev-optimal
+  (as for ``frontier``): the chain then swaps op priorities only (the placement and splits
+  stay) until it fits, since peak memory depends on the order (on tiny problems the one
+  all-on-one-device placement that fits does so in one order only; no single move reaches
+  it from a feasible strategy). Picking it by the chain's Dirichlet weights instead, when it
+  beat the best feasible strategy under them, left such a point unrepaired in 19 of 20 runs
+  of one tiny instance: only weights that nearly ignore runtime and memory favour it;
   ``frontier``, a point of the searcher's Pareto set, one of those restarted from least
   often, with the weights ``w_k ~ ref_k / f_k`` under which that point is Chebyshev-optimal
   (Dirichlet weights rarely fall in the narrow region of weights of a point that differs from
@@ -72,35 +75,48 @@ search stalls. This searcher does the same on moplace's genome, for three object
   tiny problems every kind wins rarely and alike, and all keep being tried. A restart's
   strategy (but ``best``'s and ``frontier``'s, already evaluated) is evaluated as the chain's
   next proposal and taken whatever it costs.
+- **Known proposals.** The simulator is deterministic, so a proposal whose genome was
+  evaluated before (on tiny problems 11-46% of them, seed 0) is answered from memory: before
+  each ask, every chain steps through such proposals (Metropolis-Hastings test, stall count
+  and restarts as usual) until it draws one never evaluated, which it asks for, or until
+  ``known_steps`` steps (then it asks for the next proposal whatever it is). The chains are
+  the same chains as if those proposals were simulated again, but the evaluation budget goes
+  to new strategies only. ``known_steps=0`` turns it off. Up to `KNOWN_LIMIT` genomes are
+  remembered (a 16-byte digest and the objective values each).
 - **Batches.** Each ``ask`` returns ``steps_per_ask`` proposals per chain (chain-major), all
   drawn from the chain's state at ask time; ``tell`` runs the acceptance test on them in
   order. With ``steps_per_ask=1`` (the default) every chain is an exact Metropolis-Hastings
   chain; with more, later proposals were drawn from the state before an earlier one was
   accepted, an approximation that trades chain exactness for larger batches.
 
-**Against exact fronts** (`moplace.tiny`, 20 instances, 2000 evaluations, seed 0): 19 of 20
-reach 99% of the exact hypervolume, the lowest 97.3%, median 100% (with the best / relabel /
-random restarts and single moves only: 18 of 20, lowest 95.8%; FlexFlow's plain restarts from
-the best strategy, with 4 fixed weight vectors: 9 of 20, lowest 9.4%). Over 3 instance sets x
-3 seeds (180 runs) 8 runs stay below 99% (before repair, frontier and compound moves: 9, and
-the lowest 45.4% instead of 68.2%); the lowest is a graph of six independent ops on three
-devices with tight memory, where the missing point needs ops to trade devices through
-infeasible strategies. On VGG-16 / 4xV100 at 2000 evaluations, seeds 0-3: 0.647, 0.660,
-0.652, 0.654 (before: 0.666, 0.658, 0.661, 0.595): the run-to-run spread is larger than the
-change.
+**Against exact fronts** (`moplace.tiny`, 20 instances, 2000 evaluations, seed 0): all 20
+reach 99% of the exact hypervolume, the lowest 99.5%, median 100%. Over 3 instance sets x 3
+seeds (180 runs) 5 runs stay below 99%, the lowest 95.1%, mean 99.91% (the missing points
+there have a placement the search found, in a slower op order). How it got there, seed 0 /
+180 runs: FlexFlow's plain restarts from the best strategy with 4 fixed weight vectors, 9 of
+20 at 99%, lowest 9.4%; with reweighting and best / relabel / random restarts, 18 of 20 /
+9 runs below 99%, lowest 45.4%; with repair (picked by the chain's weights), frontier and
+compound moves, 19 of 20 / 8 runs, lowest 68.2%; with known proposals answered from memory,
+19 of 20 / 4 runs, lowest 97.0%; with repair restarts taken in turn and the single-device
+seeds of `heuristic_strategies`, as now. On VGG-16 / 4xV100 at 2000 evaluations, seeds 0-3:
+0.658, 0.647, 0.668, 0.652 (mean 0.656; before repair, frontier and compound moves: 0.666,
+0.658, 0.661, 0.595): the run-to-run spread is larger than any of these changes.
 
-All randomness comes from the driver's rng: same seed, same result. Each proposal is simulated
-in full by the driver; FlexFlow's delta simulation (re-simulating only what a move changes) is
-not done here, because the simulator is shared by every searcher and a proposal costs one
-ordinary evaluation (moplace's simulator takes about a millisecond on VGG-16).
+All randomness comes from the driver's rng: same seed, same result. Each new proposal is
+simulated in full by the driver; FlexFlow's delta simulation (re-simulating only what a move
+changes) is not done here, because the simulator is shared by every searcher and a proposal
+costs one ordinary evaluation (moplace's simulator takes about a millisecond on VGG-16).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
 from moplace.archive import ParetoArchive
 from moplace.errors import MoplaceError, StrategyError
+from moplace.known import KnownEvaluations
 from moplace.searcher import Searcher
 from moplace.strategy import Strategy
 
@@ -111,6 +127,8 @@ from ._listsched import heuristic_strategies
 #: one, from the best strategy that does not fit (to repair its op order), or from a point of
 #: the front.
 RESTARTS = ("best", "relabel", "random", "repair", "frontier")
+#: Most genomes whose evaluation a search remembers (the oldest are forgotten first).
+KNOWN_LIMIT = 200_000
 #: Smallest normalized objective value a frontier restart's weights are computed from.
 FRONTIER_FLOOR = 0.01
 
@@ -124,7 +142,7 @@ class McmcSearcher(Searcher):
                  restart_after: int = 30, neighbour_prob: float = 0.5, rho: float = 0.05,
                  penalty: float = 10.0, move_weights: tuple[float, float, float] = (0.4, 0.3, 0.3),
                  restarts: tuple[str, ...] = RESTARTS, reweight: bool = True,
-                 adjacent_prob: float = 0.5, extra_move: float = 0.6):
+                 adjacent_prob: float = 0.5, extra_move: float = 0.6, known_steps: int = 200):
         if int(chains) < 1:
             raise MoplaceError(f"chains must be at least 1, got {chains}")
         if int(steps_per_ask) < 1:
@@ -154,6 +172,9 @@ class McmcSearcher(Searcher):
         if not 0 <= extra_move < 1:
             raise MoplaceError(f"extra_move must be in [0, 1), got {extra_move}")
         self.extra_move = float(extra_move)
+        if int(known_steps) < 0:
+            raise MoplaceError(f"known_steps must be at least 0, got {known_steps}")
+        self.known_steps = int(known_steps)
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -198,9 +219,15 @@ class McmcSearcher(Searcher):
         self._unfit = ParetoArchive(len(p.objectives), max_infeasible=0)
         self._repairing = np.zeros(self.chains, bool)
         self._visits: dict[int, int] = {}  # restarts from each front point (by archive index)
+        self._repairs: dict[int, int] = {}  # repairs of each infeasible point (by _unfit index)
         self.accepted = np.zeros(self.chains, np.int64)
         self.proposed = np.zeros(self.chains, np.int64)
         self.restarts = np.zeros(self.chains, np.int64)
+        # the objective values and violation of every genome evaluated (by a digest of its
+        # bytes), and per chain a proposal drawn while stepping through known ones
+        self._known = KnownEvaluations(KNOWN_LIMIT)
+        self._next: list[np.ndarray | None] = [None] * self.chains
+        self.known_taken = 0  # proposals answered from _known instead of simulated
 
     @property
     def weights(self) -> np.ndarray:
@@ -217,18 +244,26 @@ class McmcSearcher(Searcher):
         else:
             self._pending = []
             for c in range(self.chains):
+                self._walk_known(c)
                 jump, self._jump[c] = self._jump[c], None
                 if jump is not None:
                     self._pending.append((c, jump, True))
                 start = self._x[c] if jump is None else jump
-                extra = self.extra_move if 2 * self._stalled[c] >= self.restart_after else 0.0
+                extra = self._extra(c)
+                todo = self.steps_per_ask - (jump is not None)
+                if self._next[c] is not None and todo > 0:
+                    self._pending.append((c, self._next[c], False))
+                    todo -= 1
+                self._next[c] = None
                 self._pending += [(c, self._propose(start, self._repairing[c], extra), False)
-                                  for _ in range(self.steps_per_ask - (jump is not None))]
+                                  for _ in range(todo)]
         return [self._space.decode(x) for _, x, _ in self._pending]
 
     def tell(self, strategies, evaluations) -> None:
         told = self._pending[:len(evaluations)]
         self._pending = []
+        for (_, x, _), ev in zip(told, evaluations):
+            self._remember(x, ev)
         costs = [self._costs(ev) for ev in evaluations]  # [chains] per evaluation
         for (c, x, _), ev in zip(told, evaluations):  # credit a run that finds a front point
             if ev.violation > 0:
@@ -254,21 +289,62 @@ class McmcSearcher(Searcher):
                 self._x_ev[c] = ev
                 self._stalled[c] = 0
                 continue
-            self.proposed[c] += 1
-            delta = cost[c] - self._cost[c]
-            if delta <= 0 or self.rng.random() < np.exp(-delta / self.temperature):
-                self._x[c], self._cost[c], self._x_ev[c] = x, cost[c], ev
-                self.accepted[c] += 1
-                if ev.violation == 0:  # repaired: every kind of move again
-                    self._repairing[c] = False
-            if cost[c] < self._run_best[c]:
-                self._run_best[c], self._stalled[c] = cost[c], 0
-            else:
-                self._stalled[c] += 1
-                if self._stalled[c] >= self.restart_after and c not in stalled:
-                    stalled.append(c)
+            if self._step(c, x, ev, cost[c]) and c not in stalled:
+                stalled.append(c)
         for c in stalled:
             self._restart(c)
+
+    def _step(self, c: int, x: np.ndarray, ev, cost: float) -> bool:
+        """Chain ``c``'s Metropolis-Hastings test of proposal ``x`` (evaluated ``ev``, costing
+        ``cost`` under its weights); True when the chain has now stalled."""
+        self.proposed[c] += 1
+        delta = cost - self._cost[c]
+        if delta <= 0 or self.rng.random() < np.exp(-delta / self.temperature):
+            self._x[c], self._cost[c], self._x_ev[c] = x, cost, ev
+            self.accepted[c] += 1
+            if ev.violation == 0:  # repaired: every kind of move again
+                self._repairing[c] = False
+        if cost < self._run_best[c]:
+            self._run_best[c], self._stalled[c] = cost, 0
+            return False
+        self._stalled[c] += 1
+        return self._stalled[c] >= self.restart_after
+
+    def _walk_known(self, c: int) -> None:
+        """Step chain ``c`` through proposals whose genome was evaluated before, answering
+        each from memory (the simulator is deterministic, so the chain is the same
+        Metropolis-Hastings chain it would be if they were simulated again), until it draws
+        one never evaluated (kept in ``_next[c]``) or has taken ``known_steps`` such steps.
+        A restart's strategy that is known is taken from memory as well."""
+        for _ in range(self.known_steps):
+            jump = self._jump[c]
+            if jump is not None:
+                ev = self._known.get(_digest(jump))
+                if ev is None:
+                    return
+                self._jump[c] = None
+                self._x[c], self._x_ev[c] = jump, ev
+                self._cost[c] = self._run_best[c] = self._costs(ev)[c]
+                self._stalled[c] = 0
+                self.known_taken += 1
+                continue
+            y = self._propose(self._x[c], self._repairing[c], self._extra(c))
+            ev = self._known.get(_digest(y))
+            if ev is None:
+                self._next[c] = y
+                return
+            self.known_taken += 1
+            if self._step(c, y, ev, self._costs(ev)[c]):
+                self._restart(c)
+
+    def _remember(self, x: np.ndarray, ev) -> None:
+        if self.known_steps:
+            self._known.add(_digest(x), ev)
+
+    def _extra(self, c: int) -> float:
+        """Chain ``c``'s probability of one more move per proposal: ``extra_move`` once it
+        has gone half of ``restart_after`` proposals without improving, else 0."""
+        return self.extra_move if 2 * self._stalled[c] >= self.restart_after else 0.0
 
     def _restart(self, c: int) -> None:
         """Chain ``c`` has stalled: a new weight vector (with ``reweight``), and a new start of
@@ -283,11 +359,20 @@ class McmcSearcher(Searcher):
         self.restart_tries[kind] += 1
         self._run_kind[c], self._run_won[c] = kind, False
         self._repairing[c] = False
-        start = self._frontier_entry() if RESTARTS[kind] == "frontier" else None
+        start = unfit = None
+        if RESTARTS[kind] == "frontier":
+            start = _least_visited(self._seen.front, self._visits, self.rng)
+
+        elif RESTARTS[kind] == "repair":  # infeasible points no feasible one dominates
+            fits = np.array([e.values for e in self._seen.front]).reshape(-1, self._scale.size)
+            unfit = _least_visited([e for e in self._unfit.front
+                                    if not np.any(np.all(fits <= e.values, axis=1))],
+                                   self._repairs, self.rng)
+        aim = start if start is not None else unfit
         if self.reweight:
-            if start is not None:  # weights under which the point is Chebyshev-optimal
+            if aim is not None:  # weights under which the point is Chebyshev-optimal
                 # (an objective at 0 makes any weight right: the floor keeps the others')
-                w = 1.0 / np.maximum(start.values / self._scale, FRONTIER_FLOOR)
+                w = 1.0 / np.maximum(aim.values / self._scale, FRONTIER_FLOOR)
                 self._weights[c] = w / w.sum()
             else:
                 self._weights[c] = rng.dirichlet(np.ones(self._weights.shape[1]))
@@ -302,9 +387,8 @@ class McmcSearcher(Searcher):
             self._cost[c] = self._run_best[c] = self._costs(self._x_ev[c])[c]
             return
         best = self._best_x[c]
-        unfit = self._unfit_start(c) if RESTARTS[kind] == "repair" else None
         if unfit is not None:
-            self._jump[c], self._repairing[c] = unfit, True
+            self._jump[c], self._repairing[c] = unfit.payload[0], True
         elif RESTARTS[kind] == "random":
             self._jump[c] = space.sample(1, rng)[0]
         elif RESTARTS[kind] == "relabel":
@@ -316,40 +400,13 @@ class McmcSearcher(Searcher):
             self._x[c], self._cost[c], self._run_best[c] = best, self._best_cost[c], self._best_cost[c]
             self._x_ev[c] = self._best_ev[c]
 
-    def _frontier_entry(self):
-        """A point of the front seen, one of those restarted from least often (random among
-        them); None while the front is empty."""
-        entries = self._seen.front
-        if not entries:
-            return None
-        visits = np.array([self._visits.get(e.index, 0) for e in entries])
-        least = np.flatnonzero(visits == visits.min())
-        entry = entries[int(least[int(self.rng.integers(least.size))])]
-        self._visits[entry.index] = self._visits.get(entry.index, 0) + 1
-        return entry
-
-    def _unfit_start(self, c: int) -> np.ndarray | None:
-        """The infeasible strategy seen that is best under chain ``c``'s weights on its
-        objectives alone, if that beats the chain's best feasible one: a placement worth
-        fitting into memory by reordering its ops. None when there is none."""
-        entries = self._unfit.front
-        if not entries:
-            return None
-        scores = [self._scalar(e.values)[c] for e in entries]
-        k = int(np.argmin(scores))
-        best_ev = self._best_ev[c]
-        if best_ev is not None and best_ev.violation == 0 \
-                and scores[k] >= self._scalar(best_ev.values)[c]:
-            return None
-        return entries[k].payload[0]
-
     def settings(self) -> dict:
         return {"chains": self.chains, "steps_per_ask": self.steps_per_ask,
                 "temperature": self.temperature, "restart_after": self.restart_after,
                 "neighbour_prob": self.neighbour_prob, "rho": self.rho, "penalty": self.penalty,
                 "move_weights": list(self.move_weights), "restarts": list(self.restart_kinds),
                 "reweight": self.reweight, "adjacent_prob": self.adjacent_prob,
-                "extra_move": self.extra_move}
+                "extra_move": self.extra_move, "known_steps": self.known_steps}
 
     # -- internals -------------------------------------------------------------------------
 
@@ -410,6 +467,22 @@ class McmcSearcher(Searcher):
                 j = (i + 1 + int(rng.integers(N - 1))) % N
             y[2 * G + i], y[2 * G + j] = y[2 * G + j], y[2 * G + i]
         return y
+
+
+def _digest(x: np.ndarray) -> bytes:
+    return hashlib.blake2b(x.tobytes(), digest_size=16).digest()
+
+
+def _least_visited(entries, visits: dict, rng):
+    """One of ``entries`` (archive entries) restarted from least often, random among them, its
+    count in ``visits`` (by entry index) raised; None when there are none."""
+    if not entries:
+        return None
+    counts = np.array([visits.get(e.index, 0) for e in entries])
+    least = np.flatnonzero(counts == counts.min())
+    entry = entries[int(least[int(rng.integers(least.size))])]
+    visits[entry.index] = visits.get(entry.index, 0) + 1
+    return entry
 
 
 def _other_permutation(n: int, rng) -> np.ndarray:

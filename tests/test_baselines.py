@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import make_cluster
-from moplace.baselines import BASELINES, baseline, group_order, topological_priority
+from moplace.baselines import BASELINES, baseline, group_order, memory_priority, topological_priority
 from moplace.costmodel import DEFAULT_SPLIT_OVERHEAD_S, CostModel
 from moplace.errors import MoplaceError
 from moplace.evaluate import evaluate
@@ -246,3 +246,28 @@ class TestObjectives:
             makespan = 0.0
             sent = received = peak_memory = capacity = np.zeros(0)
         assert evaluate_trace(Empty()).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_memory_priority_keeps_fewer_outputs_resident_than_topological_order():
+    # two chains x1 -> y1, x2 -> y2 with large x outputs: the topological order runs x1, x2
+    # (both large outputs held), the memory order finishes one chain before the next
+    ops = [Op("x1", compute={"V100": 1.0}, output_bytes=1000), Op("x2", compute={"V100": 1.0},
+           output_bytes=1000), Op("y1", compute={"V100": 1.0}, output_bytes=10),
+           Op("y2", compute={"V100": 1.0}, output_bytes=10)]
+    g = OpGraph(ops, [("x1", "y1"), ("x2", "y2")])
+    cluster = make_cluster(1)
+    on_one = np.zeros(4, np.int64)
+    peak = {name: simulate(g, cluster, Strategy(on_one, prio)).peak_memory.max()
+            for name, prio in (("topological", topological_priority(g)),
+                               ("memory", memory_priority(g)))}
+    assert peak == {"topological": 2010, "memory": 1010}
+
+
+@pytest.mark.parametrize("spec", ["pipedream:vgg16", "pipedream:gnmt",
+                                  "dnn:OperatorGraphs/bert_l-3_training"])
+def test_memory_priority_is_a_topological_order(spec):
+    g = graph_of(spec)
+    prio = memory_priority(g)
+    a = g.arrays
+    assert sorted(prio.tolist()) == (-np.arange(len(g.ops), dtype=float))[::-1].tolist()
+    assert np.all(prio[a.src] > prio[a.dst])  # every op before its consumers

@@ -61,3 +61,19 @@ def test_scheduler_estimate_agrees_with_the_simulator(searcher):
     simulated = result.front[0].values[0] if result.front else result.infeasible[0].values[0]
     assert simulated == pytest.approx(s.estimated_makespan, rel=0.1)
     assert np.isfinite(simulated)
+
+
+def test_seeds_put_everything_on_one_device_of_each_kind():
+    from moplace.baselines import memory_priority
+    from moplace.tiny import tiny_instance
+    from searchers._listsched import heuristic_strategies
+
+    vgg = Problem(load_graph("pipedream:vgg16"), load_cluster("4xV100-NVLink"))
+    mixed = tiny_instance(1, 5)  # a P100 and two A100s of different memory sizes
+    assert [d.kind for d in mixed.cluster.devices] == ["P100", "A100", "A100"]
+    for p, devices in ((vgg, [0]), (mixed, [0, 1, 2])):
+        seeds = heuristic_strategies(p)
+        assert len(seeds) == 2 + 4 + len(devices)  # DPOS, HEFT, the baselines, the singles
+        for s, d in zip(seeds[6:], devices):
+            assert np.all(s.placement == d)
+            np.testing.assert_array_equal(s.priority, memory_priority(p.graph))

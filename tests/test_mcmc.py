@@ -182,7 +182,6 @@ def test_repair_restart_reorders_an_infeasible_placement_until_it_fits():
     evs = [p.evaluate(x) for x in first]
     s.tell(first, evs)
     assert any(ev.violation > 0 for ev in evs)
-    s._weights[0] = [0.01, 0.98, 0.01]  # communication first: the single device beats all
     s._best_x[0], s._best_ev[0] = s._x[0], s._x_ev[0]
     s._restart(0)
     assert s._repairing[0]
@@ -199,6 +198,46 @@ def test_repair_restart_reorders_an_infeasible_placement_until_it_fits():
     assert not s._repairing[0] and s._x_ev[0].violation == 0  # repaired: it fits
     assert np.array_equal(s._x[0][:2 * G], jump[:2 * G])
     assert s._x_ev[0].values[1] == 0  # all on one device, and feasible
+
+
+def test_repair_restarts_from_each_undominated_infeasible_point_in_turn():
+    p = _tiny_tight()
+    s = McmcSearcher(chains=1, restarts=("repair",))
+    search(p, s, budget=40, seed=0)
+    fits = np.array([e.values for e in s._seen.front])
+    unfit = [e for e in s._unfit.front if not np.any(np.all(fits <= e.values, axis=1))]
+    assert unfit and len(unfit) < len(s._unfit.front)  # some infeasible points are dominated
+    s._repairs.clear()
+    starts = []
+    for _ in range(len(unfit)):
+        s._restart(0)
+        assert s._repairing[0]
+        entry = next(e for e in unfit if e.payload[0] is s._jump[0])
+        starts.append(entry.index)
+        wf = s.weights[0] * np.maximum(entry.values / s._scale, FRONTIER_FLOOR)
+        np.testing.assert_allclose(wf, wf[0])  # weights under which it is Chebyshev-optimal
+    assert sorted(starts) == sorted(e.index for e in unfit)  # each one once
+
+
+def test_chains_answer_proposals_seen_before_from_memory():
+    p = _tiny_tight()
+    told, again = set(), []
+
+    class Recording(McmcSearcher):
+        def tell(self, strategies, evaluations):
+            keys = [x.tobytes() for _, x, _ in self._pending[:len(evaluations)]]
+            again.extend(k for k in keys if k in told)
+            told.update(keys)
+            super().tell(strategies, evaluations)
+
+    s = Recording()
+    search(p, s, budget=600, seed=0)
+    assert s.known_taken > 50  # a tiny problem: chains often propose what they have seen
+    assert again == []  # nothing evaluated in one batch is simulated again in a later one
+    assert s.proposed.sum() > 600 - len(s._seeds)  # the chains took more steps than the budget
+    plain = McmcSearcher(known_steps=0)
+    search(p, plain, budget=600, seed=0)
+    assert plain.known_taken == 0 and plain.proposed.sum() <= 600
 
 
 def test_frontier_restart_starts_from_each_front_point_in_turn(small):

@@ -433,3 +433,52 @@ class TestGenome:
         space = GenomeSpace(g, 4)
         with pytest.raises(StrategyError, match=f"expected {space.size}"):
             space.decode(np.zeros(space.size + 1))
+
+
+def _vgg_problem():
+    from moplace.presets import load_cluster
+    from moplace.problem import Problem
+    return Problem(load_graph("pipedream:vgg16"), load_cluster("4xV100-NVLink"))
+
+
+def test_simulation_key_is_shared_by_strategies_that_simulate_alike():
+    p = _vgg_problem()
+    rng = np.random.default_rng(0)
+    G = p.genome.n_groups
+    for x in p.genome.sample(20, rng):
+        x[G:2 * G] = 0  # no splits: every op has one device
+        s = p.genome.decode(x)
+        assert not s.splits
+        prio = np.empty_like(s.priority)  # new values, each device's order kept, the order
+        for d in range(p.n_devices):      # across devices scrambled
+            on = np.flatnonzero(s.placement == d)
+            on = on[np.lexsort((on, -s.priority[on]))]
+            prio[on] = np.sort(rng.random(on.size))[::-1] * 1e3  # the first: the highest
+        t = Strategy(s.placement, prio)
+        assert not np.array_equal(np.argsort(-t.priority), np.argsort(-s.priority))
+        assert t.simulation_key == s.simulation_key
+        a, b = p.evaluate(s), p.evaluate(t)
+        np.testing.assert_array_equal(a.values, b.values)
+        np.testing.assert_array_equal(a.trace.task_start, b.trace.task_start)
+    for x in p.genome.sample(20, rng):  # with splits: any order-keeping map of the priorities
+        s = p.genome.decode(x)
+        assert s.splits
+        t = Strategy(s.placement, np.exp(s.priority / 7.0) - 5.0, s.splits)
+        assert t.simulation_key == s.simulation_key
+        np.testing.assert_array_equal(p.evaluate(s).values, p.evaluate(t).values)
+
+
+def test_simulation_key_tells_apart_what_changes_the_simulation():
+    p = _vgg_problem()
+    s = baseline("data-parallel", p.graph, p.n_devices)
+    keys = {s.simulation_key}
+    on0 = np.flatnonzero(s.placement == 0)
+    i, j = on0[0], on0[1]  # two ops on one device: swap their order
+    prio = s.priority.copy()
+    prio[i], prio[j] = prio[j], prio[i]
+    keys.add(Strategy(s.placement, prio, s.splits).simulation_key)
+    keys.add(Strategy(s.placement, s.priority).simulation_key)  # no splits
+    moved = s.placement.copy()
+    moved[on0[-1]] = 1  # an op on another device
+    keys.add(Strategy(moved, s.priority).simulation_key)
+    assert len(keys) == 4
