@@ -45,6 +45,22 @@ is 100 (optuna's is 10). With 10, the heuristics and a handful of random trials 
 500 trials: 74.6% with 10, 89.1% with 100; other knobs did not help (10 startup trials with
 ``multivariate=False``: 77.1%, with ``n_ei_candidates=128``: 74.4%).
 
+**Strategies simulated before.** The samplers often draw a configuration whose strategy
+was simulated already: on instance 2 of `moplace.tiny` (seed 0) TPE's 2000 trials held 643
+distinct priority orders and 382 distinct strategies by `Strategy.simulation_key` (which
+ignores priority differences that do not change any device's order). ``ask`` tells such a
+trial at once from memory (`moplace.known`: its values and violation), without simulating it
+or counting it as an evaluation, up to ``known_trials`` of them per ask; after that the
+batch is filled with whatever the sampler draws, so a sampler that keeps drawing known
+strategies costs evaluations again rather than looping. ``known_trials=0`` turns it off; by
+default it is 8 for NSGA-II and random sampling and 0 for TPE. Measured at 2000
+evaluations, seed 0: optuna-nsga2 on the 20 tiny instances, lowest 98.8% of the exact
+hypervolume and 19 reach 99% (without: 97.8%, 18); on VGG-16 / 4xV100 it rarely repeats a
+strategy (13 of 2000; hypervolume 0.6005, without 0.5921). TPE on tiny instances 0-4: 91.0%,
+97.7%, 98.3%, 100%, 100% (without: 95.1%, 97.7%, 94.4%, 100%, 100%), no better on the whole,
+while it ran twice as many trials (3900), each costlier than a simulation, so about twice
+the time: off by default.
+
 **Batches.** ``ask`` returns ``batch_size`` trials (``study.ask()`` each); TPE uses the
 constant liar for trials asked but not yet told. Trials the driver did not evaluate (it cuts
 the last batch to the budget) are asked again first by the next ``ask``, never lost.
@@ -79,6 +95,7 @@ import numpy as np
 
 from moplace.baselines import topological_priority
 from moplace.errors import MoplaceError, StrategyError
+from moplace.known import KnownEvaluations
 from moplace.searcher import Searcher
 from moplace.strategy import Strategy
 
@@ -95,7 +112,7 @@ class OptunaSearcher(Searcher):
     def __init__(self, sampler: str = "nsga2", storage=None, study_name: str | None = None,
                  batch_size: int = 8, priorities: bool | None = None, max_priority_ops: int = 500,
                  population_size: int = 32, n_startup_trials: int = 100, seed_heuristics: bool = True,
-                 mutations: float | None = 4.0):
+                 mutations: float | None = 4.0, known_trials: int | None = None):
         if sampler not in SAMPLERS:
             raise MoplaceError(f"unknown optuna sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
         if int(batch_size) < 1:
@@ -109,6 +126,11 @@ class OptunaSearcher(Searcher):
         if mutations is not None and not float(mutations) > 0:
             raise MoplaceError(f"mutations must be a positive number (or None), got {mutations}")
         self.mutations = None if mutations is None else float(mutations)
+        if known_trials is None:
+            known_trials = 0 if sampler == "tpe" else 8
+        if int(known_trials) < 0:
+            raise MoplaceError(f"known_trials must be at least 0, got {known_trials}")
+        self.known_trials = int(known_trials)
         self.name = f"optuna-{sampler}"
         self.study = None
 
@@ -144,6 +166,8 @@ class OptunaSearcher(Searcher):
                          self.study.get_trials(deepcopy=False,
                                                states=(optuna.trial.TrialState.RUNNING,))]
         self._asked: list = []
+        self._known = KnownEvaluations()
+        self.known_taken = 0  # trials told from _known instead of simulated
         if self.seed_heuristics:
             for params in self._heuristic_params():
                 self.study.enqueue_trial(params, skip_if_exists=True)
@@ -151,19 +175,36 @@ class OptunaSearcher(Searcher):
     def ask(self) -> list[Strategy]:
         trials = self._pending[:self.batch_size]
         self._pending = self._pending[self.batch_size:]
+        strategies = [self._strategy(t) for t in trials]
+        told = 0
         while len(trials) < self.batch_size:
-            trials.append(self.study.ask())
+            trial = self.study.ask()
+            strategy = self._strategy(trial)
+            known = self._known.get(strategy.simulation_key) if told < self.known_trials \
+                else None
+            if known is not None:  # simulated before: told at once, not simulated again
+                self._tell(trial, known)
+                told += 1
+                continue
+            trials.append(trial)
+            strategies.append(strategy)
+        self.known_taken += told
         self._asked = trials
-        return [self._strategy(t) for t in trials]
+        return strategies
 
     def tell(self, strategies, evaluations) -> None:
         asked, self._asked = self._asked, []
-        for trial, ev in zip(asked, evaluations):
-            violation = float(ev.violation)
-            trial.set_user_attr("violation_bytes", violation)
-            trial.set_constraint("violation_bytes", violation)
-            self.study.tell(trial, [float(v) for v in ev.values])
+        for trial, strategy, ev in zip(asked, strategies, evaluations):
+            self._tell(trial, ev)
+            if self.known_trials:
+                self._known.add(strategy.simulation_key, ev)
         self._pending = asked[len(evaluations):] + self._pending
+
+    def _tell(self, trial, ev) -> None:
+        violation = float(ev.violation)
+        trial.set_user_attr("violation_bytes", violation)
+        trial.set_constraint("violation_bytes", violation)
+        self.study.tell(trial, [float(v) for v in ev.values])
 
     def settings(self) -> dict:
         storage = self.storage if self.storage is None or isinstance(self.storage, str) \
@@ -172,7 +213,7 @@ class OptunaSearcher(Searcher):
                 "batch_size": self.batch_size, "priorities": self.priorities,
                 "max_priority_ops": self.max_priority_ops, "population_size": self.population_size,
                 "n_startup_trials": self.n_startup_trials, "seed_heuristics": self.seed_heuristics,
-                "mutations": self.mutations}
+                "mutations": self.mutations, "known_trials": self.known_trials}
 
     # -- genome <-> trial --------------------------------------------------------------------
 

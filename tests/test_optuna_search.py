@@ -81,26 +81,30 @@ def tiny_graph():
 
 def _resume(storage, problem):
     kw = dict(sampler="nsga2", storage=storage, study_name="resume-me", batch_size=8)
-    first = search(problem, OptunaSearcher(**kw), budget=60, seed=0)
+    s1, s2 = OptunaSearcher(**kw), OptunaSearcher(**kw)
+    first = search(problem, s1, budget=60, seed=0)
     assert first.n_evaluations == 60
     study = optuna.load_study(study_name="resume-me", storage=_storage(storage))
     done = {t.number: t.values for t in study.get_trials(states=(COMPLETE,))}
     running = [t.number for t in study.get_trials(states=(RUNNING,))]
-    assert len(done) == 60 and len(running) == 4  # 8 asked in the last batch, 4 evaluated
+    # 8 asked in the last batch, 4 evaluated; trials of strategies simulated before are told
+    # from memory, complete but not evaluations
+    assert len(done) == 60 + s1.known_taken and len(running) == 4
 
-    second = search(problem, OptunaSearcher(**kw), budget=60, seed=1)
+    second = search(problem, s2, budget=60, seed=1)
     assert second.n_evaluations == 60  # the budget counts only new evaluations
     study = optuna.load_study(study_name="resume-me", storage=_storage(storage))
     complete = study.get_trials(states=(COMPLETE,))
-    assert len(complete) == 120
+    known = s1.known_taken + s2.known_taken
+    assert len(complete) == 120 + known
     assert {t.state for t in study.trials} <= {COMPLETE, RUNNING}  # nothing failed or lost
-    assert len(study.trials) == 124  # 4 asked, not evaluated, left for the next resume
+    assert len(study.trials) == 124 + known  # 4 asked, not evaluated, left for the next resume
     after = {t.number: t.values for t in complete}
     assert all(after[n] == v for n, v in done.items())  # earlier results kept as they were
     assert all(n in after for n in running)  # trials left running were evaluated first
     # the heuristics were enqueued by the first search only
     seeded = [t.number for t in study.trials if "fixed_params" in t.system_attrs]
-    assert seeded and max(seeded) < 8
+    assert seeded and max(seeded) < 8 + s1.known_taken
 
 
 def test_resume_from_sqlite(tmp_path, tiny_graph):
@@ -127,3 +131,26 @@ def test_beats_random_search_on_vgg16(name, vgg, vgg_random_hv):
     # seeds alone give 0.5615, so nearly all of the gain over random comes from them
     assert result.hypervolume >= vgg_random_hv
     assert result.hypervolume >= 0.56
+
+
+def test_trials_simulated_before_are_told_from_memory():
+    from moplace.tiny import tiny_instance
+
+    p = tiny_instance(0, 2)
+    s = OptunaSearcher(sampler="tpe", known_trials=8)
+    result = search(p, s, budget=300, seed=0)
+    assert result.n_evaluations == 300
+    trials = s.study.get_trials(states=(COMPLETE,))
+    assert len(trials) == 300 + s.known_taken and s.known_taken > 50
+    keys = {}
+    for t in trials:  # each told value is the strategy's own, and only one per key simulated
+        strategy = s._strategy(optuna.trial.FixedTrial(t.params))
+        assert keys.setdefault(strategy.simulation_key, t.values) == t.values
+        if len(keys) % 10 == 0:
+            np.testing.assert_array_equal(p.evaluate(strategy).values, t.values)
+    assert len(keys) <= 300
+    assert OptunaSearcher(sampler="tpe").known_trials == 0  # TPE's default (module docstring)
+    assert OptunaSearcher(sampler="nsga2").known_trials == 8
+    plain = OptunaSearcher(sampler="tpe", known_trials=0)
+    search(p, plain, budget=300, seed=0)
+    assert plain.known_taken == 0 and len(plain.study.get_trials(states=(COMPLETE,))) == 300
