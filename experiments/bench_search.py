@@ -3,6 +3,7 @@
     python3 experiments/bench_search.py [--graphs a b] [--clusters 4xV100-NVLink ...]
         [--searchers nsga2 mcmc ...] [--evaluations 2000] [--seconds 30] [--modes evals time]
         [--json FILE] [--scale]
+    python3 experiments/bench_search.py --summarize FILE.json [FILE.json ...]
 
 For each bundled graph (default: all) and preset cluster (default: 4 and 8 V100), each searcher
 runs once with an evaluation budget and once with a time budget (``--modes`` picks one of
@@ -10,6 +11,13 @@ them, for searchers too slow per evaluation to run the other). Printed per run: 
 (normalized against 1.1 x the worst baseline, so comparable across searchers), best runtime,
 best peak communication and peak memory over the feasible front, search time, evaluations,
 and the best runtime relative to data parallelism.
+
+``--summarize`` reads the JSON of earlier runs (later files' rows replace earlier ones of the
+same graph, cluster, mode and searcher) and prints one markdown row per graph and cluster:
+hypervolume at equal evaluations for random search, the best list scheduler (HEFT, DPOS,
+OS-DPOS, m-ETF) and each search; at equal time with the evaluations done; NSGA-II's best
+runtime relative to data parallelism and its search time; then how often each search beats
+the best list scheduler and random search.
 
 ``--scale`` adds the targets of the multi-objective issue: a full front (NSGA-II) for the largest
 bundled graph (nasnetamobile) and for synthetic layered graphs of 1,000 and 10,000 ops, with the
@@ -80,7 +88,10 @@ def main(argv=None) -> int:
     p.add_argument("--modes", nargs="+", choices=["evals", "time"], default=["evals", "time"])
     p.add_argument("--scale", action="store_true")
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--summarize", nargs="+", metavar="FILE")
     args = p.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
     from moplace import list_bundled, load_cluster, load_graph
     from moplace.problem import Problem
     from moplace.search import Budget
@@ -104,6 +115,57 @@ def main(argv=None) -> int:
     if args.scale:
         scale(rows)
         save(rows, args.json)
+    return 0
+
+
+HEURISTICS = ("heft", "dpos", "os-dpos", "m-etf")
+SEARCHES = ("nsga2", "mcmc", "optuna-nsga2", "optuna-tpe")
+
+
+def summarize(paths: list) -> int:
+    by: dict = {}
+    for path in paths:
+        with open(path) as f:
+            for r in json.load(f):
+                if "mode" in r:  # --scale rows have none
+                    by.setdefault((r["graph"], r["cluster"]), {})[(r["mode"], r["searcher"])] = r
+    searches = [s for s in SEARCHES if any(("evals", s) in d or ("time", s) in d
+                                           for d in by.values())]
+    head = ["graph", "cluster", "random", "best list scheduler"] + searches + \
+        [f"{s} time (evals)" for s in searches] + ["nsga2 runtime / DP", "nsga2 s"]
+    print("| " + " | ".join(head) + " |\n|---|---|" + "---:|" * (len(head) - 2))
+    # per (mode, search): beats the best list scheduler, beats random search (at equal
+    # evaluations), cases
+    wins = {(m, s): [0, 0, 0] for m in ("evals", "time") for s in searches}
+
+    def cell(r, evals=False):
+        if r is None:
+            return "–"
+        return f"{r['hypervolume']:.4f}" + (f" ({r['evaluations']})" if evals else "")
+
+    for (graph, cluster), d in by.items():
+        heur = [d[("evals", h)]["hypervolume"] for h in HEURISTICS if ("evals", h) in d]
+        baseline = max(heur) if heur else None
+        rand = d.get(("evals", "random"))
+        for (mode, s), w in wins.items():
+            r = d.get((mode, s))
+            if r is not None and baseline is not None and rand is not None:
+                w[0] += r["hypervolume"] > baseline
+                w[1] += r["hypervolume"] > rand["hypervolume"]
+                w[2] += 1
+        ns = d.get(("evals", "nsga2"))
+        row = [graph.split(":")[-1], cluster, cell(rand),
+               "–" if baseline is None else f"{baseline:.4f}"] + \
+            [cell(d.get(("evals", s))) for s in searches] + \
+            [cell(d.get(("time", s)), True) for s in searches] + \
+            (["–", "–"] if ns is None else [f"{ns['runtime_vs_dp']:.3f}", f"{ns['seconds']:.1f}"])
+        print("| " + " | ".join(row) + " |")
+    print()
+    for (mode, s), (h, r, n) in wins.items():
+        if n:
+            print(f"{s}, equal {'evaluations' if mode == 'evals' else 'time'}: beats the best "
+                  f"list scheduler in {h} of {n} cases, random search (equal evaluations) in "
+                  f"{r} of {n}")
     return 0
 
 

@@ -139,6 +139,16 @@ def test_interrupt_inside_ask_resumes_from_the_last_batch(problem, tmp_path, mon
 def test_ctrl_c_during_ask_is_held_until_ask_returns(problem, tmp_path, monkeypatch, name):
     """A real SIGINT while the searcher asks: the batch is told with nothing evaluated and the
     state written at the end is the consistent one."""
+    # a process started with SIGINT ignored (a background job of a non-interactive shell)
+    # would never see the signal: the test runs with Python's own handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_during_ask(problem, tmp_path, monkeypatch, name)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_during_ask(problem, tmp_path, monkeypatch, name):
     searcher = make(name)
     ask, asked = type(searcher).ask, []
 
