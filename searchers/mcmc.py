@@ -284,15 +284,19 @@ class McmcSearcher(Searcher):
             return
         stalled = []  # restarted after the loop: the batch's costs use the weights of now
         for (c, x, jump), cost, ev in zip(told, costs, evaluations):
-            if jump:  # a restart's strategy: taken whatever it costs
-                self._x[c], self._cost[c], self._run_best[c] = x, cost[c], cost[c]
-                self._x_ev[c] = ev
-                self._stalled[c] = 0
+            if jump:
+                self._take(c, x, ev, cost[c])
                 continue
             if self._step(c, x, ev, cost[c]) and c not in stalled:
                 stalled.append(c)
         for c in stalled:
             self._restart(c)
+
+    def _take(self, c: int, x: np.ndarray, ev, cost: float) -> None:
+        """Chain ``c`` goes on from a restart's strategy ``x``, whatever it costs."""
+        self._x[c], self._x_ev[c] = x, ev
+        self._cost[c] = self._run_best[c] = cost
+        self._stalled[c] = 0
 
     def _step(self, c: int, x: np.ndarray, ev, cost: float) -> bool:
         """Chain ``c``'s Metropolis-Hastings test of proposal ``x`` (evaluated ``ev``, costing
@@ -323,9 +327,7 @@ class McmcSearcher(Searcher):
                 if ev is None:
                     return
                 self._jump[c] = None
-                self._x[c], self._x_ev[c] = jump, ev
-                self._cost[c] = self._run_best[c] = self._costs(ev)[c]
-                self._stalled[c] = 0
+                self._take(c, jump, ev, self._costs(ev)[c])
                 self.known_taken += 1
                 continue
             y = self._propose(self._x[c], self._repairing[c], self._extra(c))

@@ -182,7 +182,6 @@ def test_repair_restart_reorders_an_infeasible_placement_until_it_fits():
     evs = [p.evaluate(x) for x in first]
     s.tell(first, evs)
     assert any(ev.violation > 0 for ev in evs)
-    s._best_x[0], s._best_ev[0] = s._x[0], s._x_ev[0]
     s._restart(0)
     assert s._repairing[0]
     jump = s._jump[0]
