@@ -14,11 +14,14 @@ integer-valued x within bounds.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from .errors import StrategyError
 from .graph import SPLIT_DIMS, OpGraph
-from .strategy import Split, Strategy, spread_groups
+from .strategy import Split, SplitTable, Strategy
+from .taskgraph import _ranks
 
 
 class GenomeSpace:
@@ -31,6 +34,14 @@ class GenomeSpace:
         self.options: tuple[tuple[tuple[str, int] | None, ...], ...] = tuple(
             (None,) + tuple((d, n) for d in _common_dims(graph, m) for n in range(2, top + 1))
             for m in graph.groups)
+        # the options as tables [group, option]: parts (1: no split) and dimension code
+        width = max((len(o) for o in self.options), default=1)
+        self._n_options = np.array([len(o) for o in self.options], np.int64)
+        self._parts = np.ones((self.n_groups, width), np.int64)
+        self._dims = np.full((self.n_groups, width), -1, np.int64)
+        for g, opts in enumerate(self.options):
+            for k, (dim, parts) in enumerate(opts[1:], start=1):
+                self._parts[g, k], self._dims[g, k] = parts, SPLIT_DIMS.index(dim)
 
     @property
     def size(self) -> int:
@@ -59,17 +70,32 @@ class GenomeSpace:
         x = np.asarray(x, dtype=np.float64)
         if x.shape != (self.size,):
             raise StrategyError(f"genome has {x.size} genes, expected {self.size}")
-        G = self.n_groups
-        device = np.clip(np.rint(x[:G]), 0, self.n_devices - 1).astype(np.int64)
-        splits = {}
-        for g in np.flatnonzero(np.rint(x[G:2 * G]) > 0):
-            opts = self.options[g]
-            choice = opts[int(np.clip(np.rint(x[G + g]), 0, len(opts) - 1))]
-            if choice is not None:
-                dim, parts = choice
-                splits[int(g)] = Split(dim, tuple((device[g] + k) % self.n_devices
-                                                  for k in range(parts)))
-        return spread_groups(self.graph, device, splits, x[2 * G:].copy())
+        G, D = self.n_groups, self.n_devices
+        device = np.clip(np.rint(x[:G]), 0, D - 1).astype(np.int64)
+        option = np.clip(np.rint(x[G:2 * G]), 0, self._n_options - 1).astype(np.int64)
+        group = self.graph.arrays.group
+        strategy = Strategy(device[group], x[2 * G:])
+        if not option.any():
+            return strategy
+        # every op of a split group gets its group's split; the split table is made here
+        # from the option tables instead of from the Split objects (same table, much faster)
+        ops = np.flatnonzero(option[group] > 0)
+        g_of = group[ops]
+        parts, dims = self._parts[g_of, option[g_of]], self._dims[g_of, option[g_of]]
+        first = device[g_of]
+        devices = (np.repeat(first, parts) + _ranks(parts)) % D
+        key = (dims * (D + 1) + parts) * D + first  # equal for equal splits
+        _, where, inverse = np.unique(key, return_index=True, return_inverse=True)
+        signature = np.argsort(np.argsort(where))[inverse.ravel()]  # ids by first appearance
+        split_of = {}
+        for g in np.flatnonzero(option > 0).tolist():
+            dim, n = self.options[g][option[g]]
+            split_of[g] = Split(dim, tuple(((device[g] + np.arange(n)) % D).tolist()))
+        strategy.splits = MappingProxyType(dict(zip(ops.tolist(),
+                                                    map(split_of.__getitem__, g_of.tolist()))))
+        strategy.__dict__["split_table"] = SplitTable(ops=ops, parts=parts, dims=dims,
+                                                      devices=devices, signature=signature)
+        return strategy
 
     def encode(self, strategy: Strategy) -> np.ndarray:
         """The genome of ``strategy``; `StrategyError` if it has no genome (e.g. parts not on

@@ -252,6 +252,8 @@ class _Run:
             try:
                 with hold():
                     self.searcher.tell(batch[:len(evaluations)], evaluations)
+                    for strategy in batch:  # a delta hint holds task graphs: not kept
+                        strategy.delta = None
                     if evaluations:
                         self.history.append((self.archive.n_added, self._hv()))
                     self.consistent = True

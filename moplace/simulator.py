@@ -28,6 +28,7 @@ import numpy as np
 
 from ._simcore import simulate_core
 from .costmodel import CostModel
+from .delta import SimulationBase, patched_task_graph
 from .graph import OpGraph
 from .strategy import Strategy
 from .taskgraph import TaskGraph, build_task_graph
@@ -79,7 +80,15 @@ def simulate(graph: OpGraph, cluster, strategy: Strategy, *, costs: CostModel | 
     if validate:
         strategy.validate(graph, cluster.n_devices)
     costs = costs if costs is not None else CostModel(graph, cluster)
-    tg = build_task_graph(graph, strategy, costs)
+    request = getattr(strategy, "delta", None)  # a searcher's hint (see moplace.delta)
+    patched = None
+    if request is not None and request.base is not None and strategy.splits:  # else the
+        # unsplit fast path of build_task_graph is cheaper than a patch
+        patched = patched_task_graph(request.base, strategy, graph, costs)
+    tg = patched if patched is not None else build_task_graph(graph, strategy, costs)
+    if request is not None:
+        request.patched = patched is not None
+        request.result = SimulationBase(strategy, tg, graph, costs)
     return run_task_graph(tg, cluster, len(graph.ops))
 
 

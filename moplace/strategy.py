@@ -51,6 +51,19 @@ class Strategy:
         self.splits: Mapping[int, Split] = MappingProxyType(dict(sorted((splits or {}).items())))
         if self.priority.shape != (n,):
             raise StrategyError(f"priority has {self.priority.size} entries for {n} ops")
+        #: an evaluation hint, not part of the strategy: a `moplace.delta.DeltaRequest` asks
+        #: the simulator to patch a neighbour's task graph instead of building one
+        self.delta = None
+
+    def derive(self, placement=None, priority=None) -> "Strategy":
+        """This strategy with another placement and/or priorities and the same splits (shared,
+        with their table): the cheap way to make a neighbour that moves unsplit ops only."""
+        child = Strategy(self.placement if placement is None else placement,
+                         self.priority if priority is None else priority)
+        child.splits = self.splits
+        if "split_table" in self.__dict__:
+            child.__dict__["split_table"] = self.split_table
+        return child
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, Strategy) and np.array_equal(self.placement, other.placement)

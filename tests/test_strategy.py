@@ -13,7 +13,7 @@ from moplace.genome import GenomeSpace
 from moplace.graph import Op, OpGraph
 from moplace.io import load_graph
 from moplace.presets import load_cluster
-from moplace.strategy import Split, Strategy, spread_groups
+from moplace.strategy import Split, SplitTable, Strategy, spread_groups
 from moplace.strategy_io import load_strategy, save_strategy, strategy_from_json, strategy_to_json
 
 V = "V100"
@@ -394,6 +394,23 @@ class TestGenome:
             for _ in range(10):
                 x = rng.uniform(lo - 2, hi + 2)  # out of bounds and fractional too
                 space.decode(x).validate(graph, n)
+
+    @pytest.mark.parametrize("spec", GENOME_GRAPHS)
+    def test_decode_makes_the_split_table_of_its_splits(self, graphs, spec):
+        """decode builds the split table from its option tables: it must be the table of the
+        strategy's splits, signatures (equal for equal splits) included."""
+        graph = graphs[spec]
+        rng = np.random.default_rng(3)
+        for n in (2, 4, 8):
+            space = GenomeSpace(graph, n)
+            X = space.sample(8, rng)
+            X[::2, space.n_groups:2 * space.n_groups] *= rng.random((4, space.n_groups)) < 0.5
+            for x in X:
+                s = space.decode(x)
+                made, ref = s.split_table, SplitTable.of(s.splits)
+                for name in ("ops", "parts", "dims", "devices", "signature"):
+                    np.testing.assert_array_equal(getattr(made, name), getattr(ref, name), name)
+                assert s == Strategy(s.placement, s.priority, dict(s.splits))
 
     def test_options(self, g):
         space = GenomeSpace(g, 4, max_parts=3)

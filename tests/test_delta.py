@@ -1,0 +1,157 @@
+"""Delta simulation: a patched task graph is the built one, and its trace the full trace."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import moplace
+from conftest import make_cluster
+from moplace.baselines import baseline
+from moplace.cluster import Cluster, Device
+from moplace.delta import DeltaRequest, patched_task_graph
+from moplace.graph import Op, OpGraph
+from moplace.problem import Problem
+from moplace.simulator import simulate
+from moplace.strategy import Split, Strategy
+from moplace.synthetic import layered_dag
+from moplace.taskgraph import build_task_graph
+
+
+def _mixed_cluster():
+    """Two V100s and a P100 (compute times differ by device) behind one shared port."""
+    devices = [Device("a", "V100", 2**34, 1.0), Device("b", "V100", 2**34, 1.0),
+               Device("c", "P100", 2**34, 0.6)]
+    bw = np.full((3, 3), 1e10)
+    np.fill_diagonal(bw, np.inf)
+    lat = np.full((3, 3), 5e-6)
+    np.fill_diagonal(lat, 0.0)
+    return Cluster("mixed-3", devices, bw, lat)
+
+
+def _problems():
+    mixed = make_cluster(3, bandwidth=5e9, latency=2e-6)
+    return {
+        "layered": Problem(layered_dag(60, width=5, seed=3), mixed),
+        "vgg16": Problem(moplace.load_graph("pipedream:vgg16"), moplace.load_cluster("4xV100-NVLink")),
+        "gnmt-mixed": Problem(moplace.load_graph("pipedream:gnmt"), _mixed_cluster()),
+    }
+
+
+PROBLEMS = _problems()
+
+
+def _neighbour(space, x, rng, moves):
+    """``x`` with ``moves`` random group moves and priority swaps (splits kept)."""
+    G = space.n_groups
+    y = x.copy()
+    for _ in range(moves):
+        if rng.random() < 0.5:
+            g = int(rng.integers(G))
+            y[g] = (y[g] + 1 + rng.integers(space.n_devices - 1)) % space.n_devices
+        else:
+            i, j = rng.choice(space.n_ops, 2, replace=False)
+            y[2 * G + i], y[2 * G + j] = y[2 * G + j], y[2 * G + i]
+    return y
+
+
+def _assert_same_task_graph(a, b):
+    for f in dataclasses.fields(a):
+        va, vb = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(va, np.ndarray):
+            assert va.dtype == vb.dtype and np.array_equal(va, vb), f.name
+        else:
+            assert va == vb, f.name
+
+
+def _assert_same_trace(a, b):
+    for name in ("task_start", "task_end", "sent", "received", "peak_memory", "op_start", "op_end"):
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
+    assert a.makespan == b.makespan and a.n_transfers == b.n_transfers
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_patched_task_graph_and_trace_equal_the_full_ones(name):
+    p = PROBLEMS[name]
+    space, rng = p.genome, np.random.default_rng(7)
+    starts = list(space.sample(6, rng))
+    starts.append(space.encode(baseline("data-parallel", p.graph, p.n_devices)))  # collectives
+    starts.append(space.encode(baseline("single", p.graph, p.n_devices)))  # no splits
+    patched = 0
+    for x in starts:
+        parent = space.decode(x)
+        parent.delta = DeltaRequest()
+        simulate(p.graph, p.cluster, parent, costs=p.costs)
+        base = parent.delta.result
+        for moves in (1, 1, 2, 3):
+            y = _neighbour(space, x, rng, moves)
+            child = space.decode(y)
+            tg = patched_task_graph(base, child, p.graph, p.costs)
+            full = build_task_graph(p.graph, child.validate(p.graph, p.n_devices), p.costs)
+            if tg is not None:
+                patched += 1
+                _assert_same_task_graph(tg, full)
+            child.delta = DeltaRequest(base)
+            trace = simulate(p.graph, p.cluster, child, costs=p.costs)
+            # without splits the simulator builds (its unsplit fast path is cheaper)
+            assert child.delta.patched == (tg is not None and bool(child.splits))
+            _assert_same_trace(trace, simulate(p.graph, p.cluster, space.decode(y), costs=p.costs))
+            # the child's own base patches onward as well
+            grand = space.decode(_neighbour(space, y, rng, 1))
+            grand.delta = DeltaRequest(child.delta.result)
+            _assert_same_trace(simulate(p.graph, p.cluster, grand, costs=p.costs),
+                               simulate(p.graph, p.cluster, space.decode(space.encode(grand)),
+                                        costs=p.costs))
+    assert patched >= len(starts)  # most moves patch: the test exercises the patch
+
+
+def test_derived_strategy_shares_splits_and_patches(vgg):
+    p = vgg
+    parent = baseline("data-parallel", p.graph, p.n_devices)
+    parent.delta = DeltaRequest()
+    simulate(p.graph, p.cluster, parent, costs=p.costs)
+    pr = parent.priority.copy()
+    pr[[3, 4]] = pr[[4, 3]]
+    child = parent.derive(priority=pr)
+    assert child.splits is parent.splits and child == parent.__class__(parent.placement, pr,
+                                                                      dict(parent.splits))
+    child.delta = DeltaRequest(parent.delta.result)
+    trace = simulate(p.graph, p.cluster, child, costs=p.costs)
+    assert child.delta.patched
+    _assert_same_trace(trace, simulate(p.graph, p.cluster, p.genome.decode(p.genome.encode(child)),
+                                       costs=p.costs))
+
+
+def test_no_patch_across_splits_or_problems(vgg, small):
+    p = vgg
+    dp = baseline("data-parallel", p.graph, p.n_devices)
+    dp.delta = DeltaRequest()
+    simulate(p.graph, p.cluster, dp, costs=p.costs)
+    single = baseline("single", p.graph, p.n_devices)
+    assert patched_task_graph(dp.delta.result, single, p.graph, p.costs) is None  # splits differ
+    other_costs = moplace.costmodel.CostModel(p.graph, p.cluster)
+    assert patched_task_graph(dp.delta.result, dp, p.graph, other_costs) is None
+    moved = dp.derive(placement=np.where(np.arange(dp.placement.size) == 0, 1, dp.placement))
+    assert patched_task_graph(dp.delta.result, moved, p.graph, p.costs) is None  # a split op moved
+
+
+def test_no_patch_when_a_moved_op_reads_an_all_reduce():
+    """An unsplit update op reads its producer's reduced gradient from the all-reduce ring
+    (locally on a ring device, else by a transfer): moving it is built in full."""
+    ops = [Op("x", compute={"V100": 1e-3}, output_bytes=4000),
+           Op("w", compute={"V100": 2e-3}, output_bytes=4000, grad_bytes=2000,
+              splittable=("batch",), role="backward"),
+           Op("u", compute={"V100": 1e-4}, role="update")]
+    g = OpGraph(ops, [("x", "w", 4000), ("w", "u", 2000)])
+    cl = make_cluster(3, bandwidth=1e9, latency=1e-6)
+    p = Problem(g, cl)
+    parent = Strategy([0, 0, 0], splits={1: Split("batch", (0, 1))})
+    parent.delta = DeltaRequest()
+    simulate(p.graph, p.cluster, parent, costs=p.costs)
+    child = parent.derive(placement=[0, 0, 2])
+    assert patched_task_graph(parent.delta.result, child, p.graph, p.costs) is None
+    child.delta = DeltaRequest(parent.delta.result)
+    trace = simulate(p.graph, p.cluster, child, costs=p.costs)
+    assert not child.delta.patched and trace.received[2] == 2000  # the gradient goes to u
+    _assert_same_trace(trace, simulate(p.graph, p.cluster, Strategy([0, 0, 2], splits={
+        1: Split("batch", (0, 1))}), costs=p.costs))
