@@ -154,3 +154,55 @@ def test_trials_simulated_before_are_told_from_memory():
     plain = OptunaSearcher(sampler="tpe", known_trials=0)
     search(p, plain, budget=300, seed=0)
     assert plain.known_taken == 0 and len(plain.study.get_trials(states=(COMPLETE,))) == 300
+
+
+def test_polish_trials_are_new_neighbours_of_earlier_trials():
+    from moplace.tiny import tiny_instance
+    from searchers.optuna_search import POLISH_SHARE
+
+    p = tiny_instance(0, 11)
+    s = OptunaSearcher(sampler="tpe", batch_size=8)
+    assert s.polish == 32 and OptunaSearcher(sampler="nsga2").polish == 0
+    search(p, s, budget=400, seed=0)
+    trials = s.study.get_trials(states=(COMPLETE,))
+    polish = [k for k, t in enumerate(trials) if t.user_attrs.get("moplace_polish")]
+    assert len(trials) == 400 and len(polish) == s.polished > 20
+    assert s.polished <= 400 * POLISH_SHARE
+    strategies = [s._strategy(optuna.trial.FixedTrial(t.params)) for t in trials]
+    keys = [x.simulation_key for x in strategies]
+    kinds = {"swap": 0, "move": 0, "relabel": 0, "order": 0}
+    for k in polish:  # a strategy not tried before, one step from an earlier trial
+        assert keys[k] not in keys[:k]
+        q = trials[k].params
+        for t, parent in zip(trials[:k], strategies[:k]):
+            diff = sorted(name for name in q if q[name] != t.params[name])
+            if len(diff) == 1 and diff[0].startswith("d"):
+                kinds["move"] += 1
+                break
+            trades = {(t.params[n], q[n]) for n in diff}  # (device before, after)
+            pair = {d for trade in trades for d in trade}
+            if diff and all(n.startswith("d") for n in diff) and len(pair) == 2 and not any(
+                    t.params[n] in pair for n in q if n.startswith("d") and n not in diff):
+                kinds["relabel"] += 1  # two devices trade all their groups
+                break
+            if len(diff) == 2 and all(n.startswith("p") for n in diff) \
+                    and q[diff[0]] == t.params[diff[1]] and q[diff[1]] == t.params[diff[0]]:
+                i, j = (int(n[1:]) for n in diff)
+                assert parent.placement[i] == parent.placement[j]
+                kinds["swap"] += 1
+                break
+            if not any(n.startswith(("d", "s")) for n in diff):  # a standard order
+                prio = np.array([q[f"p{i}"] for i in range(len(p.graph.ops))])
+                standard = [s._fixed_priority, s._memory_priority,
+                            s._upward_rank(parent.placement)]
+                if any(np.array_equal(prio, _unit_rank(x)) for x in standard):
+                    kinds["order"] += 1
+                    break
+        else:
+            raise AssertionError(f"polish trial {k} is no neighbour of an earlier trial")
+    assert min(kinds.values()) > 0, kinds
+    off = OptunaSearcher(sampler="tpe", polish=0)
+    search(p, off, budget=100, seed=0)
+    assert off.polished == 0
+    with pytest.raises(MoplaceError, match="polish"):
+        OptunaSearcher(polish=-1)
