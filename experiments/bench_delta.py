@@ -14,6 +14,10 @@ Two measurements per bundled graph and preset of 4 / 8 V100s:
    ``delta=False``: search seconds, their ratio, the share of proposals simulated on a patched
    task graph, and whether the two fronts are identical (they must be: the patch is exact).
 
+On graphs without split options (the NeurIPS'20 graphs) no strategy has a split, nothing is
+patched (a task graph without splits is cheaper to build than to patch), and the "patched"
+figures are those of a derived strategy whose task graph is built in full.
+
 Machines are shared and noisy: compare the ratios, measured back to back.
 """
 
