@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .strategy import Strategy
-from .taskgraph import TaskGraph
+from .taskgraph import TaskGraph, _ranks
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,9 +101,5 @@ def _same_splits(a: Strategy, b: Strategy) -> bool:
 
 def _ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``ptr[r]:ptr[r + 1]`` for every r in ``rows``, concatenated."""
-    lo, hi = ptr[rows], ptr[rows + 1]
-    counts = hi - lo
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    return np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)
+    counts = ptr[rows + 1] - ptr[rows]
+    return np.repeat(ptr[rows], counts) + _ranks(counts)
