@@ -48,7 +48,7 @@ is 100 (optuna's is 10). With 10, the heuristics and a handful of random trials 
 **Polish (TPE).** TPE proposes each trial from its model of good and bad trials; on
 `moplace.tiny` it found most placements of the exact front but often missed the one op order
 that makes a point fast, or that makes a memory-tight placement fit, and sometimes a whole
-placement (2000 trials, seed 0, before polish: 5 of 20 instances below 95% of the exact
+placement (2000 trials, seed 0, before polish: 5 of the 19 instances measured below 95% of the exact
 hypervolume, the lowest 65.5%). So, with ``polish`` > 0 (default 32 for TPE, 0 otherwise),
 each told trial that enters the Pareto set of the feasible trials, or an infeasible one that
 enters the Pareto set of the infeasible ones (on objectives alone) and that no feasible trial
