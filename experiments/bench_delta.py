@@ -1,4 +1,4 @@
-"""Delta simulation (`moplace.delta`): how much faster MCMC's proposals are simulated.
+"""Delta simulation (`moplace.simulator.delta`): how much faster MCMC's proposals are simulated.
 
     python3 experiments/bench_delta.py [--graphs NAME ...] [--devices 4 8] [--evaluations 2000]
                                        [--seed 0] [--json FILE]
@@ -32,12 +32,11 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-import searchers  # noqa: E402,F401
 from moplace import baseline, list_bundled, load_cluster, load_graph  # noqa: E402
-from moplace.delta import DeltaRequest  # noqa: E402
-from moplace.problem import Problem  # noqa: E402
-from moplace.search import Budget, search  # noqa: E402
-from moplace.searcher import make_searcher  # noqa: E402
+from moplace.optimize.driver import Budget, search  # noqa: E402
+from moplace.optimize.plugins import make_searcher  # noqa: E402
+from moplace.optimize.problem import Problem  # noqa: E402
+from moplace.simulator.delta import DeltaRequest  # noqa: E402
 
 CLUSTERS = {4: "4xV100-NVLink", 8: "8xV100-16GB-NVLink"}
 

@@ -1,4 +1,4 @@
-"""Benchmark of the list schedulers (HEFT, DPOS) in `searchers._listsched`.
+"""Benchmark of the list schedulers (HEFT, DPOS) in `searchers.listsched`.
 
 1. Wall time on synthetic layered DAGs (1k, 10k, 100k ops) on 8xV100-16GB-NVLink; the first
    call (numba compile, or cache load) is timed separately on a tiny graph.
@@ -38,14 +38,14 @@ def _best_of(fn, repeat):
 
 
 def bench_synthetic(sizes, repeat, sim_up_to=10_000):
-    from moplace.presets import load_cluster
-    from moplace.simulator import simulate
-    from moplace.strategy import Strategy
-    from moplace.synthetic import layered_dag
-    from moplace.problem import Problem
-    from moplace.search import search
-    from moplace.searcher import make_searcher
-    from searchers._listsched import ListSchedInput, dpos, heft
+    from moplace.core.presets import load_cluster
+    from moplace.core.strategy import Strategy
+    from moplace.core.synthetic import layered_dag
+    from moplace.optimize.driver import search
+    from moplace.optimize.plugins import make_searcher
+    from moplace.optimize.problem import Problem
+    from moplace.simulator.engine import simulate
+    from searchers.listsched import ListSchedInput, dpos, heft
 
     def os_dpos(g, cl, costs, patience):
         result = search(Problem(g, cl, costs=costs), make_searcher("os-dpos", patience=patience),
@@ -76,16 +76,16 @@ def bench_synthetic(sizes, repeat, sim_up_to=10_000):
 
 
 def bench_real(names):
-    from moplace.baselines import baseline
-    from moplace.costmodel import CostModel
+    from moplace.core.baselines import baseline
+    from moplace.core.presets import load_cluster
+    from moplace.core.strategy import Strategy
+    from moplace.costs.costmodel import CostModel
     from moplace.io import load_graph
-    from moplace.presets import load_cluster
-    from moplace.simulator import simulate
-    from moplace.strategy import Strategy
-    from moplace.problem import Problem
-    from moplace.search import search
-    from moplace.searcher import make_searcher
-    from searchers._listsched import ListSchedInput, dpos, heft
+    from moplace.optimize.driver import search
+    from moplace.optimize.plugins import make_searcher
+    from moplace.optimize.problem import Problem
+    from moplace.simulator.engine import simulate
+    from searchers.listsched import ListSchedInput, dpos, heft
 
     def os_dpos(g, cl, costs, patience):
         result = search(Problem(g, cl, costs=costs), make_searcher("os-dpos", patience=patience),

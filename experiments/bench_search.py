@@ -36,8 +36,8 @@ GIB = 2.0 ** 30
 
 
 def run_one(problem, name, budget, seed=0) -> dict:
-    from moplace.search import search
-    from moplace.searcher import make_searcher
+    from moplace.optimize.driver import search
+    from moplace.optimize.plugins import make_searcher
 
     t0 = time.perf_counter()
     result = search(problem, make_searcher(name), budget=budget, seed=seed)
@@ -59,9 +59,9 @@ def print_row(graph, cluster, mode, r) -> None:
 
 def scale(rows: list) -> None:
     from moplace import load_cluster, load_graph
-    from moplace.problem import Problem
-    from moplace.search import Budget
-    from moplace.synthetic import layered_dag
+    from moplace.core.synthetic import layered_dag
+    from moplace.optimize.driver import Budget
+    from moplace.optimize.problem import Problem
 
     cases = [("pipedream:nasnetamobile", load_graph("pipedream:nasnetamobile")),
              ("layered-1k", layered_dag(1000, width=16)), ("layered-10k", layered_dag(10000, width=16))]
@@ -93,8 +93,8 @@ def main(argv=None) -> int:
     if args.summarize:
         return summarize(args.summarize)
     from moplace import list_bundled, load_cluster, load_graph
-    from moplace.problem import Problem
-    from moplace.search import Budget
+    from moplace.optimize.driver import Budget
+    from moplace.optimize.problem import Problem
 
     rows = []
     print(f"{'graph':32} {'cluster':19} {'mode':5} {'searcher':13} {'evals':>6} {'time s':>7} "

@@ -1,11 +1,11 @@
-"""Searchers against exact Pareto fronts on random tiny instances (`moplace.tiny`).
+"""Searchers against exact Pareto fronts on random tiny instances (`moplace.optimize.tiny`).
 
     python3 experiments/exact_fronts.py [--searchers nsga2 mcmc optuna-nsga2 optuna-tpe]
                                         [--instances 20] [--instance-seed 0] [--seeds 0]
                                         [--evaluations 2000] [--json FILE]
 
 For each searcher, search seed and instance: the hypervolume of the searcher's front as a share
-of the exact front's (`moplace.tiny.hv_ratio`), and the search time. Then per searcher and seed
+of the exact front's (`moplace.optimize.tiny.hv_ratio`), and the search time. Then per searcher and seed
 the lowest share, the median, and how many instances reach 95% and 99% (the issue's bars: 99%
 for NSGA-II and MCMC, 95% for the Optuna samplers). The test suite checks the same bars
 (`tests/test_front_quality.py`), TPE on its hardest instances only: 2000 TPE trials take 30-60
@@ -20,10 +20,9 @@ import time
 
 import numpy as np
 
-import searchers  # noqa: F401
-from moplace.search import Budget, search
-from moplace.searcher import make_searcher
-from moplace.tiny import hv_ratio, tiny_benchmark
+from moplace.optimize.driver import Budget, search
+from moplace.optimize.plugins import make_searcher
+from moplace.optimize.tiny import hv_ratio, tiny_benchmark
 
 
 def main(argv=None) -> None:

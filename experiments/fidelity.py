@@ -38,8 +38,8 @@ def strategies(graph, n_devices: int, n_random: int, seed: int = 0) -> dict:
     import numpy as np
 
     from moplace import BASELINES, baseline
-    from moplace.baselines import topological_priority
-    from moplace.strategy import spread_groups
+    from moplace.core.baselines import topological_priority
+    from moplace.core.strategy import spread_groups
 
     out = {name: baseline(name, graph, n_devices) for name in BASELINES}
     rng = np.random.default_rng(seed)
@@ -53,8 +53,9 @@ def parallel_speedup(devices, size: int = 384, chain: int = 40) -> float:
     """How much faster two independent matmul chains finish on two devices than one chain on
     one, per chain (2.0 = the devices compute independently, as the simulator assumes)."""
     import numpy as np
+    import tensorflow as tf
 
-    from moplace.tf._tf import tf
+    import moplace.tf  # noqa: F401  (before TensorFlow: switches off oneDNN's rewrites)
     from moplace.tf.session import session_config
 
     g = tf.Graph()
@@ -80,7 +81,7 @@ def parallel_speedup(devices, size: int = 384, chain: int = 40) -> float:
 
 
 def run_model(name: str, batch: int, n_devices: int, steps: int, n_random: int) -> dict:
-    from moplace.stats import kendall_tau, median_abs_relative_error
+    from moplace.review.stats import kendall_tau, median_abs_relative_error
     from moplace.tf.frontend import apply_to_model, profile_model
 
     pm = profile_model(name, batch, device_count=n_devices, steps=5)
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
     p.add_argument("--random", type=int, default=3, help="random placements per model")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
-    from moplace.stats import kendall_tau, median_abs_relative_error
+    from moplace.review.stats import kendall_tau, median_abs_relative_error
     from moplace.tf.devices import available_devices
 
     devices = available_devices(args.devices)

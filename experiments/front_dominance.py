@@ -29,8 +29,8 @@ HEURISTICS = ["heft", "dpos", "os-dpos", "m-etf", "single", "data-parallel", "ro
 def check(problem, evaluations: int, seed: int) -> dict:
     import numpy as np
 
-    from moplace.search import search
-    from moplace.searcher import make_searcher
+    from moplace.optimize.driver import search
+    from moplace.optimize.plugins import make_searcher
 
     t0 = time.perf_counter()
     nsga2 = make_searcher("nsga2")
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
     from moplace import list_bundled, load_cluster, load_graph
-    from moplace.problem import Problem
+    from moplace.optimize.problem import Problem
 
     rows = []
     print(f"{'graph':40} {'cluster':19} {'ops':>5} {'HV':>7} {'random':>7} {'best heuristic':>22} "

@@ -1,21 +1,45 @@
 """moplace: multi-objective placement, ordering and splitting of one training step across GPUs.
 
-Data flows one way: `OpGraph` + `Cluster` + `Strategy` -> `simulate()` -> `Trace` ->
-objectives. Importing this package loads numpy, networkx and numba only; TensorFlow, mlflow and
-optuna are imported by the modules that use them.
+Data flows one way, and the subpackages follow it (docs/architecture.md):
+
+    core (OpGraph, Cluster, Strategy) + costs -> simulator (simulate -> Trace -> objectives
+    -> Evaluation) -> optimize (Problem, searchers, search -> Pareto archive) -> review -> cli
+
+The names below are the public API::
+
+    import moplace
+    problem = moplace.Problem(moplace.load_graph("pipedream:vgg16"),
+                              moplace.load_cluster("4xV100-NVLink"))
+    result = moplace.search(problem, moplace.make_searcher("nsga2"), budget=500)
+
+Importing this package loads numpy, networkx and numba only; TensorFlow, mlflow, optuna and
+pymoo are imported by the modules that use them.
 """
 
-from .baselines import BASELINES, baseline
-from .cluster import Cluster, Device
-from .costmodel import CostModel
+from .core.baselines import BASELINES, baseline
+from .core.cluster import Cluster, Device
+from .core.genome import GenomeSpace
+from .core.graph import Edge, Op, OpGraph
+from .core.presets import list_presets, load_cluster
+from .core.strategy import Split, Strategy
+from .costs.costmodel import CostModel
 from .errors import ClusterError, FormatError, GraphError, MoplaceError, StrategyError
-from .evaluate import Evaluation, evaluate
-from .genome import GenomeSpace
-from .graph import Edge, Op, OpGraph
 from .io import list_bundled, load_graph, save_graph
-from .presets import list_presets, load_cluster
-from .simulator import Trace, simulate
-from .strategy import Split, Strategy
-from .strategy_io import load_strategy, save_strategy
+from .io.strategies import load_strategy, save_strategy
+from .optimize.driver import Budget, Callback, Point, SearchResult, search
+from .optimize.plugins import SEARCHERS, make_searcher
+from .optimize.problem import Limits, Problem
+from .optimize.searcher import OneShot, Searcher
+from .simulator.engine import Trace, simulate
+from .simulator.evaluation import Evaluation, evaluate
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "BASELINES", "Budget", "Callback", "Cluster", "ClusterError", "CostModel", "Device", "Edge",
+    "Evaluation", "FormatError", "GenomeSpace", "GraphError", "Limits", "MoplaceError", "OneShot", "Op",
+    "OpGraph", "Point", "Problem", "SEARCHERS", "SearchResult", "Searcher", "Split", "Strategy",
+    "StrategyError", "Trace", "baseline", "evaluate", "list_bundled", "list_presets",
+    "load_cluster", "load_graph", "load_strategy", "make_searcher", "save_graph", "save_strategy",
+    "search", "simulate",
+]

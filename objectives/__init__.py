@@ -1,4 +1,4 @@
-"""The objectives moplace minimizes, each a plain function of a `moplace.simulator.Trace`.
+"""The objectives moplace minimizes, each a plain function of a `moplace.simulator.engine.Trace`.
 
 Registered by name in `OBJECTIVES`; `DEFAULT` is the triple every search optimizes.
 Device memory capacity is not an objective but a constraint: see `memory_violation`.
@@ -38,6 +38,16 @@ def memory_violation(trace) -> float:
 
 
 DEFAULT = ("runtime", "peak_communication", "peak_memory")
+
+#: The name of each objective in JSON (`Evaluation.as_dict`, ``--json``, front files): the
+#: unit is part of the name. An objective not listed keeps its own name.
+JSON_KEYS = {"runtime": "runtime_s", "peak_communication": "peak_comm_bytes",
+             "peak_memory": "peak_mem_bytes"}
+
+
+def json_key(name: str) -> str:
+    """The JSON name of objective ``name``."""
+    return JSON_KEYS.get(name, name)
 
 
 def evaluate_trace(trace, names=DEFAULT) -> np.ndarray:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-
+from moplace.core.strategy import Strategy
 from moplace.errors import MoplaceError
-from moplace.searcher import Searcher
-from moplace.strategy import Strategy
+from moplace.optimize.searcher import Searcher
 
 
 class RandomSearcher(Searcher):
-    """Batches of strategies drawn uniformly over the genome (devices, split options and
-    priorities); ``splits=False`` keeps every op whole."""
+    """Uniformly random strategies over the genome: the floor every searcher must beat.
+
+    Each ask draws a batch of genomes uniformly (devices, split options and priorities).
+
+    Settings:
+        batch_size: strategies drawn per ask.
+        splits: draw split options too; false keeps every op whole.
+    """
 
     name = "random"
 

@@ -7,7 +7,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
-from moplace.cluster import Cluster, Device
+from moplace.core.cluster import Cluster, Device
 
 
 def make_cluster(n, *, bandwidth=1e9, latency=0.0, memory=2**40, kind="V100", routes=None,
@@ -38,8 +38,8 @@ def pytest_collection_finish(session):
 @pytest.fixture(scope="module")
 def small():
     """A 40-op layered graph on 3 devices: quick searches."""
-    from moplace.problem import Problem
-    from moplace.synthetic import layered_dag
+    from moplace.core.synthetic import layered_dag
+    from moplace.optimize.problem import Problem
     return Problem(layered_dag(40, width=4, seed=2), make_cluster(3, bandwidth=5e9, latency=2e-6))
 
 
@@ -47,5 +47,5 @@ def small():
 def vgg():
     """PipeDream's VGG-16 on 4 V100s: searches on a real graph."""
     import moplace
-    from moplace.problem import Problem
+    from moplace.optimize.problem import Problem
     return Problem(moplace.load_graph("pipedream:vgg16"), moplace.load_cluster("4xV100-NVLink"))

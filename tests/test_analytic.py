@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from moplace.analytic import (OpShape, dtype_size, estimate_seconds, known_type, op_bytes,
-                              op_flops, roofline_seconds)
-from moplace.cluster import KIND_SPEED, kind_speed
-from moplace.devicespecs import DEVICE_SPECS, DeviceSpecError, device_spec
+from moplace.core.cluster import KIND_SPEED, kind_speed
+from moplace.costs.analytic import (
+    OpShape,
+    dtype_size,
+    estimate_seconds,
+    known_type,
+    op_bytes,
+    op_flops,
+    roofline_seconds,
+)
+from moplace.costs.devicespecs import DEVICE_SPECS, DeviceSpecError, device_spec
 from moplace.errors import GraphError, MoplaceError
 
 F32, F16 = "float32", "float16"

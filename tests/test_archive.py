@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from moplace.archive import ParetoArchive
-from moplace.hypervolume import hypervolume, normalized_hypervolume, reference_point
+from moplace.optimize.archive import ParetoArchive
+from moplace.optimize.hypervolume import hypervolume, normalized_hypervolume, reference_point
 
 
 def front_set(archive):

@@ -5,18 +5,25 @@ import math
 import numpy as np
 import pytest
 
-from conftest import make_cluster
-from moplace.baselines import BASELINES, baseline, group_order, memory_priority, topological_priority
-from moplace.costmodel import DEFAULT_SPLIT_OVERHEAD_S, CostModel
+from moplace.core.baselines import (
+    BASELINES,
+    baseline,
+    group_order,
+    memory_priority,
+    topological_priority,
+)
+from moplace.core.graph import ROLES, Op, OpGraph
+from moplace.core.presets import load_cluster
+from moplace.core.strategy import Strategy
+from moplace.costs.costmodel import DEFAULT_SPLIT_OVERHEAD_S, CostModel
 from moplace.errors import MoplaceError
-from moplace.evaluate import evaluate
-from moplace.graph import ROLES, Op, OpGraph
 from moplace.io import list_bundled, load_graph
-from moplace.presets import load_cluster
 from moplace.registry import Registry
-from moplace.simulator import simulate
-from moplace.strategy import Strategy
+from moplace.simulator.engine import simulate
+from moplace.simulator.evaluation import evaluate
 from objectives import DEFAULT, OBJECTIVES, evaluate_trace, memory_violation
+
+from conftest import make_cluster
 
 BUNDLED = list_bundled()
 PRESETS = ["4xV100-NVLink", "8xV100-16GB-NVLink"]
@@ -59,7 +66,7 @@ def test_every_baseline_on_every_bundled_graph(spec, preset, clusters):
         assert s.validate(graph, n) is s
         ev = evaluate(graph, cluster, s, costs=costs)
         t = ev.trace
-        values = ev.as_dict()
+        values = ev.objectives()
         assert list(values) == list(DEFAULT)
         assert all(math.isfinite(v) and v >= 0 for v in values.values()), (name, values)
         assert values["runtime"] > 0
@@ -227,7 +234,7 @@ class TestObjectives:
         assert memory_violation(t) == pytest.approx(
             np.maximum(t.peak_memory - 320, 0).sum()) == 30.0
         ev = evaluate(g, cl, Strategy([0, 1, 2]))
-        assert ev.as_dict() == dict(zip(DEFAULT, values.tolist()))
+        assert ev.objectives() == dict(zip(DEFAULT, values.tolist()))
         assert not ev.feasible and ev.violation == 30.0
 
     def test_objectives_of_a_fake_trace(self):

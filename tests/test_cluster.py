@@ -8,9 +8,9 @@ import pickle
 import numpy as np
 import pytest
 
-from moplace.cluster import KIND_SPEED, Cluster, Device, kind_speed
+from moplace.core.cluster import KIND_SPEED, Cluster, Device, kind_speed
+from moplace.core.presets import list_presets, load_cluster, parse_cluster
 from moplace.errors import ClusterError, FormatError
-from moplace.presets import list_presets, load_cluster, parse_cluster
 
 GiB = 2**30
 
@@ -255,14 +255,14 @@ def test_unknown_preset_lists_presets():
     ("5us", "time", 5e-6), ("5\u00b5s", "time", 5e-6), ("800ns", "time", 8e-7), ("0", "time", 0.0),
 ])
 def test_units(text, unit, value):
-    from moplace.presets import quantity
+    from moplace.core.presets import quantity
     assert quantity(text, unit, "u.toml", "f") == pytest.approx(value)
 
 
 @pytest.mark.parametrize("text, unit", [("16Gb", "size"), ("12GB", "rate"), ("5 parsec", "time"),
                                         ("1.2.3GB", "size"), ("0GB", "size"), (True, "size")])
 def test_bad_units(text, unit):
-    from moplace.presets import quantity
+    from moplace.core.presets import quantity
     with pytest.raises(FormatError, match="'f'"):
         quantity(text, unit, "u.toml", "f")
 

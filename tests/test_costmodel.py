@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
+from moplace.core.cluster import KIND_SPEED, Cluster, Device
+from moplace.core.graph import Op, OpGraph
+from moplace.core.presets import load_cluster
+from moplace.costs.costmodel import DEFAULT_SPLIT_OVERHEAD_S, CostModel
+
 from conftest import make_cluster
-from moplace.cluster import KIND_SPEED, Cluster, Device
-from moplace.costmodel import DEFAULT_SPLIT_OVERHEAD_S, CostModel
-from moplace.graph import Op, OpGraph
-from moplace.presets import load_cluster
 
 V = "V100"
 

@@ -6,16 +6,17 @@ import numpy as np
 import pytest
 
 import moplace
+from moplace.core.baselines import baseline
+from moplace.core.cluster import Cluster, Device
+from moplace.core.graph import Op, OpGraph
+from moplace.core.strategy import Split, Strategy
+from moplace.core.synthetic import layered_dag
+from moplace.optimize.problem import Problem
+from moplace.simulator.delta import DeltaRequest, patched_task_graph
+from moplace.simulator.engine import simulate
+from moplace.simulator.taskgraph import build_task_graph
+
 from conftest import make_cluster
-from moplace.baselines import baseline
-from moplace.cluster import Cluster, Device
-from moplace.delta import DeltaRequest, patched_task_graph
-from moplace.graph import Op, OpGraph
-from moplace.problem import Problem
-from moplace.simulator import simulate
-from moplace.strategy import Split, Strategy
-from moplace.synthetic import layered_dag
-from moplace.taskgraph import build_task_graph
 
 
 def _mixed_cluster():
@@ -130,7 +131,7 @@ def test_no_patch_across_splits_or_problems(vgg, small):
     simulate(p.graph, p.cluster, dp, costs=p.costs)
     single = baseline("single", p.graph, p.n_devices)
     assert patched_task_graph(dp.delta.result, single, p.graph, p.costs) is None  # splits differ
-    other_costs = moplace.costmodel.CostModel(p.graph, p.cluster)
+    other_costs = moplace.CostModel(p.graph, p.cluster)
     assert patched_task_graph(dp.delta.result, dp, p.graph, other_costs) is None
     moved = dp.derive(placement=np.where(np.arange(dp.placement.size) == 0, 1, dp.placement))
     assert patched_task_graph(dp.delta.result, moved, p.graph, p.costs) is None  # a split op moved

@@ -1,18 +1,29 @@
-"""Exact fronts of tiny problems (moplace.exact) and the tiny benchmark (moplace.tiny)."""
+"""Exact fronts of tiny problems (moplace.optimize.exact) and the tiny benchmark (moplace.optimize.tiny)."""
 
 import time
 
 import numpy as np
 import pytest
 
+from moplace.core.graph import Edge, Op, OpGraph
+from moplace.core.synthetic import random_dag
 from moplace.errors import MoplaceError
-from moplace.exact import enumeration_size, exact_front, linear_extensions, transitive_ancestors
-from moplace.graph import Edge, Op, OpGraph
-from moplace.problem import Limits, Problem
-from moplace.search import search
-from moplace.searcher import make_searcher
-from moplace.synthetic import random_dag
-from moplace.tiny import exact_reference, hv_ratio, tiny_benchmark, tiny_instance, tiny_instances
+from moplace.optimize.driver import search
+from moplace.optimize.exact import (
+    enumeration_size,
+    exact_front,
+    linear_extensions,
+    transitive_ancestors,
+)
+from moplace.optimize.plugins import make_searcher
+from moplace.optimize.problem import Limits, Problem
+from moplace.optimize.tiny import (
+    exact_reference,
+    hv_ratio,
+    tiny_benchmark,
+    tiny_instance,
+    tiny_instances,
+)
 
 from conftest import make_cluster
 

@@ -7,9 +7,9 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from moplace.core.graph import ROLES, SPLIT_DIMS, Edge, Op, OpGraph
+from moplace.core.synthetic import layered_dag, random_dag
 from moplace.errors import GraphError
-from moplace.graph import ROLES, SPLIT_DIMS, Edge, Op, OpGraph
-from moplace.synthetic import layered_dag, random_dag
 
 V = "V100"
 

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from moplace.cluster import Cluster
+from moplace.core.cluster import Cluster
+from moplace.core.presets import load_cluster
+from moplace.costs.linkfit import LinkFit, LinkFitError, fit_link, fit_links
 from moplace.errors import ClusterError, MoplaceError
-from moplace.linkfit import LinkFit, LinkFitError, fit_link, fit_links
-from moplace.presets import load_cluster
 
 SIZES = [2**k for k in range(10, 31, 2)]  # 1 KiB .. 1 GiB
 

@@ -4,12 +4,19 @@
 import numpy as np
 import pytest
 
+from moplace.core.cluster import Cluster
+from moplace.core.graph import Edge, Op, OpGraph
+from moplace.core.synthetic import layered_dag, random_dag
+from searchers.listsched.schedule import (
+    ListSchedInput,
+    critical_path,
+    dpos,
+    heft,
+    transfer_weights,
+    upward_rank,
+)
+
 from conftest import make_cluster
-from moplace.cluster import Cluster
-from moplace.graph import Edge, Op, OpGraph
-from moplace.synthetic import layered_dag, random_dag
-from searchers._listsched import (ListSchedInput, critical_path, dpos, heft, transfer_weights,
-                                  upward_rank)
 
 SCHEDULERS = [heft, dpos]
 
@@ -195,16 +202,16 @@ REAL = ["pipedream:vgg16", "pipedream:resnet50", "pipedream:gnmt",
 
 @pytest.fixture(scope="module")
 def real_problems():
+    from moplace.core.presets import load_cluster
     from moplace.io import load_graph
-    from moplace.presets import load_cluster
     clusters = [load_cluster("4xV100-NVLink"), load_cluster("8xV100-16GB-NVLink")]
     return [(load_graph(name), cl) for name in REAL for cl in clusters]
 
 
 @pytest.mark.parametrize("sched", SCHEDULERS)
 def test_real_graphs_give_valid_strategies(sched, real_problems):
-    from moplace.simulator import simulate
-    from moplace.strategy import Strategy
+    from moplace.core.strategy import Strategy
+    from moplace.simulator.engine import simulate
     for g, cl in real_problems:
         inp = ListSchedInput.from_problem(g, cl)
         r = sched(inp)

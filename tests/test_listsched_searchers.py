@@ -3,12 +3,11 @@
 import numpy as np
 import pytest
 
-import searchers  # noqa: F401
 from moplace import list_bundled, load_cluster, load_graph
-from moplace.problem import Problem
-from moplace.search import search
-from moplace.searcher import make_searcher
-from searchers._listsched import ListSchedInput, dpos
+from moplace.optimize.driver import search
+from moplace.optimize.plugins import make_searcher
+from moplace.optimize.problem import Problem
+from searchers.listsched import ListSchedInput, dpos
 
 CLUSTERS = ["4xV100-NVLink", "8xV100-16GB-NVLink"]
 
@@ -37,7 +36,7 @@ def test_dpos_memory_model_is_conservative(name, cluster):
     # DPOS calls feasible must be feasible when simulated
     problem = Problem(load_graph(name), cluster)
     result = dpos(ListSchedInput.from_problem(problem.graph, cluster, problem.costs))
-    from moplace.strategy import Strategy
+    from moplace.core.strategy import Strategy
     ev = problem.evaluate(Strategy(result.placement, result.priority()))
     if result.feasible:
         assert ev.feasible
@@ -64,9 +63,9 @@ def test_scheduler_estimate_agrees_with_the_simulator(searcher):
 
 
 def test_seeds_put_everything_on_one_device_of_each_kind():
-    from moplace.baselines import memory_priority
-    from moplace.tiny import tiny_instance
-    from searchers._listsched import heuristic_strategies
+    from moplace.core.baselines import memory_priority
+    from moplace.optimize.tiny import tiny_instance
+    from searchers.listsched import heuristic_strategies
 
     vgg = Problem(load_graph("pipedream:vgg16"), load_cluster("4xV100-NVLink"))
     mixed = tiny_instance(1, 5)  # a P100 and two A100s of different memory sizes

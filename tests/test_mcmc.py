@@ -3,15 +3,14 @@
 import numpy as np
 import pytest
 
-from conftest import make_cluster
-from moplace.baselines import BASELINES, baseline
+from moplace.core.baselines import BASELINES, baseline
 from moplace.errors import MoplaceError
-from moplace.problem import Problem
-from moplace.search import search
-from moplace.searcher import make_searcher
+from moplace.optimize.driver import search
+from moplace.optimize.plugins import make_searcher
+from moplace.optimize.problem import Problem
 from searchers.mcmc import FRONTIER_FLOOR, McmcSearcher, spread_weights
 
-
+from conftest import make_cluster
 
 
 def test_registered_and_settings():
@@ -114,7 +113,7 @@ def test_chains_restart_from_their_best(small):
 
 
 def test_done_when_no_move_can_change_anything():
-    from moplace.graph import Op, OpGraph
+    from moplace.core.graph import Op, OpGraph
     p = Problem(OpGraph([Op("a", compute={"V100": 1e-3})]), make_cluster(1))
     result = search(p, McmcSearcher(), budget=50, seed=0)
     assert result.n_evaluations == 1
@@ -169,8 +168,8 @@ def test_stalled_chains_make_compound_moves(small):
 
 def _tiny_tight():
     """A tiny problem whose single-device placement does not fit in topological order but
-    does in another order (instance 0 of `moplace.tiny`, seed 0)."""
-    from moplace.tiny import tiny_instance
+    does in another order (instance 0 of `moplace.optimize.tiny`, seed 0)."""
+    from moplace.optimize.tiny import tiny_instance
     return tiny_instance(0, 0)
 
 

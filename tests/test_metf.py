@@ -7,14 +7,15 @@ import time
 import numpy as np
 import pytest
 
+from moplace.core.cluster import Cluster
+from moplace.core.graph import OpGraph
+from moplace.core.strategy import Strategy
+from moplace.core.synthetic import layered_dag, random_dag
+from moplace.optimize.problem import Problem
+from searchers.listsched import ListSchedInput, dpos, heft
+from searchers.listsched import metf
+
 from conftest import make_cluster
-from moplace.cluster import Cluster
-from moplace.graph import OpGraph
-from moplace.problem import Problem
-from moplace.strategy import Strategy
-from moplace.synthetic import layered_dag, random_dag
-from searchers._listsched import ListSchedInput, dpos, heft
-from searchers._metf import metf
 from test_listsched import _with_capacity, check_schedule, graph
 
 
@@ -151,8 +152,7 @@ def test_empty_one_op_and_one_device():
 
 
 def test_searcher_is_registered():
-    import searchers  # noqa: F401
-    from moplace.searcher import make_searcher
+    from moplace.optimize.plugins import make_searcher
     from searchers.listsched import MetfSearcher
     s = make_searcher("m-etf")
     assert isinstance(s, MetfSearcher) and s.name == "m-etf"
@@ -172,8 +172,8 @@ def test_speed_on_10k_ops_8_devices():
 @pytest.mark.parametrize("cluster_name", ["4xV100-NVLink", "8xV100-16GB-NVLink"])
 @pytest.mark.parametrize("graph_name", ["pipedream:vgg16", "pipedream:resnet50"])
 def test_real_graphs_report_against_data_parallel_and_dpos(graph_name, cluster_name):
+    from moplace.core.presets import load_cluster
     from moplace.io import load_graph
-    from moplace.presets import load_cluster
     problem = Problem(load_graph(graph_name), load_cluster(cluster_name))
     inp = ListSchedInput.from_problem(problem.graph, problem.cluster, problem.costs)
     runs = {}

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from moplace.core.graph import Op, OpGraph
 from moplace.errors import FormatError, GraphError
-from moplace.graph import Op, OpGraph
 from moplace.io import list_bundled, load_graph, load_native, save_graph
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "graph-format.md"

@@ -4,17 +4,25 @@ import numpy as np
 import pytest
 
 import moplace
-from conftest import make_cluster
-from moplace.archive import ParetoArchive
+from moplace.core.synthetic import layered_dag
 from moplace.errors import MoplaceError
-from moplace.hypervolume import normalized_hypervolume
-from moplace.problem import Problem
-from moplace.search import Budget, search
-from moplace.searcher import make_searcher
-from moplace.synthetic import layered_dag
-from searchers._operators import GenomeStructure, MutationRates, mutate, normalized_priority, \
-    random_genomes, repair, segment_crossover
+from moplace.optimize.archive import ParetoArchive
+from moplace.optimize.driver import Budget, search
+from moplace.optimize.hypervolume import normalized_hypervolume
+from moplace.optimize.plugins import make_searcher
+from moplace.optimize.problem import Problem
 from searchers.nsga2 import Nsga2Searcher
+from searchers.nsga2.operators import (
+    GenomeStructure,
+    MutationRates,
+    mutate,
+    normalized_priority,
+    random_genomes,
+    repair,
+    segment_crossover,
+)
+
+from conftest import make_cluster
 
 BUDGET = 600
 DEFAULT_BUDGET = 2000  # the CLI's default, "the same budget" the multi-objective issue means

@@ -4,14 +4,15 @@ import numpy as np
 import optuna
 import pytest
 
-from conftest import make_cluster
-from moplace.baselines import baseline
+from moplace.core.baselines import baseline
+from moplace.core.synthetic import layered_dag
 from moplace.errors import MoplaceError
-from moplace.problem import Problem
-from moplace.search import search
-from moplace.searcher import make_searcher
-from moplace.synthetic import layered_dag
-from searchers.optuna_search import OptunaSearcher, _storage, _unit_rank
+from moplace.optimize.driver import search
+from moplace.optimize.plugins import make_searcher
+from moplace.optimize.problem import Problem
+from searchers.optuna_search import OptunaSearcher, open_storage, unit_rank
+
+from conftest import make_cluster
 
 COMPLETE, RUNNING = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING
 
@@ -34,8 +35,8 @@ def test_registered_names_and_bad_settings():
 
 def test_unit_rank_keeps_order_and_ties():
     p = np.array([-3.0, 5.0, -3.0, 0.0])
-    np.testing.assert_array_equal(_unit_rank(p), [0.0, 1.0, 0.0, 0.5])
-    assert _unit_rank(np.array([])).size == 0 and np.all(_unit_rank(np.ones(3)) == 0)
+    np.testing.assert_array_equal(unit_rank(p), [0.0, 1.0, 0.0, 0.5])
+    assert unit_rank(np.array([])).size == 0 and np.all(unit_rank(np.ones(3)) == 0)
 
 
 def test_heuristics_are_the_first_trials_and_simulate_as_themselves(small):
@@ -84,7 +85,7 @@ def _resume(storage, problem):
     s1, s2 = OptunaSearcher(**kw), OptunaSearcher(**kw)
     first = search(problem, s1, budget=60, seed=0)
     assert first.n_evaluations == 60
-    study = optuna.load_study(study_name="resume-me", storage=_storage(storage))
+    study = optuna.load_study(study_name="resume-me", storage=open_storage(storage))
     done = {t.number: t.values for t in study.get_trials(states=(COMPLETE,))}
     running = [t.number for t in study.get_trials(states=(RUNNING,))]
     # 8 asked in the last batch, 4 evaluated; trials of strategies simulated before are told
@@ -93,7 +94,7 @@ def _resume(storage, problem):
 
     second = search(problem, s2, budget=60, seed=1)
     assert second.n_evaluations == 60  # the budget counts only new evaluations
-    study = optuna.load_study(study_name="resume-me", storage=_storage(storage))
+    study = optuna.load_study(study_name="resume-me", storage=open_storage(storage))
     complete = study.get_trials(states=(COMPLETE,))
     known = s1.known_taken + s2.known_taken
     assert len(complete) == 120 + known
@@ -134,7 +135,7 @@ def test_beats_random_search_on_vgg16(name, vgg, vgg_random_hv):
 
 
 def test_trials_simulated_before_are_told_from_memory():
-    from moplace.tiny import tiny_instance
+    from moplace.optimize.tiny import tiny_instance
 
     p = tiny_instance(0, 2)
     s = OptunaSearcher(sampler="tpe", known_trials=8)
@@ -157,7 +158,7 @@ def test_trials_simulated_before_are_told_from_memory():
 
 
 def test_polish_trials_are_new_neighbours_of_earlier_trials():
-    from moplace.tiny import tiny_instance
+    from moplace.optimize.tiny import tiny_instance
     from searchers.optuna_search import POLISH_SHARE
 
     p = tiny_instance(0, 11)
@@ -195,7 +196,7 @@ def test_polish_trials_are_new_neighbours_of_earlier_trials():
                 prio = np.array([q[f"p{i}"] for i in range(len(p.graph.ops))])
                 standard = [s._fixed_priority, s._memory_priority,
                             s._upward_rank(parent.placement)]
-                if any(np.array_equal(prio, _unit_rank(x)) for x in standard):
+                if any(np.array_equal(prio, unit_rank(x)) for x in standard):
                     kinds["order"] += 1
                     break
         else:

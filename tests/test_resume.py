@@ -8,15 +8,15 @@ import signal
 import numpy as np
 import pytest
 
-import searchers  # noqa: F401
-from conftest import make_cluster
-from moplace.checkpoint import read_meta
 from moplace.cli import main
+from moplace.core.graph import OpGraph
 from moplace.errors import MoplaceError
-from moplace.graph import OpGraph
-from moplace.problem import Problem
-from moplace.search import Budget, Callback, search
-from moplace.searcher import make_searcher
+from moplace.optimize.checkpoint import read_meta
+from moplace.optimize.driver import Budget, Callback, search
+from moplace.optimize.plugins import make_searcher
+from moplace.optimize.problem import Problem
+
+from conftest import make_cluster
 
 BUDGET = 96
 SETTINGS = {  # small populations and batches: several batches within the budget

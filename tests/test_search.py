@@ -5,14 +5,14 @@ import json
 import numpy as np
 import pytest
 
-import searchers  # noqa: F401
-from conftest import make_cluster
 from moplace.cli import main
+from moplace.core.synthetic import layered_dag
 from moplace.errors import MoplaceError
-from moplace.problem import Limits, Problem
-from moplace.search import Budget, Callback, search
-from moplace.searcher import make_searcher
-from moplace.synthetic import layered_dag
+from moplace.optimize.driver import Budget, Callback, search
+from moplace.optimize.plugins import make_searcher
+from moplace.optimize.problem import Limits, Problem
+
+from conftest import make_cluster
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,24 @@ def test_cli_bad_settings_are_refused_before_any_work(capsys, cmd, sets, message
 
 def test_searchers_lists_names_and_settings(capsys):
     assert main(["searchers"]) == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
-    assert "pop_size" in lines["nsga2"] and "temperature" in lines["mcmc"]
-    assert "sampler" not in lines["optuna-tpe"]  # fixed by the name
-    assert lines["heft"].strip() == "heft"
+    blocks = {b.split()[0]: b for b in capsys.readouterr().out.strip().split("\n\n")}
+    assert blocks["nsga2"].splitlines()[0].startswith("nsga2  (moplace ")
+    assert "pop_size         int = 100" in blocks["nsga2"]
+    assert "population, and offspring per generation." in blocks["nsga2"]
+    assert "temperature" in blocks["mcmc"]
+    settings = [line.split()[0] for line in blocks["optuna-tpe"].splitlines()[2:]
+                if line.startswith("    ") and not line.startswith("      ")]
+    assert "storage" in settings and "sampler" not in settings  # fixed by the name
+    assert "polish" in blocks["optuna-tpe"] and "= 32" in blocks["optuna-tpe"]
+    assert len(blocks["heft"].splitlines()) == 2  # name and origin, summary: no settings
+
+
+def test_searchers_json_describes_every_setting(capsys):
+    assert main(["searchers", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    by_name = {s["name"]: s for s in out["searchers"]}
+    nsga2 = {s["name"]: s for s in by_name["nsga2"]["settings"]}
+    assert nsga2["pop_size"] == {"name": "pop_size", "type": "int", "required": False,
+                                 "default": 100, "meaning": "population, and offspring per generation."}
+    assert by_name["mcmc"]["target"] == "searchers.mcmc:McmcSearcher"
+    assert all(s["meaning"] for e in out["searchers"] for s in e["settings"])

@@ -5,11 +5,12 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from moplace.core.graph import Op, OpGraph
+from moplace.core.strategy import Split, Strategy
+from moplace.core.synthetic import layered_dag, random_dag
+from moplace.simulator.engine import simulate
+
 from conftest import make_cluster
-from moplace.graph import Op, OpGraph
-from moplace.simulator import simulate
-from moplace.strategy import Split, Strategy
-from moplace.synthetic import layered_dag, random_dag
 
 V = "V100"
 
@@ -95,7 +96,7 @@ class TestSplits:
 
     @pytest.mark.parametrize("n", [2, 4, 8])
     def test_data_parallel_is_compute_over_n_plus_allreduce(self, n):
-        from moplace.costmodel import DEFAULT_SPLIT_OVERHEAD_S as ovh
+        from moplace.costs.costmodel import DEFAULT_SPLIT_OVERHEAD_S as ovh
         bw, lat, params = 1e9, 1e-5, 10**6
         cl = make_cluster(n, bandwidth=bw, latency=lat)
         g = self.layer(params=params)
@@ -215,6 +216,6 @@ def test_measured_part_profile_sets_the_duration_of_split_parts():
     cl = make_cluster(2)
     split = {0: Split("batch", (0, 1))}
     assert simulate(OpGraph([measured]), cl, Strategy([0], splits=split)).makespan == 5.0
-    from moplace.costmodel import DEFAULT_SPLIT_OVERHEAD_S
+    from moplace.costs.costmodel import DEFAULT_SPLIT_OVERHEAD_S
     assert simulate(OpGraph([estimated]), cl, Strategy([0], splits=split)).makespan == \
         pytest.approx(4.0 + DEFAULT_SPLIT_OVERHEAD_S)

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from moplace.stats import kendall_tau, median_abs_relative_error, relative_errors
+from moplace.review.stats import kendall_tau, median_abs_relative_error, relative_errors
 
 
 def test_kendall_tau_orders():

@@ -6,15 +6,16 @@ import math
 import numpy as np
 import pytest
 
-from conftest import make_cluster
-from moplace.baselines import BASELINES, baseline, topological_priority
+from moplace.core.baselines import BASELINES, baseline, topological_priority
+from moplace.core.genome import GenomeSpace
+from moplace.core.graph import Op, OpGraph
+from moplace.core.presets import load_cluster
+from moplace.core.strategy import Split, SplitTable, Strategy, spread_groups
 from moplace.errors import FormatError, MoplaceError, StrategyError
-from moplace.genome import GenomeSpace
-from moplace.graph import Op, OpGraph
 from moplace.io import load_graph
-from moplace.presets import load_cluster
-from moplace.strategy import Split, SplitTable, Strategy, spread_groups
-from moplace.strategy_io import load_strategy, save_strategy, strategy_from_json, strategy_to_json
+from moplace.io.strategies import load_strategy, save_strategy, strategy_from_json, strategy_to_json
+
+from conftest import make_cluster
 
 V = "V100"
 
@@ -453,8 +454,8 @@ class TestGenome:
 
 
 def _vgg_problem():
-    from moplace.presets import load_cluster
-    from moplace.problem import Problem
+    from moplace.core.presets import load_cluster
+    from moplace.optimize.problem import Problem
     return Problem(load_graph("pipedream:vgg16"), load_cluster("4xV100-NVLink"))
 
 

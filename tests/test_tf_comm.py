@@ -15,7 +15,6 @@ import textwrap
 import warnings
 
 import pytest
-
 import tensorflow  # noqa: E402,F401  (the test extra installs it; a missing install must fail)
 
 from moplace.errors import MoplaceError  # noqa: E402

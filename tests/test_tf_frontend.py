@@ -155,8 +155,8 @@ class TestErrors:
             runner.step()
 
     def test_graph_without_source_cannot_be_applied(self):
+        from moplace.core.synthetic import layered_dag
         from moplace.errors import MoplaceError
-        from moplace.synthetic import layered_dag
         with pytest.raises(MoplaceError, match="does not say which model"):
             rebuild_traced(layered_dag(10, width=2))
 

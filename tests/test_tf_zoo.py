@@ -7,14 +7,12 @@ once per module (the `built` fixture) and shared by the tests that only read or 
 import math
 import textwrap
 
+import keras  # noqa: E402
 import numpy as np
 import pytest
-
-import moplace.tf  # noqa: F401 - sets TensorFlow's environment before it is first imported
-
-import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import moplace.tf  # noqa: F401 - sets TensorFlow's environment before it is first imported
 from moplace.errors import FormatError, MoplaceError  # noqa: E402
 from moplace.tf.modelfile import load_setup  # noqa: E402
 from moplace.tf.zoo import ZOO, TrainingSetup  # noqa: E402

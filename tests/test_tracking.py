@@ -2,13 +2,13 @@
 
 import pytest
 
-import searchers  # noqa: F401
+from moplace.core.synthetic import layered_dag
+from moplace.optimize.driver import Callback, search
+from moplace.optimize.plugins import make_searcher
+from moplace.optimize.problem import Problem
+from moplace.review.tracking import MLflowCallback
+
 from conftest import make_cluster
-from moplace.problem import Problem
-from moplace.search import Callback, search
-from moplace.searcher import make_searcher
-from moplace.synthetic import layered_dag
-from moplace.tracking import MLflowCallback
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..core.graph import OpGraph
 from ..errors import FormatError
-from ..graph import OpGraph
 from .bundled import bundled_path, is_bundled_spec, known_names_text, list_bundled
 from .dnnpart import load_dnn_partitioning
 from .native import FORMAT as NATIVE_FORMAT

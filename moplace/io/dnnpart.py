@@ -10,8 +10,8 @@ import re
 import statistics
 from pathlib import Path
 
+from ..core.graph import Edge, Op, OpGraph
 from ..errors import FormatError
-from ..graph import Edge, Op, OpGraph
 from .bundled import bundled_source
 from .native import read_json
 

@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from types import MappingProxyType
 
+from ..core.graph import ROLES, SPLIT_DIMS, Edge, Op, OpGraph
 from ..errors import FormatError, GraphError
-from ..graph import ROLES, SPLIT_DIMS, Edge, Op, OpGraph
 
 FORMAT = "moplace-graph"
 VERSION = 1

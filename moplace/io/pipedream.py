@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.graph import Edge, Op, OpGraph
 from ..errors import FormatError
-from ..graph import Edge, Op, OpGraph
 from .bundled import bundled_source
 
 KEYS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.graph import OpGraph
+from ..core.strategy import Strategy
 from ..errors import MoplaceError
-from ..graph import OpGraph
-from ..simulator import Trace
-from ..strategy import Strategy
+from ..simulator.engine import Trace
 from .profile import quiet_stderr
 from .session import StepRunner, session_config
 from .trace import TracedStep

@@ -25,8 +25,8 @@ import statistics
 import time
 import warnings
 
-from ..cluster import Cluster
-from ..linkfit import LinkFit, LinkFitError, fit_link
+from ..core.cluster import Cluster
+from ..costs.linkfit import LinkFit, LinkFitError, fit_link
 from ._tf import tf
 from .devices import DeviceSetupError, host_cluster
 

@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from ..graph import Edge, Op, OpGraph
+from ..core.graph import Edge, Op, OpGraph
 from ._tf import tf
 from .trace import TracedStep
 

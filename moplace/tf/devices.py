@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..cluster import KIND_SPEED, Cluster, Device, kind_speed
+from ..core.cluster import KIND_SPEED, Cluster, Device, kind_speed
 from ..errors import MoplaceError
 from ._tf import tf
 

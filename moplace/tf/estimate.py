@@ -1,17 +1,17 @@
 """Analytical costs of a traced step's nodes on device kinds the user does not have.
 
-Each TensorFlow op becomes a `moplace.analytic.OpShape` (data inputs and outputs with their
+Each TensorFlow op becomes a `moplace.costs.analytic.OpShape` (data inputs and outputs with their
 shapes, the attributes the cost rules read); an optimizer apply also gets the size of the
 variable it updates, which its resource input does not show.
 """
 
 from __future__ import annotations
 
-from ..analytic import OpShape, estimate_seconds
+from ..costs.analytic import OpShape, estimate_seconds
 from ._tf import tf
 from .trace import TracedStep
 
-#: Attributes the analytical rules read (see moplace.analytic).
+#: Attributes the analytical rules read (see moplace.costs.analytic).
 ATTRS = ("data_format", "strides", "padding", "ksize", "dilations", "transpose_a",
          "transpose_b", "adj_x", "adj_y", "is_training", "equation")
 

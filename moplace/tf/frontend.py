@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.graph import OpGraph
+from ..core.strategy import Strategy
 from ..errors import MoplaceError
-from ..graph import OpGraph
-from ..simulator import simulate
-from ..strategy import Strategy
+from ..simulator.engine import simulate
 from .apply import ApplyResult, apply_strategy
 from .devices import available_devices, device_kind, host_cluster
 from .modelfile import load_setup
@@ -83,7 +83,7 @@ def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1,
                      "nested_nodes_credited": profile.nested_nodes,
                      "tracing_correction": profile.tracing_correction,
                      "part_counts": sorted(parts)},
-        "estimated": {k: "roofline from op shapes (moplace.analytic)" for k in estimate_kinds}})
+        "estimated": {k: "roofline from op shapes (moplace.costs.analytic)" for k in estimate_kinds}})
     cluster = host_cluster(devices)
     if measure_links and len(devices) > 1:
         from .commprofile import profile_cluster

@@ -1,0 +1,57 @@
+"""The ``moplace`` command line.
+
+    moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE | --baseline NAME|all) [--json]
+    moplace search GRAPH --cluster C --searcher NAME [--set K=V] [--budget N | --time 60s] [--checkpoint F] [--json]
+    moplace compare GRAPH --cluster C --searchers a,b [--set NAME.K=V] [--budget N | --time 60s] [--json]
+    moplace searchers
+    moplace clusters
+    moplace graphs
+    moplace profile MODEL_OR_PY --batch N [--device-count K] -o graph.json   (TensorFlow)
+    moplace apply GRAPH (--strategy FILE | --baseline NAME) --steps N [--json] (TensorFlow)
+    moplace zoo
+
+User errors print one line on stderr and exit 2; no tracebacks. One module per command group:
+`evaluate`, `search` (search, compare), `catalog` (graphs, clusters, searchers) and `tf` (the
+TensorFlow front end); each imports what its commands need only when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .. import __version__
+from ..errors import MoplaceError
+from . import catalog, evaluate, search, tf
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return code
+    except BrokenPipeError:  # the reader went away (`moplace graphs | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except MoplaceError as exc:
+        print(f"moplace: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("moplace: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="moplace", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"moplace {__version__}")
+    sub = p.add_subparsers(dest="command")
+    for group in (evaluate, search, catalog, tf):  # each module registers its command group
+        group.add_commands(sub)
+    return p

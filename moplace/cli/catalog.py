@@ -1,0 +1,81 @@
+"""The catalogue commands: what moplace has to offer, before any work.
+
+    moplace graphs       bundled profiled graphs: size, profiled device, compute per step
+    moplace clusters     preset clusters: devices, memory, links
+    moplace searchers    registered searchers: origin, summary, settings [--json]
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+
+def add_commands(sub) -> None:
+    """Register ``graphs``, ``clusters`` and ``searchers`` on the CLI's subparsers."""
+    gr = sub.add_parser("graphs", help="list the bundled profiled graphs")
+    gr.set_defaults(run=_graphs)
+    cl = sub.add_parser("clusters", help="list the preset clusters")
+    cl.set_defaults(run=_clusters)
+    ls = sub.add_parser("searchers", help="list the registered searchers and their settings")
+    ls.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    ls.set_defaults(run=_searchers)
+
+
+def _clusters(args) -> int:
+    from ..core.presets import list_presets, load_cluster
+
+    for name in list_presets():
+        print(load_cluster(name).describe())
+        print()
+    return 0
+
+
+def _graphs(args) -> int:
+    from ..io import list_bundled, load_graph
+
+    print(f"{'graph':<42} {'ops':>6} {'edges':>6} {'profiled on':>11} {'compute ms':>11}")
+    for name in list_bundled():
+        g = load_graph(name)
+        kind = g.metadata.get("profiled_on", "?")
+        print(f"{name:<42} {len(g.ops):>6} {len(g.edges):>6} {kind:>11} "
+              f"{g.total_compute(kind) * 1e3:>11.1f}")
+    return 0
+
+
+def _searchers(args) -> int:
+    from ..optimize.plugins import REQUIRED, SEARCHERS
+
+    infos = [SEARCHERS.info(name) for name in SEARCHERS.names()]
+    if args.json:
+        print(json.dumps({"searchers": [
+            {"name": i.name, "origin": i.origin, "target": i.target, "summary": i.summary,
+             "settings": [{"name": s.name, "type": s.type, "required": s.default is REQUIRED,
+                           "default": None if s.default is REQUIRED else _jsonable(s.default),
+                           "meaning": s.doc} for s in i.settings]} for i in infos]}))
+        return 0
+    for k, info in enumerate(infos):
+        if k:
+            print()
+        print(f"{info.name}  ({info.origin})")
+        print(f"  {info.summary}")
+        width = max((len(s.name) for s in info.settings), default=0)
+        for s in info.settings:
+            shown = "required" if s.default is REQUIRED else f"= {s.default!r}"
+            print(f"    {s.name:<{width}}  {s.type} {shown}".rstrip())
+            if s.doc:
+                pad = " " * (width + 6)
+                print(textwrap.fill(s.doc, 100, initial_indent=pad, subsequent_indent=pad))
+    print("\npass a setting with --set KEY=VALUE (search) or --set NAME.KEY=VALUE (compare)")
+    return 0
+
+
+def _jsonable(value):
+    """``value`` as strict JSON can hold it: tuples as lists, anything else odd as its repr."""
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float) and value == value and abs(value) != float("inf"):
+        return value
+    return repr(value)

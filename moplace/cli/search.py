@@ -1,0 +1,240 @@
+"""The ``search`` and ``compare`` commands of the CLI.
+
+    moplace search GRAPH --cluster C --searcher NAME [--budget 2000 | --time 60s] [--seed K]
+                   [--out DIR] [--json] [--no-mlflow] [--tracking-uri URI] [--checkpoint FILE]
+    moplace compare GRAPH --cluster C --searchers a,b,c [--budget N | --time T] [--seed K] [--json]
+
+``--set KEY=VALUE`` (``--set NAME.KEY=VALUE`` in compare) passes a setting to a searcher, e.g.
+``--set pop_size=50`` for nsga2; a setting the searcher does not have is refused with its list.
+
+``--checkpoint FILE`` writes the search's state to FILE while it runs (every 30 s and at the
+end, Ctrl-C included); when FILE exists the search continues from it (same graph, cluster,
+searcher and seed; the budget counts every run's evaluations and seconds together), so
+running the same command again after Ctrl-C finishes the search without losing a point.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+
+from ..errors import MoplaceError
+from ..optimize.driver import Budget, Callback
+
+GIB = 2.0 ** 30
+
+
+def add_commands(sub) -> None:
+    """Register ``search`` and ``compare`` on the CLI's subparsers."""
+    s = sub.add_parser("search", help="search the trade-off front of strategies")
+    _problem_and_budget(s, per="")
+    s.add_argument("--searcher", required=True, help="searcher name (see `moplace searchers`)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a searcher setting, e.g. --set pop_size=50 (repeatable; VALUE is JSON "
+                        "or a plain word; `moplace searchers` lists the settings)")
+    s.add_argument("--out", default=".", help="directory for front.json (default: here)")
+    s.add_argument("--checkpoint", metavar="FILE",
+                   help="continue from FILE if it exists; write the search's state to it while "
+                        "running (Ctrl-C included)")
+    s.set_defaults(run=_search)
+    c = sub.add_parser("compare", help="run several searchers on the same budget, one table")
+    _problem_and_budget(c, per=" per searcher")
+    c.add_argument("--searchers", required=True, help="comma-separated names, e.g. heft,dpos,random")
+    c.add_argument("--set", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="a setting of searcher NAME, e.g. --set nsga2.pop_size=50 (repeatable)")
+    c.set_defaults(run=_compare)
+
+
+def _problem_and_budget(p, per: str) -> None:
+    """The options `search` and `compare` share: problem, budget, seed, output, MLflow."""
+    p.add_argument("graph", help="graph file or bundled name (see `moplace graphs`)")
+    p.add_argument("--cluster", required=True, help="preset name or TOML file")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--budget", type=int, help=f"evaluations{per} (default 2000)")
+    how.add_argument("--time", help=f"wall time{per}, e.g. 60s, 5m")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
+                   "else sqlite:///mlflow.db here)")
+
+
+def _search(args) -> int:
+    from ..core.presets import load_cluster
+    from ..io import load_graph
+    from ..io.fronts import point_json, save_result
+    from ..optimize.driver import search
+    from ..optimize.plugins import make_searcher
+    from ..optimize.problem import Problem
+
+    budget = _budget(args)
+    searcher = make_searcher(args.searcher, **parse_settings(args.set))
+    problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
+    callbacks = [] if args.json else [_Progress()]
+    if not args.no_mlflow:
+        from ..review.tracking import MLflowCallback
+        callbacks.append(MLflowCallback(args.tracking_uri))
+    if args.checkpoint and not args.json:
+        resumed = _resuming(args.checkpoint, problem, searcher, args.seed, budget)
+        if resumed:
+            print(resumed, flush=True)
+    result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
+                    checkpoint=args.checkpoint)
+    path = save_result(result, args.out)
+    if args.checkpoint and result.status == "interrupted":
+        from ..optimize.checkpoint import read_meta
+
+        n = read_meta(args.checkpoint)["n_evaluations"]
+        print(f"checkpoint {args.checkpoint} holds {n} evaluations; run the same command again "
+              f"(same graph, cluster, searcher, seed and --checkpoint {args.checkpoint}) to "
+              f"continue", file=sys.stderr)
+    if args.json:
+        extra = {"checkpoint": args.checkpoint, "resumed_from": result.resumed_from} \
+            if args.checkpoint else {}
+        print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
+                          "searcher": result.searcher, "settings": searcher.settings(),
+                          "seed": result.seed, "status": result.status, **extra,
+                          "evaluations": result.n_evaluations, "seconds": result.seconds,
+                          "hypervolume": result.hypervolume, "feasible_found": result.feasible_found,
+                          "front": [{k: v for k, v in point_json(pt, problem).items() if k != "strategy"}
+                                    for pt in result.front], "front_file": str(path)}))
+        return 0
+    print(f"{result.searcher} on {problem.graph.name} / {problem.cluster.name}: "
+          f"{result.n_evaluations} evaluations in {result.seconds:.1f} s ({result.status}), "
+          f"hypervolume {result.hypervolume:.4f}")
+    rows = result.front or result.infeasible
+    if not result.front:
+        print("no feasible strategy found; the least-violating ones:")
+    print(f"{'#':>3} {'runtime ms':>11} {'peak comm GiB':>14} {'peak mem GiB':>13}  feasible")
+    for k, pt in enumerate(rows):
+        v = dict(zip(problem.objectives, pt.values.tolist()))
+        print(f"{k:>3} {v.get('runtime', 0) * 1e3:>11.3f} {v.get('peak_communication', 0) / GIB:>14.3f} "
+              f"{v.get('peak_memory', 0) / GIB:>13.3f}  "
+              f"{'yes' if pt.feasible else f'no ({pt.evaluation.violation / GIB:.3f} GiB over)'}")
+    print(f"wrote {path} (evaluate a point with: moplace evaluate ... --strategy {path} --point K)")
+    estimate = getattr(searcher, "estimated_makespan", None)
+    if estimate and result.front + result.infeasible:
+        simulated = (result.front + result.infeasible)[0].values[0]
+        flag = "" if abs(simulated / estimate - 1) <= 0.05 else "  (they disagree by more than 5%)"
+        print(f"the scheduler's own makespan estimate: {estimate * 1e3:.3f} ms, simulated: "
+              f"{simulated * 1e3:.3f} ms{flag}")
+    tracker = next((cb for cb in callbacks if hasattr(cb, "run_id")), None)
+    if tracker is not None:
+        print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri}")
+    return 0
+
+
+def _resuming(path, problem, searcher, seed, budget) -> str | None:
+    """The line saying the search continues from checkpoint ``path`` (None: a new search);
+    checks that the checkpoint belongs to this search first."""
+    from pathlib import Path
+
+    from ..optimize.checkpoint import check, read_meta, run_key
+
+    if not Path(path).is_file():
+        return None
+    meta = read_meta(path)
+    check(meta, run_key(problem, searcher, seed), path)
+    n, elapsed = int(meta["n_evaluations"]), float(meta["elapsed"])
+    spent = (budget.evaluations is not None and n >= budget.evaluations) or \
+        (budget.seconds is not None and elapsed >= budget.seconds)
+    return (f"resumed from {path}: {n} evaluations in {elapsed:.1f} s done"
+            + ("; the budget is spent, nothing left to do" if spent else ""))
+
+
+def _compare(args) -> int:
+    from ..core.presets import load_cluster
+    from ..io import load_graph
+    from ..optimize.driver import search
+    from ..optimize.plugins import make_searcher
+    from ..optimize.problem import Problem
+
+    names = [n.strip() for n in args.searchers.split(",") if n.strip()]
+    if not names:
+        raise MoplaceError("--searchers needs at least one name")
+    per_searcher = parse_settings(args.set, names)
+    searchers = [make_searcher(n, **per_searcher.get(n, {})) for n in names]  # fail before work
+    budget = _budget(args)
+    problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
+    rows = []
+    for name, searcher in zip(names, searchers):
+        callbacks = []
+        if not args.no_mlflow:
+            from ..review.tracking import MLflowCallback
+            callbacks.append(MLflowCallback(args.tracking_uri))
+        r = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
+        best = [min(p.values[k] for p in r.front) if r.front else None
+                for k in range(len(problem.objectives))]
+        rows.append({"searcher": name, "evaluations": r.n_evaluations, "seconds": r.seconds,
+                     "front_size": len(r.front), "hypervolume": r.hypervolume,
+                     **{f"best_{o}": b for o, b in zip(problem.objectives, best)}})
+    if args.json:
+        print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
+                          "budget_evaluations": budget.evaluations, "budget_seconds": budget.seconds,
+                          "seed": args.seed, "results": rows}))
+        return 0
+    print(f"{problem.graph.name} on {problem.cluster.name}, budget "
+          f"{budget.evaluations or f'{budget.seconds:g} s'} per searcher, seed {args.seed}")
+    print(f"{'searcher':<14} {'evals':>6} {'front':>6} {'hypervolume':>12} {'runtime ms':>11} "
+          f"{'comm GiB':>9} {'mem GiB':>8} {'time s':>7}")
+    fmt = (lambda v, scale: f"{v * scale:.3f}" if v is not None else "-")
+    for r in rows:
+        print(f"{r['searcher']:<14} {r['evaluations']:>6} {r['front_size']:>6} "
+              f"{r['hypervolume']:>12.4f} {fmt(r.get('best_runtime'), 1e3):>11} "
+              f"{fmt(r.get('best_peak_communication'), 1 / GIB):>9} "
+              f"{fmt(r.get('best_peak_memory'), 1 / GIB):>8} {r['seconds']:>7.2f}")
+    return 0
+
+
+def _budget(args) -> Budget:
+    if args.time:
+        return Budget(evaluations=None, seconds=parse_seconds(args.time))
+    return Budget(evaluations=2000 if args.budget is None else args.budget)
+
+
+def parse_settings(items, names=None) -> dict:
+    """``--set`` values -> settings. ``KEY=VALUE`` -> {KEY: VALUE} for `search`; with ``names``
+    (`compare`) ``NAME.KEY=VALUE`` -> {NAME: {KEY: VALUE}}, NAME one of ``names``. VALUE is
+    read as JSON (``50``, ``0.1``, ``true``, ``[0.4, 0.3, 0.3]``, ``null``), else kept as text."""
+    out: dict = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise MoplaceError(f"--set wants KEY=VALUE, got {item!r}")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        if names is None:
+            out[key] = value
+            continue
+        name, dot, key = key.rpartition(".")
+        if not dot or name not in names:
+            raise MoplaceError(f"--set in compare wants NAME.KEY=VALUE with NAME one of "
+                               f"{', '.join(names)}, got {item!r}")
+        out.setdefault(name, {})[key] = value
+    return out
+
+
+def parse_seconds(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"5m"``, ``"1h"`` -> seconds; anything else is an error."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|h)?\s*", text or "")
+    if not m:
+        raise MoplaceError(f"--time must look like 60s, 5m or 1h, got {text!r}")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+class _Progress(Callback):
+    """A line on stderr every two seconds: evaluations, front size, hypervolume."""
+
+    def __init__(self, every: float = 2.0):
+        self.every, self.last = every, time.perf_counter()
+
+    def on_batch(self, result) -> None:
+        if time.perf_counter() - self.last >= self.every:
+            self.last = time.perf_counter()
+            print(f"  {result.n_evaluations} evaluations, front {len(result.front)}, "
+                  f"hypervolume {result.hypervolume:.4f}", file=sys.stderr, flush=True)

@@ -1,0 +1,150 @@
+"""The TensorFlow commands of the CLI: ``profile``, ``apply`` and ``zoo``.
+
+    moplace profile MODEL_OR_PY --batch N [--device-count K] [--steps 5] [--estimate V100,A100] -o graph.json
+    moplace apply GRAPH (--strategy FILE | --baseline NAME) [--device-count K] [--cluster C] --steps N [--json]
+
+TensorFlow is imported only when one of these runs, and the logical devices are set up before
+anything else touches TensorFlow (it fixes its devices at first use).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import MoplaceError
+
+
+def add_commands(sub) -> None:
+    """Register the front-end subcommands on the CLI's subparsers."""
+    p = sub.add_parser("profile", help="trace a Keras model's training step and measure every op")
+    p.add_argument("model", help="zoo name (see `moplace zoo`) or a .py file defining build(batch_size)")
+    p.add_argument("--batch", type=int, required=True, help="batch size")
+    p.add_argument("--device-count", type=int, default=1,
+                   help="devices to set up (logical CPUs without GPUs); with 2+ the links are measured")
+    p.add_argument("--steps", type=int, default=5, help="traced steps (after 2 warm-up steps)")
+    p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. V100,H100")
+    p.add_argument("--parts", default="", help="also profile at batch/n for these n, e.g. 2,4, "
+                   "so split parts get measured costs")
+    p.add_argument("-o", "--output", required=True, help="graph JSON to write")
+    p.set_defaults(run=_profile)
+    a = sub.add_parser("apply", help="run a strategy for real on the profiled model and time it")
+    a.add_argument("graph", help="graph JSON written by `moplace profile`")
+    how = a.add_mutually_exclusive_group(required=True)
+    how.add_argument("--strategy", help="strategy JSON file")
+    how.add_argument("--baseline", help="single, data-parallel, round-robin or layer-split")
+    a.add_argument("--device-count", type=int, help="devices (default: those it was profiled with)")
+    a.add_argument("--cluster", help="cluster for the simulated runtime (default: the measured one)")
+    a.add_argument("--steps", type=int, required=True, help="timed steps (after 2 warm-up steps)")
+    a.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    a.set_defaults(run=_apply)
+    z = sub.add_parser("zoo", help="list the models `moplace profile` knows by name")
+    z.set_defaults(run=_zoo)
+
+
+def _profile(args) -> int:
+    for flag, value in (("--batch", args.batch), ("--device-count", args.device_count),
+                        ("--steps", args.steps)):
+        _positive(flag, value)
+    from ..core.presets.export import cluster_to_toml
+    from ..io import save_graph
+    from ..tf.devices import available_devices
+    available_devices(args.device_count)  # before TensorFlow's runtime starts
+    from ..tf.frontend import profile_model
+
+    kinds = [k.strip() for k in args.estimate.split(",") if k.strip()]
+    try:
+        parts = [int(n) for n in args.parts.split(",") if n.strip()]
+    except ValueError:
+        raise MoplaceError(f"--parts must be comma-separated integers, got {args.parts!r}") from None
+    pm = profile_model(args.model, args.batch, device_count=args.device_count, steps=args.steps,
+                       estimate_kinds=kinds, part_counts=parts)
+    graph = _with_links(pm.graph, pm.cluster)
+    save_graph(graph, args.output)
+    cluster_path = Path(args.output).with_suffix(".cluster.toml")
+    cluster_path.write_text(cluster_to_toml(pm.cluster, description=f"measured by moplace profile {args.model}"))
+    m, untimed = graph.metadata["measured"], graph.metadata["untimed"]
+    print(f"{graph.name}: {len(graph.ops)} ops, {len(graph.edges)} edges "
+          f"({graph.metadata['folded']['count']} constants folded, "
+          f"{graph.metadata['pruned_nodes']} unused nodes dropped)")
+    print(f"traced in {pm.trace_seconds:.2f} s, profiled in {pm.profile_seconds:.2f} s on "
+          f"{m['device']} ({m['kind']}): step {m['step_median_s'] * 1e3:.3f} ms, ops sum to "
+          f"{graph.total_compute(m['kind']) * 1e3:.3f} ms")
+    print(f"untimed: {len(untimed['fed_inputs'])} fed inputs, {len(untimed['not_run'])} ops that "
+          f"did not run ({untimed['costed_as']})")
+    print(f"wrote {args.output} and {cluster_path} (use it as --cluster)")
+    return 0
+
+
+def _apply(args) -> int:
+    _positive("--steps", args.steps)
+    from ..core.presets import load_cluster
+    from ..io import load_graph
+
+    graph = load_graph(args.graph)
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    count = args.device_count or (cluster.n_devices if cluster else
+                                  int(graph.metadata.get("measured", {}).get("device_count", 1)))
+    _positive("--device-count", count)
+    from ..tf.devices import available_devices
+    devices = available_devices(count)
+    from ..core.baselines import baseline
+    from ..io.strategies import load_strategy
+    from ..tf.devices import host_cluster
+    from ..tf.frontend import apply_to_model
+
+    cluster = cluster or _measured_cluster(graph, host_cluster(devices))
+    if cluster.n_devices != count:
+        raise MoplaceError(f"--cluster has {cluster.n_devices} devices but --device-count is {count}")
+    strategy = (load_strategy(args.strategy, graph, cluster) if args.strategy
+                else baseline(args.baseline, graph, count))
+    result, simulated = apply_to_model(graph, strategy, cluster, steps=args.steps)
+    out = {"graph": graph.name, "strategy": args.strategy or args.baseline, "devices": devices,
+           "expressible": result.expressible, "reason": result.reason,
+           "measured_step_s": result.measured_step_s, "runtime_s": simulated,
+           "relative_error": (simulated - result.measured_step_s) / result.measured_step_s
+           if result.measured_step_s else None,
+           "trained": result.trained if result.expressible else None,
+           "losses": result.losses, "step_seconds": result.step_seconds,
+           "peak_memory_bytes": result.peak_memory_bytes}
+    if args.json:
+        print(json.dumps(out))
+    elif not result.expressible:
+        print(f"{out['strategy']}: not expressible: {result.reason}")
+        print(f"  simulated {simulated * 1e3:.3f} ms")
+    else:
+        print(f"{out['strategy']} on {count} device(s): measured {result.measured_step_s * 1e3:.3f} ms "
+              f"(median of {args.steps}), simulated {simulated * 1e3:.3f} ms "
+              f"({out['relative_error']:+.1%}); loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")
+    return 0
+
+
+def _zoo(args) -> int:
+    from ..tf.zoo import ZOO
+
+    print("\n".join(ZOO.names()))
+    return 0
+
+
+def _with_links(graph, cluster):
+    """The graph with the measured devices and links recorded in its metadata."""
+    from ..core.graph import OpGraph
+
+    n = cluster.n_devices
+    links = [[i, j, float(cluster.latency[i, j]), float(cluster.bandwidth[i, j])]
+             for i in range(n) for j in range(n) if i != j]
+    meta = dict(graph.metadata)
+    meta["measured"] = {**meta["measured"], "device_count": n, "links": links}
+    return OpGraph(graph.ops, graph.edges, name=graph.name, metadata=meta)
+
+
+def _measured_cluster(graph, cluster):
+    links = graph.metadata.get("measured", {}).get("links") or []
+    fits = {(int(i), int(j)): (lat, bw) for i, j, lat, bw in links
+            if max(int(i), int(j)) < cluster.n_devices}
+    return cluster.with_links(fits) if fits else cluster
+
+
+def _positive(flag: str, value) -> None:
+    if value is None or value < 1:
+        raise MoplaceError(f"{flag} must be at least 1, got {value}")

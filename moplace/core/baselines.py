@@ -1,0 +1,150 @@
+"""Baseline strategies every searcher is compared with, registered by name in `BASELINES`.
+
+- ``single``: everything on device 0.
+- ``data-parallel``: every co-location group whose ops can all be split on batch is split
+  across all devices; the rest run on device 0.
+- ``round-robin``: co-location groups, in topological order, dealt to devices in turn.
+- ``layer-split``: "expert" model parallelism: groups in topological order cut into contiguous
+  runs of nearly equal compute, one run per device.
+
+All use the topological order as priority (`topological_priority`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import Registry
+from .graph import OpGraph
+from .strategy import Split, Strategy, spread_groups
+
+BASELINES: Registry = Registry("baseline")
+
+
+def topological_priority(graph: OpGraph) -> np.ndarray:
+    """Priorities that run ops in the graph's (lexicographic) topological order."""
+    prio = np.empty(len(graph.ops))
+    prio[graph.arrays.topo] = -np.arange(len(graph.ops), dtype=np.float64)
+    return prio
+
+
+def memory_priority(graph: OpGraph) -> np.ndarray:
+    """Priorities for a topological order that keeps resident outputs few, for ops run one at a
+    time on one device: greedily the ready op whose run adds the fewest bytes net, its output
+    (held until its consumers have run) less the outputs of the ops it is the last consumer
+    of (ties: the smaller output, then topological position). A heuristic, not an optimum."""
+    import heapq
+
+    a = graph.arrays
+    n = len(graph.ops)
+    position = np.empty(n, np.int64)
+    position[a.topo] = np.arange(n)
+    waiting = np.diff(a.in_ptr).astype(np.int64)  # inputs not yet produced
+    unread = np.diff(a.out_ptr).astype(np.int64)  # consumers not yet run
+    out = a.output_bytes
+    inputs = [a.src[a.in_edge[a.in_ptr[i]:a.in_ptr[i + 1]]] for i in range(n)]
+
+    def key(i):
+        freed = sum(out[j] for j in set(inputs[i].tolist()) if unread[j] == _reads(a, j, i))
+        held = out[i] if a.out_ptr[i + 1] > a.out_ptr[i] else 0.0
+        return (held - freed, held, position[i])
+
+    heap = [(key(i), i) for i in range(n) if waiting[i] == 0]
+    heapq.heapify(heap)
+    done = np.zeros(n, bool)
+    order = []
+    while heap:
+        k, i = heapq.heappop(heap)
+        if done[i] or k != key(i):  # stale: its inputs' readers changed since it was pushed
+            if not done[i]:
+                heapq.heappush(heap, (key(i), i))
+            continue
+        done[i] = True
+        order.append(i)
+        for j in set(inputs[i].tolist()):
+            unread[j] -= _reads(a, j, i)
+            if unread[j]:  # a reader left may now free j: its key changed
+                for e in a.out_edge[a.out_ptr[j]:a.out_ptr[j + 1]]:
+                    r = int(a.dst[e])
+                    if not done[r] and waiting[r] == 0:
+                        heapq.heappush(heap, (key(r), r))
+        for e in a.out_edge[a.out_ptr[i]:a.out_ptr[i + 1]]:
+            r = int(a.dst[e])
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(heap, (key(r), r))
+    prio = np.empty(n)
+    prio[np.array(order, np.int64)] = -np.arange(n, dtype=np.float64)
+    return prio
+
+
+def _reads(a, j: int, i: int) -> int:
+    """Edges from op ``j`` to op ``i``."""
+    e = a.out_edge[a.out_ptr[j]:a.out_ptr[j + 1]]
+    return int(np.count_nonzero(a.dst[e] == i))
+
+
+def group_order(graph: OpGraph) -> np.ndarray:
+    """Co-location groups sorted by the topological position of their first op."""
+    first = np.full(graph.arrays.n_groups, len(graph.ops))
+    np.minimum.at(first, graph.arrays.group[graph.arrays.topo], np.arange(len(graph.ops)))
+    return np.argsort(first, kind="stable")
+
+
+@BASELINES.register("single")
+def single(graph: OpGraph, n_devices: int) -> Strategy:
+    """All ops on device 0."""
+    return Strategy(np.zeros(len(graph.ops), np.int64), topological_priority(graph))
+
+
+@BASELINES.register("data-parallel")
+def data_parallel(graph: OpGraph, n_devices: int) -> Strategy:
+    """Split every batch-splittable group n ways on batch, part k on device k."""
+    if n_devices < 2:
+        return single(graph, n_devices)
+    split = Split("batch", tuple(range(n_devices)))
+    batch_ok = [all("batch" in graph.ops[i].splittable for i in members) for members in graph.groups]
+    splits = {g: split for g, ok in enumerate(batch_ok) if ok}
+    return spread_groups(graph, np.zeros(len(graph.groups), np.int64), splits,
+                         topological_priority(graph))
+
+
+@BASELINES.register("round-robin")
+def round_robin(graph: OpGraph, n_devices: int) -> Strategy:
+    """Group i (in topological order) on device i mod n."""
+    device = np.empty(graph.arrays.n_groups, np.int64)
+    device[group_order(graph)] = np.arange(graph.arrays.n_groups) % n_devices
+    return spread_groups(graph, device, None, topological_priority(graph))
+
+
+@BASELINES.register("layer-split")
+def layer_split(graph: OpGraph, n_devices: int, weights: np.ndarray | None = None) -> Strategy:
+    """Contiguous runs of groups with nearly equal compute, one run per device.
+
+    ``weights`` is the compute per op (default: its time on the graph's profiled device kind,
+    else the fastest time it has).
+    """
+    if weights is None:
+        weights = np.array([_reference_time(op, graph.metadata.get("profiled_on")) for op in graph.ops])
+    per_group = np.bincount(graph.arrays.group, weights=weights, minlength=graph.arrays.n_groups)
+    order = group_order(graph)
+    w = per_group[order]
+    total = w.sum()
+    if total <= 0:
+        mid = np.arange(len(w)) / max(len(w), 1)
+    else:  # a group goes to the device whose share of the total holds its midpoint
+        mid = (np.cumsum(w) - w / 2) / total
+    device = np.empty(graph.arrays.n_groups, np.int64)
+    device[order] = np.minimum((mid * n_devices).astype(np.int64), n_devices - 1)
+    return spread_groups(graph, device, None, topological_priority(graph))
+
+
+def _reference_time(op, kind) -> float:
+    if kind in op.compute:
+        return float(op.compute[kind])
+    return float(min(op.compute.values())) if op.compute else 0.0
+
+
+def baseline(name: str, graph: OpGraph, n_devices: int) -> Strategy:
+    """The baseline strategy ``name`` for ``graph`` on ``n_devices`` devices."""
+    return BASELINES[name](graph, n_devices)

@@ -1,0 +1,136 @@
+"""A flat numeric encoding of strategies for the searchers (vectors in, strategies out).
+
+Layout for G co-location groups and N ops on D devices::
+
+    [ device of group g      (G genes, integers 0..D-1)
+      split option of group g (G genes, integers 0..len(options[g])-1)
+      priority of op i        (N genes, real) ]
+
+Split option 0 is "no split"; the others are (dimension, parts) pairs allowed for every op of
+the group, with part k on device ``(device + k) mod D``. `decode` is exact: integer genes are
+rounded and clipped, priorities taken as they are, and ``encode(decode(x)) == x`` for any
+integer-valued x within bounds.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import numpy as np
+
+from ..arrays import segment_ranks
+from ..errors import StrategyError
+from .graph import SPLIT_DIMS, OpGraph
+from .strategy import Split, SplitTable, Strategy
+
+
+class GenomeSpace:
+    """Encoding of strategies for ``graph`` on ``n_devices`` devices."""
+
+    def __init__(self, graph: OpGraph, n_devices: int, *, max_parts: int | None = None):
+        self.graph, self.n_devices = graph, int(n_devices)
+        self.n_groups, self.n_ops = graph.arrays.n_groups, len(graph.ops)
+        top = min(max_parts or self.n_devices, self.n_devices)
+        self.options: tuple[tuple[tuple[str, int] | None, ...], ...] = tuple(
+            (None,) + tuple((d, n) for d in _common_dims(graph, m) for n in range(2, top + 1))
+            for m in graph.groups)
+        # the options as tables [group, option]: parts (1: no split) and dimension code
+        width = max((len(o) for o in self.options), default=1)
+        self._n_options = np.array([len(o) for o in self.options], np.int64)
+        self._parts = np.ones((self.n_groups, width), np.int64)
+        self._dims = np.full((self.n_groups, width), -1, np.int64)
+        for g, opts in enumerate(self.options):
+            for k, (dim, parts) in enumerate(opts[1:], start=1):
+                self._parts[g, k], self._dims[g, k] = parts, SPLIT_DIMS.index(dim)
+
+    @property
+    def size(self) -> int:
+        return 2 * self.n_groups + self.n_ops
+
+    @property
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper bounds per gene (priorities in [0, 1])."""
+        lo = np.zeros(self.size)
+        hi = np.concatenate([np.full(self.n_groups, self.n_devices - 1.0),
+                             [len(o) - 1.0 for o in self.options], np.ones(self.n_ops)])
+        return lo, hi
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` genomes [n, size] drawn uniformly (see `sample_genomes`)."""
+        lo, hi = self.bounds
+        return sample_genomes(lo, hi, 2 * self.n_groups, n, rng)
+
+    @property
+    def integer_mask(self) -> np.ndarray:
+        """True for the integer genes (devices and split options)."""
+        return np.arange(self.size) < 2 * self.n_groups
+
+    def decode(self, x) -> Strategy:
+        """The strategy genome ``x`` stands for."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape != (self.size,):
+            raise StrategyError(f"genome has {x.size} genes, expected {self.size}")
+        G, D = self.n_groups, self.n_devices
+        device = np.clip(np.rint(x[:G]), 0, D - 1).astype(np.int64)
+        option = np.clip(np.rint(x[G:2 * G]), 0, self._n_options - 1).astype(np.int64)
+        group = self.graph.arrays.group
+        strategy = Strategy(device[group], x[2 * G:])
+        if not option.any():
+            return strategy
+        # every op of a split group gets its group's split; the split table is made here
+        # from the option tables instead of from the Split objects (same table, much faster)
+        ops = np.flatnonzero(option[group] > 0)
+        g_of = group[ops]
+        parts, dims = self._parts[g_of, option[g_of]], self._dims[g_of, option[g_of]]
+        first = device[g_of]
+        devices = (np.repeat(first, parts) + segment_ranks(parts)) % D
+        key = (dims * (D + 1) + parts) * D + first  # equal for equal splits
+        _, where, inverse = np.unique(key, return_index=True, return_inverse=True)
+        signature = np.argsort(np.argsort(where))[inverse.ravel()]  # ids by first appearance
+        split_of = {}
+        for g in np.flatnonzero(option > 0).tolist():
+            dim, n = self.options[g][option[g]]
+            split_of[g] = Split(dim, tuple(((device[g] + np.arange(n)) % D).tolist()))
+        strategy.splits = MappingProxyType(dict(zip(ops.tolist(),
+                                                    map(split_of.__getitem__, g_of.tolist()))))
+        strategy.__dict__["split_table"] = SplitTable(ops=ops, parts=parts, dims=dims,
+                                                      devices=devices, signature=signature)
+        return strategy
+
+    def encode(self, strategy: Strategy) -> np.ndarray:
+        """The genome of ``strategy``; `StrategyError` if it has no genome (e.g. parts not on
+        consecutive devices)."""
+        strategy.validate(self.graph, self.n_devices)
+        G = self.n_groups
+        x = np.empty(self.size)
+        for g, members in enumerate(self.graph.groups):
+            head = members[0]
+            x[g] = strategy.placement[head]
+            x[G + g] = self._option_index(g, strategy.splits.get(head), int(strategy.placement[head]))
+        x[2 * G:] = strategy.priority
+        return x
+
+    def _option_index(self, g: int, split: Split | None, device: int) -> int:
+        if split is None:
+            return 0
+        want = tuple((device + k) % self.n_devices for k in range(split.parts))
+        key = (split.dim, split.parts)
+        if split.devices != want or key not in self.options[g]:
+            name = self.graph.ops[self.graph.groups[g][0]].name
+            raise StrategyError(f"split of op {name!r} ({split.dim}, devices {split.devices}) "
+                                "has no genome: parts must sit on consecutive devices")
+        return self.options[g].index(key)
+
+
+def sample_genomes(lo: np.ndarray, hi: np.ndarray, n_integer: int, n: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """``n`` genomes [n, len(lo)] uniform within the bounds; the first ``n_integer`` genes
+    (devices and split options) uniform over their integer values."""
+    X = rng.uniform(lo, hi, size=(n, lo.size))
+    k = int(n_integer)
+    X[:, :k] = rng.integers(lo[:k].astype(np.int64), hi[:k].astype(np.int64) + 1, size=(n, k))
+    return X
+
+
+def _common_dims(graph: OpGraph, members) -> list[str]:
+    return [d for d in SPLIT_DIMS if all(d in graph.ops[i].splittable for i in members)]

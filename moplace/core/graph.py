@@ -1,0 +1,307 @@
+"""The op graph: what one training step computes, with measured costs.
+
+An `OpGraph` is immutable. It is built from `Op` and `Edge` records, checked once (unique names,
+finite non-negative costs, valid edges, no cycle), and compiled on demand into flat numpy arrays
+(`OpGraph.arrays`) that the simulator reads. networkx is used for building and analysis
+(`OpGraph.to_networkx`, cycle reports), never in the simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+import networkx as nx
+import numpy as np
+
+from ..errors import GraphError
+
+ROLES = ("forward", "backward", "update", "other")
+SPLIT_DIMS = ("batch", "channel")
+
+
+def _frozen_mapping(value) -> Mapping:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of the training step.
+
+    compute: seconds per device kind, e.g. ``{"V100": 1.2e-3}`` (profiled or estimated).
+    output_bytes: bytes of the op's output (activation or gradient), allocated while it runs.
+    param_bytes: bytes resident for the whole step on the op's device (weights, optimizer state).
+    grad_bytes: bytes of weight gradient the op produces; when the op is split on ``batch`` the
+        parts' gradients are summed by an all-reduce among their devices (see the simulator).
+    colocation: ops with the same group name must share a device and a split.
+    splittable: dimensions the op may be cut along, a subset of ``SPLIT_DIMS``.
+    role: ``forward``, ``backward``, ``update`` or ``other``.
+    part_compute: measured seconds of one part when split n ways on batch,
+        ``{n: {kind: seconds}}``; without it a part costs compute / n plus a fixed overhead.
+    """
+
+    name: str
+    type: str = "op"
+    compute: Mapping[str, float] = field(default_factory=dict)
+    output_bytes: int = 0
+    param_bytes: int = 0
+    grad_bytes: int = 0
+    colocation: str | None = None
+    splittable: tuple[str, ...] = ()
+    role: str = "other"
+    part_compute: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "compute", _frozen_mapping(self.compute))
+        if isinstance(self.splittable, str):  # tuple("batch") would be its letters
+            raise GraphError(f"op {self.name!r}: splittable must be a list of dimension names "
+                             f"such as ('batch',), got the string {self.splittable!r}")
+        set_(self, "splittable", tuple(self.splittable))
+        set_(self, "part_compute", MappingProxyType(
+            {int(n): _frozen_mapping(t) for n, t in (self.part_compute or {}).items()}))
+        self._check()
+
+    def _check(self):
+        where = f"op {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise GraphError(f"an op has an empty or non-string name: {self.name!r}")
+        for key in ("output_bytes", "param_bytes", "grad_bytes"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise GraphError(f"{where}: {key} must be a non-negative integer, got {value!r}")
+        for kind, seconds in self.compute.items():
+            _check_seconds(f"{where}: compute[{kind!r}]", seconds)
+        for n, times in self.part_compute.items():
+            if n < 2:
+                raise GraphError(f"{where}: part_compute keys are part counts >= 2, got {n}")
+            for kind, seconds in times.items():
+                _check_seconds(f"{where}: part_compute[{n}][{kind!r}]", seconds)
+        bad = [d for d in self.splittable if d not in SPLIT_DIMS]
+        if bad:
+            raise GraphError(f"{where}: unknown split dimension {bad[0]!r} (known: {SPLIT_DIMS})")
+        if self.role not in ROLES:
+            raise GraphError(f"{where}: unknown role {self.role!r} (known: {ROLES})")
+
+
+def _check_seconds(where: str, seconds) -> None:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.floating, np.integer)):
+        raise GraphError(f"{where} must be a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise GraphError(f"{where} must be finite and non-negative, got {seconds!r}")
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Data flowing from op ``src`` to op ``dst`` (indices into `OpGraph.ops`)."""
+
+    src: int
+    dst: int
+    bytes: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledGraph:
+    """Flat arrays of an `OpGraph` for numeric code. Edges are sorted by (src, dst).
+
+    ``out_ptr``/``out_edge`` and ``in_ptr``/``in_edge`` are CSR indexes into the edge arrays.
+    ``group`` numbers co-location groups 0..n_groups-1 (an op without one is its own group).
+    ``split_mask`` bit 0 = batch, bit 1 = channel. ``role`` indexes `ROLES`.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    edge_bytes: np.ndarray
+    out_ptr: np.ndarray
+    out_edge: np.ndarray
+    in_ptr: np.ndarray
+    in_edge: np.ndarray
+    output_bytes: np.ndarray
+    param_bytes: np.ndarray
+    grad_bytes: np.ndarray
+    role: np.ndarray
+    split_mask: np.ndarray
+    group: np.ndarray
+    n_groups: int
+    topo: np.ndarray
+
+
+class OpGraph:
+    """An immutable, acyclic graph of ops; see the module docstring."""
+
+    def __init__(self, ops: Iterable[Op], edges: Iterable[Edge | tuple] = (), *,
+                 name: str = "graph", metadata: Mapping | None = None):
+        self.ops: tuple[Op, ...] = tuple(ops)
+        self.name = name
+        self.metadata = MappingProxyType(dict(metadata or {}))
+        self.index: Mapping[str, int] = MappingProxyType(self._index_ops())
+        self.edges: tuple[Edge, ...] = self._normalise_edges(edges)
+        self._check_acyclic()
+
+    # -- construction ----------------------------------------------------------------------
+    def _index_ops(self) -> dict[str, int]:
+        index: dict[str, int] = {}
+        for i, op in enumerate(self.ops):
+            if not isinstance(op, Op):
+                raise GraphError(f"ops must be Op records, got {type(op).__name__} at {i}")
+            if op.name in index:
+                raise GraphError(f"duplicate op name {op.name!r}")
+            index[op.name] = i
+        return index
+
+    def _normalise_edges(self, edges) -> tuple[Edge, ...]:
+        out: dict[tuple[int, int], Edge] = {}
+        for edge in edges:
+            edge = edge if isinstance(edge, Edge) else _edge_from_tuple(edge)
+            src, dst = (self._resolve(edge.src), self._resolve(edge.dst))
+            nbytes = edge.bytes
+            if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+                raise GraphError(f"edge {self.ops[src].name!r} -> {self.ops[dst].name!r}: "
+                                 f"bytes must be a non-negative integer, got {nbytes!r}")
+            if src == dst:
+                raise GraphError(f"op {self.ops[src].name!r} has an edge to itself (a cycle)")
+            if (src, dst) in out:
+                raise GraphError(f"duplicate edge {self.ops[src].name!r} -> {self.ops[dst].name!r}")
+            out[(src, dst)] = Edge(src, dst, int(nbytes))
+        return tuple(out[k] for k in sorted(out))
+
+    def _resolve(self, ref) -> int:
+        if isinstance(ref, str):
+            if ref not in self.index:
+                raise GraphError(f"edge names unknown op {ref!r}")
+            return self.index[ref]
+        if isinstance(ref, (int, np.integer)) and not isinstance(ref, bool) and 0 <= ref < len(self.ops):
+            return int(ref)
+        raise GraphError(f"edge endpoint {ref!r} is not an op name or index in 0..{len(self.ops) - 1}")
+
+    def _check_acyclic(self) -> None:
+        g = self.to_networkx()
+        if nx.is_directed_acyclic_graph(g):
+            return
+        cycle = nx.find_cycle(g)
+        names = [u for u, _ in cycle] + [cycle[0][0]]
+        shown = names if len(names) <= 12 else names[:6] + ["..."] + names[-5:]
+        raise GraphError(f"graph {self.name!r} has a cycle: " + " -> ".join(shown))
+
+    def __setattr__(self, key, value):
+        if key in self.__dict__:
+            raise AttributeError(f"OpGraph is immutable (tried to set {key!r})")
+        object.__setattr__(self, key, value)
+
+    # -- views -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __repr__(self) -> str:
+        return f"OpGraph({self.name!r}, {len(self.ops)} ops, {len(self.edges)} edges)"
+
+    def op(self, name: str) -> Op:
+        """The op called ``name``; `GraphError` if there is none."""
+        try:
+            return self.ops[self.index[name]]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r} has no op {name!r}") from None
+
+    def to_networkx(self) -> nx.DiGraph:
+        """A fresh networkx DiGraph: nodes are op names with the `Op` as ``op``, edges carry ``bytes``."""
+        g = nx.DiGraph(name=self.name)
+        for op in self.ops:
+            g.add_node(op.name, op=op)
+        for e in self.edges:
+            g.add_edge(self.ops[e.src].name, self.ops[e.dst].name, bytes=e.bytes)
+        return g
+
+    @classmethod
+    def from_networkx(cls, g: nx.DiGraph, *, name: str | None = None, metadata=None) -> "OpGraph":
+        """Build from a DiGraph whose nodes carry an ``op`` attribute (an `Op`) and edges ``bytes``."""
+        ops = []
+        for node, data in g.nodes(data=True):
+            op = data.get("op")
+            if not isinstance(op, Op) or op.name != node:
+                raise GraphError(f"node {node!r} needs an 'op' attribute holding Op(name={node!r})")
+            ops.append(op)
+        # bytes are validated by the constructor (int() would truncate 2.7 and pass -0.5 as 0)
+        edges = [Edge(u, v, d.get("bytes", 0)) for u, v, d in g.edges(data=True)]
+        return cls(ops, edges, name=name or g.graph.get("name", "graph"), metadata=metadata)
+
+    def device_kinds(self) -> set[str]:
+        """Device kinds that have a compute time for at least one op."""
+        return {kind for op in self.ops for kind in op.compute}
+
+    def total_compute(self, kind: str) -> float:
+        """Sum of compute seconds on ``kind`` (ops without a time for it count 0)."""
+        return float(sum(op.compute.get(kind, 0.0) for op in self.ops))
+
+    @cached_property
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        """Co-location groups as tuples of op indices, numbered as in ``arrays.group``."""
+        members: dict[int, list[int]] = {}
+        for i, g in enumerate(self.arrays.group):
+            members.setdefault(int(g), []).append(i)
+        return tuple(tuple(members[g]) for g in range(self.arrays.n_groups))
+
+    @cached_property
+    def group_head(self) -> np.ndarray:
+        """Per op, the first op of its co-location group (itself when alone)."""
+        heads = np.array([members[0] for members in self.groups], np.int64)
+        return heads[self.arrays.group]
+
+    @cached_property
+    def arrays(self) -> CompiledGraph:
+        """The graph compiled to flat numpy arrays (computed once)."""
+        n = len(self.ops)
+        src = np.fromiter((e.src for e in self.edges), np.int64, len(self.edges))
+        dst = np.fromiter((e.dst for e in self.edges), np.int64, len(self.edges))
+        nbytes = np.fromiter((e.bytes for e in self.edges), np.float64, len(self.edges))
+        out_ptr, out_edge = _csr(src, n)
+        in_ptr, in_edge = _csr(dst, n)
+        group, n_groups = _group_ids(self.ops)
+        topo = np.array(list(nx.lexicographical_topological_sort(
+            _index_digraph(n, src, dst))), dtype=np.int64)
+        compiled = CompiledGraph(
+            src=src, dst=dst, edge_bytes=nbytes, out_ptr=out_ptr, out_edge=out_edge,
+            in_ptr=in_ptr, in_edge=in_edge,
+            output_bytes=np.array([op.output_bytes for op in self.ops], np.float64),
+            param_bytes=np.array([op.param_bytes for op in self.ops], np.float64),
+            grad_bytes=np.array([op.grad_bytes for op in self.ops], np.float64),
+            role=np.array([ROLES.index(op.role) for op in self.ops], np.int64),
+            split_mask=np.array([sum(1 << SPLIT_DIMS.index(d) for d in set(op.splittable))
+                                 for op in self.ops], np.int64),
+            group=group, n_groups=n_groups, topo=topo)
+        for value in vars(compiled).values():  # the graph is immutable: so are its arrays
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+        return compiled
+
+
+def _edge_from_tuple(edge) -> Edge:
+    try:
+        return Edge(*edge)
+    except TypeError:
+        raise GraphError(f"an edge must be (src, dst) or (src, dst, bytes), got {edge!r}") from None
+
+
+def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
+    return ptr, order
+
+
+def _group_ids(ops) -> tuple[np.ndarray, int]:
+    ids: dict[str, int] = {}
+    group = np.empty(len(ops), np.int64)
+    for i, op in enumerate(ops):
+        key = op.colocation if op.colocation is not None else "\0" + op.name
+        group[i] = ids.setdefault(key, len(ids))
+    return group, len(ids)
+
+
+def _index_digraph(n, src, dst) -> nx.DiGraph:
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(zip(src.tolist(), dst.tolist()))
+    return g

@@ -1,0 +1,268 @@
+"""Cluster presets and the TOML cluster format (see docs/cluster-format.md).
+
+A cluster file lists servers (GPUs of one kind joined by an intra-server interconnect), an
+inter-server network reached through each server's NIC, and optional per-pair link overrides.
+Presets are such files shipped in this package; `load_cluster` takes a preset name or a path.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from importlib import resources
+from pathlib import Path
+
+from ...errors import ClusterError, FormatError
+from ..cluster import KIND_SPEED, Cluster, Device, kind_speed
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["KIND_SPEED", "kind_speed", "list_presets", "load_cluster", "parse_cluster"]
+
+SHARING = ("dedicated", "port", "bus")
+_PREFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9}
+_QUANTITY = re.compile(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)\s*([kKMGT]i?)?(B|b|bit)?(/s)?\s*")
+
+
+def list_presets() -> list[str]:
+    """Names of the shipped presets, sorted."""
+    files = resources.files(__name__).iterdir()
+    return sorted(f.name[:-5] for f in files if f.name.endswith(".toml"))
+
+
+def load_cluster(preset_or_path) -> Cluster:
+    """A preset by name (e.g. ``"4xV100-NVLink"``) or a cluster TOML file by path."""
+    if isinstance(preset_or_path, Cluster):
+        return preset_or_path
+    text = str(preset_or_path)
+    names = list_presets()
+    path = Path(text)
+    if path.suffix == ".toml" or path.exists() or ("/" in text and text not in names):
+        if not path.is_file():
+            raise ClusterError(f"no cluster file {text}; presets are: {', '.join(names)}")
+        return parse_cluster(path.read_text(encoding="utf-8"), path)
+    match = [n for n in names if n == text] or [n for n in names if n.lower() == text.lower()]
+    if not match:
+        raise ClusterError(f"unknown cluster preset {text!r}; presets are: {', '.join(names)} "
+                           "(or give the path of a .toml cluster file)")
+    source = resources.files(__name__).joinpath(f"{match[0]}.toml")
+    return parse_cluster(source.read_text(encoding="utf-8"), f"{match[0]}.toml")
+
+
+def parse_cluster(text: str, path="<cluster>") -> Cluster:
+    """Build a cluster from TOML ``text``; ``path`` names the source in error messages."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        if line is None:
+            found = re.search(r"line (\d+)", str(exc))
+            line = int(found.group(1)) if found else None
+        raise FormatError(path, f"malformed TOML: {exc}", line=line) from None
+    return _Builder(doc, path).build()
+
+
+class _Builder:
+    """Turns a parsed cluster document into a `Cluster`; every error names its field."""
+
+    def __init__(self, doc: dict, path):
+        self.doc, self.path = doc, path
+        self.devices, self.server_of, self.server_names = [], [], []
+        self.resources, self.routes, self.lat, self.bw, self.labels = [], {}, {}, {}, {}
+
+    def fail(self, field: str, message: str):
+        raise FormatError(self.path, message, field=field)
+
+    def build(self) -> Cluster:
+        self.keys(self.doc, "", {"name", "description", "servers", "network", "links"})
+        servers = self.doc.get("servers")
+        if not isinstance(servers, list) or not servers:
+            self.fail("servers", "need a non-empty array of [[servers]] tables")
+        for k, server in enumerate(servers):
+            self.server(server, f"servers[{k}]")
+        if len(self.server_names) > 1:
+            self.connect_network()
+        elif "network" in self.doc:
+            self.table(self.doc["network"], "network")
+        for k, link in enumerate(self.table(self.doc.get("links", []), "links", list)):
+            self.override(link, f"links[{k}]")
+        self.prune()
+        n = len(self.devices)
+        grid = lambda figures, diag: [[figures.get((i, j), diag) for j in range(n)] for i in range(n)]
+        name = self.doc.get("name", Path(str(self.path)).stem)
+        try:
+            return Cluster(name, self.devices, grid(self.bw, math.inf), grid(self.lat, 0.0),
+                           resource_names=[r for r, _ in self.resources], routes=self.routes,
+                           resource_bandwidth=[b for _, b in self.resources], labels=self.labels)
+        except ClusterError as exc:
+            raise FormatError(self.path, str(exc)) from None
+
+    def prune(self) -> None:
+        """Drop resources no route uses (an override replaced their pair's route)."""
+        used = sorted({r for route in self.routes.values() for r in route})
+        index = {r: k for k, r in enumerate(used)}
+        self.resources = [self.resources[r] for r in used]
+        self.routes = {pair: [index[r] for r in route] for pair, route in self.routes.items()}
+
+    def table(self, value, field: str, kind=dict):
+        if not isinstance(value, kind):
+            self.fail(field, f"expected {'a table' if kind is dict else 'an array of tables'}")
+        return value
+
+    def keys(self, table: dict, field: str, allowed: set[str]) -> None:
+        for key in table:
+            if key not in allowed:
+                where = f"{field}.{key}" if field else key
+                self.fail(where, f"unknown key; allowed: {', '.join(sorted(allowed))}")
+
+    def server(self, spec, field: str):
+        """Add the devices of one [[servers]] entry (times ``repeat``)."""
+        spec = self.table(spec, field)
+        self.keys(spec, field, {"name", "count", "repeat", "kind", "memory", "speed", "interconnect"})
+        count, repeat = self.integer(spec, "count", field), self.integer(spec, "repeat", field, 1)
+        kind = spec.get("kind")
+        if not isinstance(kind, str) or not kind:
+            self.fail(f"{field}.kind", "need a device kind string, e.g. \"V100\"")
+        memory = quantity(spec.get("memory"), "size", self.path, f"{field}.memory")
+        speed = spec.get("speed", kind_speed(kind))
+        if speed is None:
+            self.fail(f"{field}.speed", f"kind {kind!r} has no known speed; give speed = ...")
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0:
+            self.fail(f"{field}.speed", f"need a number > 0, got {speed!r}")
+        links = None
+        if count > 1:
+            links = self.link(spec.get("interconnect"), f"{field}.interconnect", sharing=True)
+        for r in range(repeat):
+            base = spec.get("name", f"server{len(self.server_names)}")
+            self.server_names.append(base if repeat == 1 or "name" not in spec else f"{base}{r}")
+            members = []
+            for _ in range(count):
+                members.append(len(self.devices))
+                self.devices.append(Device(f"gpu{len(self.devices)}", kind, int(memory), float(speed)))
+                self.server_of.append(len(self.server_names) - 1)
+            self.connect_intra(links, members)
+
+    def integer(self, spec: dict, key: str, field: str, default=None) -> int:
+        value = spec.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            self.fail(f"{field}.{key}", f"need an integer >= 1, got {value!r}")
+        return value
+
+    def link(self, spec, field: str, sharing=False) -> dict:
+        """Bandwidth (bytes/s), latency (s), label and, for interconnects, sharing."""
+        spec = self.table(spec, field)
+        self.keys(spec, field, {"bandwidth", "latency", "label"} | ({"sharing"} if sharing else set()))
+        out = {"bw": quantity(spec.get("bandwidth"), "rate", self.path, f"{field}.bandwidth"),
+               "lat": quantity(spec.get("latency"), "time", self.path, f"{field}.latency"),
+               "label": str(spec.get("label", ""))}
+        if sharing:
+            out["sharing"] = spec.get("sharing", "dedicated")
+            if out["sharing"] not in SHARING:
+                self.fail(f"{field}.sharing", f"need one of {', '.join(SHARING)}")
+        return out
+
+    def resource(self, name: str, bandwidth: float) -> int:
+        self.resources.append((name, bandwidth))
+        return len(self.resources) - 1
+
+    def set_pair(self, i: int, j: int, link: dict, route: list[int]) -> None:
+        self.bw[i, j], self.lat[i, j], self.routes[i, j] = link["bw"], link["lat"], route
+        self.labels[i, j] = link["label"]
+
+    def connect_intra(self, link, members: list[int]) -> None:
+        """Routes inside one server, by its interconnect's sharing mode."""
+        if link is None:
+            return
+        names, bw = [self.devices[m].name for m in members], link["bw"]
+        server = self.server_names[self.server_of[members[0]]]
+        port = {m: (self.resource(f"{n}.tx", bw), self.resource(f"{n}.rx", bw))
+                for m, n in zip(members, names)} if link["sharing"] == "port" else {}
+        bus = self.resource(f"{server}.bus", bw) if link["sharing"] == "bus" else None
+        for i in members:
+            for j in members:
+                if i == j:
+                    continue
+                if link["sharing"] == "dedicated":
+                    route = [self.resource(f"{self.devices[i].name}->{self.devices[j].name}", bw)]
+                else:
+                    route = [bus] if bus is not None else [port[i][0], port[j][1]]
+                self.set_pair(i, j, link, route)
+
+    def connect_network(self) -> None:
+        """Cross-server pairs hold the source server's NIC tx and the destination's NIC rx."""
+        link = self.link(self.doc.get("network"), "network")
+        nic = [(self.resource(f"{s}.nic.tx", link["bw"]), self.resource(f"{s}.nic.rx", link["bw"]))
+               for s in self.server_names]
+        for i, si in enumerate(self.server_of):
+            for j, sj in enumerate(self.server_of):
+                if si != sj:
+                    self.set_pair(i, j, link, [nic[si][0], nic[sj][1]])
+
+    def override(self, spec, field: str) -> None:
+        """An explicit pair: its own dedicated link replaces the pair's figures and route."""
+        spec = self.table(spec, field)
+        self.keys(spec, field, {"from", "to", "bandwidth", "latency", "label", "bidirectional"})
+        index = {d.name: k for k, d in enumerate(self.devices)}
+        ends = []
+        for key in ("from", "to"):
+            if spec.get(key) not in index:
+                self.fail(f"{field}.{key}", f"unknown device {spec.get(key)!r}; devices are "
+                          f"{self.devices[0].name}..{self.devices[-1].name}")
+            ends.append(index[spec[key]])
+        if ends[0] == ends[1]:
+            self.fail(f"{field}.to", "a link joins two different devices")
+        link = self.link({k: v for k, v in spec.items() if k in ("bandwidth", "latency", "label")},
+                         field)
+        pairs = [tuple(ends)] + ([tuple(ends[::-1])] if spec.get("bidirectional", True) else [])
+        for i, j in pairs:
+            name = f"{self.devices[i].name}=>{self.devices[j].name}"
+            self.set_pair(i, j, link, [self.resource(name, link["bw"])])
+
+
+def quantity(value, unit: str, path, field: str) -> float:
+    """A number in base units (bytes, bytes/s, s) or a string with units: "16GiB", "100Gb/s",
+    "12.5GB/s", "5us". Sizes and rates must be > 0, times >= 0."""
+    if value is None:
+        raise FormatError(path, "missing value", field=field)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        number = _parse_unit(value, unit)
+        if number is None:
+            example = {"size": '"16GiB"', "rate": '"100Gb/s" or "12.5GB/s"', "time": '"5us"'}
+            raise FormatError(path, f"cannot read {value!r} as a {unit}, e.g. {example[unit]}",
+                              field=field)
+    else:
+        raise FormatError(path, f"expected a number or a string, got {value!r}", field=field)
+    if not math.isfinite(number) or number < 0 or (number == 0 and unit != "time"):
+        raise FormatError(path, f"need a finite {unit} {'>= 0' if unit == 'time' else '> 0'}, "
+                          f"got {value!r}", field=field)
+    return number
+
+
+def _parse_unit(text: str, unit: str) -> float | None:
+    if unit == "time":
+        found = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)\s*(s|ms|us|\u00b5s|ns)?\s*", text)
+        return _number(found.group(1)) * _TIME[found.group(2) or "s"] if found else None
+    found = _QUANTITY.fullmatch(text)
+    if not found:
+        return None
+    number, prefix, base, per_second = found.groups()
+    if (unit == "rate") != bool(per_second) or (unit == "size" and base not in (None, "B")):
+        return None
+    if prefix and not base:
+        return None
+    return _number(number) * _PREFIX[prefix or ""] / (8 if base in ("b", "bit") else 1)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:  # "1.2.3": NaN is then refused by the range check with the field named
+        return math.nan

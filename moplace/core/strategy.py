@@ -1,0 +1,205 @@
+"""A strategy: where each op runs, in what order, and which ops are split.
+
+- placement: one device index per op (for a split op, the device of its first part);
+- priority: one number per op; among ready ops on a device the highest runs first
+  (ties: lower op index first);
+- splits: op index -> `Split(dim, devices)`, one device per part (at least two parts).
+
+Ops in one co-location group must have the same placement and the same split. Pure model
+parallelism is a strategy without splits; pure data parallelism splits every op on ``batch``
+across all devices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import StrategyError
+from .graph import SPLIT_DIMS, OpGraph
+
+
+@dataclass(frozen=True)
+class Split:
+    """Cut an op along ``dim`` into ``len(devices)`` equal parts, part k on ``devices[k]``."""
+
+    dim: str
+    devices: tuple[int, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
+
+    @property
+    def parts(self) -> int:
+        return len(self.devices)
+
+
+class Strategy:
+    """An immutable placement + priority + split assignment for one `OpGraph`."""
+
+    def __init__(self, placement, priority=None, splits: Mapping[int, Split] | None = None):
+        self.placement = _readonly(np.asarray(placement, dtype=np.int64))
+        n = self.placement.shape[0]
+        if priority is None:
+            priority = -np.arange(n, dtype=np.float64)
+        self.priority = _readonly(np.asarray(priority, dtype=np.float64))
+        self.splits: Mapping[int, Split] = MappingProxyType(dict(sorted((splits or {}).items())))
+        if self.priority.shape != (n,):
+            raise StrategyError(f"priority has {self.priority.size} entries for {n} ops")
+        #: an evaluation hint, not part of the strategy: a `moplace.simulator.delta.DeltaRequest` asks
+        #: the simulator to patch a neighbour's task graph instead of building one
+        self.delta = None
+
+    def derive(self, placement=None, priority=None) -> "Strategy":
+        """This strategy with another placement and/or priorities and the same splits (shared,
+        with their table): the cheap way to make a neighbour that moves unsplit ops only."""
+        child = Strategy(self.placement if placement is None else placement,
+                         self.priority if priority is None else priority)
+        child.splits = self.splits
+        if "split_table" in self.__dict__:
+            child.__dict__["split_table"] = self.split_table
+        return child
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, Strategy) and np.array_equal(self.placement, other.placement)
+                and np.array_equal(self.priority, other.priority)
+                and dict(self.splits) == dict(other.splits))
+
+    def __hash__(self) -> int:
+        return hash((self.placement.tobytes(), self.priority.tobytes(), tuple(self.splits.items())))
+
+    def __repr__(self) -> str:
+        return (f"Strategy({self.placement.size} ops on {len(set(self.placement.tolist()))} devices, "
+                f"{len(self.splits)} splits)")
+
+    def validate(self, graph: OpGraph, n_devices: int) -> "Strategy":
+        """Check this strategy against ``graph`` and a cluster of ``n_devices``; return self."""
+        n = len(graph.ops)
+        if self.placement.shape != (n,):
+            raise StrategyError(f"strategy places {self.placement.size} ops but graph "
+                                f"{graph.name!r} has {n}")
+        bad = np.flatnonzero((self.placement < 0) | (self.placement >= n_devices))
+        if bad.size:
+            i = int(bad[0])
+            raise StrategyError(f"op {graph.ops[i].name!r} is placed on device "
+                                f"{int(self.placement[i])}, out of range 0..{n_devices - 1}")
+        if not np.all(np.isfinite(self.priority)):
+            i = int(np.flatnonzero(~np.isfinite(self.priority))[0])
+            raise StrategyError(f"op {graph.ops[i].name!r} has a non-finite priority")
+        _check_splits(graph, self, n_devices)
+        _check_groups(graph, self)
+        return self
+
+    @cached_property
+    def simulation_key(self) -> bytes:
+        """A 16-byte digest, equal for strategies that the simulator runs identically: the same
+        placement and splits, and on every device the same order of the ops that have a task
+        there (priority, ties by op index: the simulator's rule). Priorities count only
+        through that order, so strategies whose priorities differ but order every device's
+        ops alike share a key (the searchers' memory of evaluations relies on this)."""
+        t = self.split_table
+        n = self.placement.size
+        whole = np.ones(n, bool)
+        whole[t.ops] = False
+        ops = np.concatenate([np.flatnonzero(whole), np.repeat(t.ops, t.parts)])
+        devs = np.concatenate([self.placement[whole], t.devices])
+        order = np.lexsort((ops, -self.priority[ops], devs))
+        h = hashlib.blake2b(digest_size=16)
+        for arr in (self.placement, t.ops, t.parts, t.dims, t.devices, devs[order], ops[order]):
+            h.update(np.ascontiguousarray(arr, np.int64).tobytes())
+            h.update(b"|")
+        return h.digest()
+
+    @cached_property
+    def split_table(self) -> "SplitTable":
+        """The splits as flat arrays (computed once; the strategy is immutable)."""
+        return SplitTable.of(self.splits)
+
+
+@dataclass(frozen=True, eq=False)
+class SplitTable:
+    """Splits as arrays, in op order: ``ops``, ``parts``, ``dims`` (index into `SPLIT_DIMS`,
+    -1 for an unknown name), the parts' ``devices`` concatenated, and ``signature``, equal for
+    equal splits."""
+
+    ops: np.ndarray
+    parts: np.ndarray
+    dims: np.ndarray
+    devices: np.ndarray
+    signature: np.ndarray
+
+    @classmethod
+    def of(cls, splits: Mapping[int, Split]) -> "SplitTable":
+        items = list(splits.items())
+        ids: dict[Split, int] = {}
+        as_int = (lambda values: np.fromiter(values, np.int64, len(items)))
+        return cls(ops=as_int(i for i, _ in items), parts=as_int(s.parts for _, s in items),
+                   dims=as_int(SPLIT_DIMS.index(s.dim) if s.dim in SPLIT_DIMS else -1
+                               for _, s in items),
+                   devices=np.fromiter((d for _, s in items for d in s.devices), np.int64),
+                   signature=as_int(ids.setdefault(s, len(ids)) for _, s in items))
+
+
+def _check_splits(graph: OpGraph, strategy: Strategy, n_devices: int) -> None:
+    t, n = strategy.split_table, len(graph.ops)
+    bad = np.flatnonzero((t.ops < 0) | (t.ops >= n))
+    if bad.size:
+        raise StrategyError(f"split names op index {int(t.ops[bad[0]])}, out of range 0..{n - 1}")
+    allowed = (t.dims >= 0) & ((graph.arrays.split_mask[t.ops] >> np.maximum(t.dims, 0)) & 1 == 1)
+    first = np.cumsum(t.parts) - t.parts
+    off_range = np.flatnonzero((t.devices < 0) | (t.devices >= n_devices))
+    checks = [
+        (~allowed, lambda i, k: f"op {_name(graph, i)} cannot be split on "
+         f"{strategy.splits[i].dim!r} (splittable: {list(graph.ops[i].splittable) or 'none'})"),
+        (t.parts < 2, lambda i, k: f"op {_name(graph, i)}: a split needs at least 2 parts"),
+        (np.isin(np.arange(t.ops.size), np.searchsorted(first, off_range, side="right") - 1),
+         lambda i, k: f"op {_name(graph, i)}: split part on device "
+         f"{next(d for d in strategy.splits[i].devices if not 0 <= d < n_devices)}, "
+         f"out of range 0..{n_devices - 1}"),
+        (t.devices[first] != strategy.placement[t.ops],
+         lambda i, k: f"op {_name(graph, i)}: placement must equal the first part's device"),
+    ]
+    for failed, message in checks:
+        where = np.flatnonzero(failed)
+        if where.size:
+            raise StrategyError(message(int(t.ops[where[0]]), int(where[0])))
+
+
+def _name(graph: OpGraph, i: int) -> str:
+    return repr(graph.ops[i].name)
+
+
+def _check_groups(graph: OpGraph, strategy: Strategy) -> None:
+    head = graph.group_head
+    t = strategy.split_table
+    sig = np.full(len(graph.ops), -1, np.int64)
+    sig[t.ops] = t.signature
+    bad = np.flatnonzero((strategy.placement != strategy.placement[head]) | (sig != sig[head]))
+    if bad.size:
+        a, b = graph.ops[int(head[bad[0]])], graph.ops[int(bad[0])]
+        raise StrategyError(f"ops {a.name!r} and {b.name!r} share co-location group "
+                            f"{a.colocation!r} but have different placements or splits")
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+def spread_groups(graph: OpGraph, group_device, group_split: Mapping[int, Split] | None = None,
+                  priority=None) -> Strategy:
+    """A strategy from one device (and optional split) per co-location group."""
+    group = graph.arrays.group
+    placement = np.asarray(group_device, dtype=np.int64)[group]
+    splits = {}
+    for g, split in (group_split or {}).items():
+        for op in graph.groups[g]:
+            if split is not None:
+                splits[op] = split
+    return Strategy(placement, priority, splits)

@@ -1,0 +1,50 @@
+"""Search results as files: ``front.json`` holds every front point with its full strategy.
+
+    {"format": "moplace-front", "version": 1, "graph": ..., "cluster": ..., "searcher": ...,
+     "seed": ..., "evaluations": ..., "seconds": ..., "hypervolume": ..., "reference": [...],
+     "objectives": ["runtime", ...], "feasible_found": true,
+     "points": [{"runtime_s": ..., "peak_comm_bytes": ..., "peak_mem_bytes": ...,
+                 "feasible": true, "violation_bytes": 0.0, "strategy": {strategy file}}, ...],
+     "infeasible": [... the least-violating infeasible points, same shape ...]}
+
+`moplace evaluate --strategy front.json --point K` evaluates point K again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from objectives import json_key
+
+from .strategies import FRONT_FORMAT as FORMAT
+from .strategies import strategy_to_json
+
+
+def point_json(point, problem) -> dict:
+    """One evaluated point: objectives under their JSON names, feasibility, the strategy."""
+    values = dict(zip(problem.objectives, point.values.tolist()))
+    out = {json_key(name): value for name, value in values.items()}
+    out.update(feasible=point.feasible, violation_bytes=point.evaluation.violation,
+               strategy=strategy_to_json(problem.graph, point.strategy, problem.cluster))
+    return out
+
+
+def result_json(result) -> dict:
+    """The whole search result as a JSON-ready dict (see module docstring)."""
+    p = result.problem
+    return {"format": FORMAT, "version": 1, "graph": p.graph.name, "cluster": p.cluster.name,
+            "searcher": result.searcher, "seed": result.seed, "status": result.status,
+            "evaluations": result.n_evaluations, "seconds": result.seconds,
+            "hypervolume": result.hypervolume, "reference": result.reference.tolist(),
+            "objectives": list(p.objectives), "feasible_found": result.feasible_found,
+            "points": [point_json(pt, p) for pt in result.front],
+            "infeasible": [point_json(pt, p) for pt in result.infeasible]}
+
+
+def save_result(result, directory) -> Path:
+    """Write ``front.json`` into ``directory`` (created if needed); returns its path."""
+    path = Path(directory) / "front.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result_json(result), indent=1) + "\n")
+    return path

@@ -1,0 +1,168 @@
+"""Strategy files: JSON a person can read and write, keyed by op name.
+
+    {"format": "moplace-strategy", "version": 1, "graph": "resnet50",
+     "placement": {"node1": 0, "node2": "gpu1", ...},
+     "priority": {"node1": 10.0, ...},
+     "splits": {"node7": {"dim": "batch", "devices": [0, 1]}}}
+
+``placement`` must cover every op, directly or through another op of its co-location group;
+devices are indices or device names of the cluster. ``priority`` is optional (default: the
+graph's topological order) and, when given, names every op. ``splits`` is optional; a split
+applies to the whole co-location group of the op it names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..core.baselines import topological_priority
+from ..core.graph import OpGraph
+from ..core.strategy import Split, Strategy
+from ..errors import FormatError, StrategyError
+
+FORMAT = "moplace-strategy"
+#: A search's front file (`moplace.io.fronts`): its points hold strategies in this format.
+FRONT_FORMAT = "moplace-front"
+
+
+def strategy_to_json(graph: OpGraph, strategy: Strategy, cluster=None) -> dict:
+    """A JSON-ready dict of ``strategy`` (device names when ``cluster`` is given)."""
+    names = [op.name for op in graph.ops]
+    dev = (lambda d: cluster.devices[d].name) if cluster is not None else int
+    return {
+        "format": FORMAT, "version": 1, "graph": graph.name,
+        "placement": {n: dev(int(d)) for n, d in zip(names, strategy.placement)},
+        "priority": {n: float(p) for n, p in zip(names, strategy.priority)},
+        "splits": {names[i]: {"dim": s.dim, "devices": [dev(d) for d in s.devices]}
+                   for i, s in strategy.splits.items()},
+    }
+
+
+def save_strategy(path, graph: OpGraph, strategy: Strategy, cluster=None) -> None:
+    """Write ``strategy`` to ``path`` as JSON."""
+    Path(path).write_text(json.dumps(strategy_to_json(graph, strategy, cluster), indent=1) + "\n")
+
+
+def load_strategy(path, graph: OpGraph, cluster, *, point: int | None = None) -> Strategy:
+    """Read a strategy file for ``graph`` on ``cluster``; errors name the file and field.
+
+    A search's ``front.json`` is accepted too: ``point`` chooses which of its points.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise FormatError(path, f"cannot read strategy file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise FormatError(path, f"cannot read strategy file: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise FormatError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
+    if isinstance(data, dict) and data.get("format") == FRONT_FORMAT:
+        data = front_strategy(data, point, path)
+    try:
+        return strategy_from_json(data, graph, cluster)
+    except StrategyError as exc:
+        raise FormatError(path, str(exc)) from None
+
+
+def strategy_from_json(data, graph: OpGraph, cluster) -> Strategy:
+    """Build a validated strategy from the dict form (see module docstring)."""
+    if not isinstance(data, dict) or not isinstance(data.get("placement"), dict):
+        raise StrategyError("field 'placement' must be an object mapping op names to devices")
+    named = data.get("graph")
+    if named is not None and named != graph.name:
+        raise StrategyError(f"field 'graph': the strategy is for graph {named!r}, not {graph.name!r}")
+    devices = _device_lookup(cluster)
+    group_dev = {}
+    for name, d in data["placement"].items():
+        group_dev.setdefault(_group_of(graph, name, "placement"), set()).add(_device(devices, d, name))
+    placement = np.empty(len(graph.ops), np.int64)
+    for g, members in enumerate(graph.groups):
+        chosen = group_dev.get(g)
+        if not chosen:
+            raise StrategyError(f"placement: op {graph.ops[members[0]].name!r} has no device")
+        if len(chosen) > 1:
+            raise StrategyError(f"placement: co-located ops of group "
+                                f"{graph.ops[members[0]].colocation!r} name different devices")
+        placement[list(members)] = chosen.pop()
+    splits = {}
+    if not isinstance(data.get("splits") or {}, dict):
+        raise StrategyError("field 'splits' must be an object mapping op names to splits")
+    for name, spec in (data.get("splits") or {}).items():
+        g = _group_of(graph, name, "splits")
+        if not isinstance(spec, dict) or "dim" not in spec or not isinstance(spec.get("devices"), list):
+            raise StrategyError(f"splits.{name}: needs 'dim' and a list of 'devices'")
+        if len(spec["devices"]) < 2:
+            raise StrategyError(f"splits.{name}: a split needs at least 2 devices, "
+                                f"got {spec['devices']!r}")
+        split = Split(str(spec["dim"]), tuple(_device(devices, d, name) for d in spec["devices"]))
+        if split.devices and placement[_group_head(graph, g)] != split.devices[0]:
+            raise StrategyError(f"splits.{name}: the first part's device must be the op's "
+                                f"placement ({int(placement[_group_head(graph, g)])}), got {split.devices[0]}")
+        for m in graph.groups[g]:
+            splits[m] = split
+    return Strategy(placement, _priority(data.get("priority"), graph), splits).validate(
+        graph, cluster.n_devices)
+
+
+def _priority(spec, graph: OpGraph) -> np.ndarray:
+    if spec is None:
+        return topological_priority(graph)
+    if not isinstance(spec, dict):
+        raise StrategyError("field 'priority' must be an object mapping op names to numbers")
+    prio = np.empty(len(graph.ops))
+    seen = np.zeros(len(graph.ops), bool)
+    for name, p in spec.items():
+        i = _op_index(graph, name, "priority")
+        if isinstance(p, bool) or not isinstance(p, (int, float)):
+            raise StrategyError(f"priority.{name}: must be a number, got {p!r}")
+        prio[i], seen[i] = p, True
+    if not seen.all():
+        raise StrategyError(f"priority: op {graph.ops[int(np.argmin(seen))].name!r} has no priority "
+                            "(give every op one, or leave 'priority' out)")
+    return prio
+
+
+def _group_head(graph: OpGraph, g: int) -> int:
+    return graph.groups[g][0]
+
+
+def _op_index(graph: OpGraph, name: str, field: str) -> int:
+    if name not in graph.index:
+        raise StrategyError(f"{field}: unknown op {name!r} (graph {graph.name!r} has "
+                            f"{len(graph.ops)} ops; is the strategy for another graph?)")
+    return graph.index[name]
+
+
+def _group_of(graph: OpGraph, name: str, field: str) -> int:
+    return int(graph.arrays.group[_op_index(graph, name, field)])
+
+
+def _device_lookup(cluster) -> dict:
+    return {d.name: i for i, d in enumerate(cluster.devices)}
+
+
+def _device(lookup: dict, d, op: str) -> int:
+    if isinstance(d, str):
+        if d not in lookup:
+            raise StrategyError(f"op {op!r}: unknown device {d!r} (devices: {', '.join(lookup)})")
+        return lookup[d]
+    if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < len(lookup):
+        raise StrategyError(f"op {op!r}: device {d!r} out of range 0..{len(lookup) - 1}")
+    return d
+
+
+def front_strategy(data: dict, point: int | None, path) -> dict:
+    """The strategy dict of point ``point`` of a front file's dict (see `moplace.io.fronts`)."""
+    points = data.get("points") or []
+    if not points:
+        raise FormatError(path, "the front holds no feasible point (see its 'infeasible' list)")
+    if point is None and len(points) > 1:
+        raise FormatError(path, f"the front holds {len(points)} points; choose one with --point "
+                                f"(0..{len(points) - 1})")
+    k = 0 if point is None else point
+    if not 0 <= k < len(points):
+        raise FormatError(path, f"--point {k} is out of range 0..{len(points) - 1}")
+    return points[k]["strategy"]

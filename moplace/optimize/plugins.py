@@ -1,0 +1,204 @@
+"""Searchers are plugins, found by name through the entry-point group ``moplace.searchers``.
+
+moplace declares its own searchers in its ``pyproject.toml`` exactly as another package
+declares one::
+
+    [project.entry-points."moplace.searchers"]
+    nsga2 = "searchers.nsga2:Nsga2Searcher"
+
+An entry point names a `Searcher` subclass. Its ``__init__``'s keyword parameters are the
+searcher's settings, and its docstring says what it does: the first line is the one-line
+summary that ``moplace searchers`` prints, and a ``Settings:`` section gives each setting's
+meaning, one ``name: meaning`` entry per setting (continuation lines indented further)::
+
+    class HillClimber(Searcher):
+        \"\"\"Moves one group at a time from the best point so far.
+
+        Settings:
+            batch_size: strategies proposed per ask.
+        \"\"\"
+
+        def __init__(self, batch_size: int = 8): ...
+
+Entry points are read once, on first use; a searcher's module is imported only when the
+searcher is made or described, so ``import moplace`` stays light. Two installed packages that
+claim the same name are refused, naming both.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from ..errors import MoplaceError
+
+#: The entry-point group searchers are registered in.
+GROUP = "moplace.searchers"
+#: Shown for a setting without a default.
+REQUIRED = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One keyword setting of a searcher: its name, type (as annotated), default and meaning."""
+
+    name: str
+    type: str
+    default: Any
+    doc: str
+
+
+@dataclass(frozen=True)
+class SearcherInfo:
+    """What ``moplace searchers`` shows of one registered searcher."""
+
+    name: str
+    origin: str  # the distribution that registered it, "name version"
+    target: str  # "module:attribute"
+    summary: str
+    settings: tuple[Setting, ...]
+
+
+class SearcherRegistry:
+    """The searchers registered under entry-point group ``group``, by name.
+
+    ``registry[name]`` is the searcher's class (imported on first use); `make` builds one with
+    settings checked against the class's signature; `info` describes it.
+    """
+
+    def __init__(self, group: str = GROUP):
+        self.group = group
+        self._points: dict[str, metadata.EntryPoint] | None = None
+        self._classes: dict[str, type] = {}
+
+    def reload(self) -> None:
+        """Forget what was read, so that the next use reads the entry points again."""
+        self._points, self._classes = None, {}
+
+    def _entry_points(self) -> dict[str, metadata.EntryPoint]:
+        if self._points is None:
+            points: dict[str, metadata.EntryPoint] = {}
+            for ep in metadata.entry_points(group=self.group):
+                seen = points.get(ep.name)
+                if seen is not None and seen.value != ep.value:
+                    a, b = sorted((f"{origin(e)} ({e.value})" for e in (seen, ep)))
+                    raise MoplaceError(f"searcher {ep.name!r} is registered twice: by {a} and "
+                                       f"by {b}; uninstall one")
+                points.setdefault(ep.name, ep)
+            self._points = points
+        return self._points
+
+    def names(self) -> list[str]:
+        """Registered names: moplace's own first, then the others, each alphabetically."""
+        points = self._entry_points()
+        return sorted(points, key=lambda n: (origin(points[n]).split()[0] != "moplace", n))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entry_points()
+
+    def __iter__(self):
+        return iter(self.names())
+
+    def __getitem__(self, name: str) -> type:
+        points = self._entry_points()
+        if name not in points:
+            raise MoplaceError(f"unknown searcher {name!r}; known: {', '.join(self.names())}")
+        if name not in self._classes:
+            ep = points[name]
+            try:
+                cls = ep.load()
+            except Exception as exc:  # a plugin that fails to import must not hide the others
+                raise MoplaceError(f"searcher {name!r} ({ep.value}, from {origin(ep)}) cannot "
+                                   f"be loaded: {type(exc).__name__}: {exc}") from exc
+            if not callable(cls):
+                raise MoplaceError(f"searcher {name!r}: entry point {ep.value} is not a class")
+            self._classes[name] = cls
+        return self._classes[name]
+
+    def info(self, name: str) -> SearcherInfo:
+        """Origin, summary and settings of searcher ``name``."""
+        cls, ep = self[name], self._entry_points()[name]
+        return SearcherInfo(name=name, origin=origin(ep), target=ep.value,
+                            summary=summary(cls), settings=tuple(settings_of(cls)))
+
+    def make(self, name: str, **settings):
+        """A new searcher ``name`` with ``settings``; settings it does not have are refused
+        with its settings listed."""
+        cls = self[name]
+        known = [s.name for s in settings_of(cls)]
+        unknown = [k for k in settings if k not in known]
+        if unknown:
+            raise MoplaceError(f"searcher {name!r} has no setting {unknown[0]!r}; its settings: "
+                               f"{', '.join(known) or 'none'}")
+        searcher = cls(**settings)
+        searcher.name = name
+        return searcher
+
+
+def origin(ep: metadata.EntryPoint) -> str:
+    """The distribution that declared ``ep`` ("moplace 0.1.0"), or its target if unknown."""
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return f"entry point {ep.value}"
+    return f"{dist.metadata['Name']} {dist.version}"
+
+
+def summary(cls) -> str:
+    """The first line of ``cls``'s docstring."""
+    doc = inspect.getdoc(cls) or ""
+    return doc.strip().split("\n\n")[0].replace("\n", " ").strip()
+
+
+def settings_of(cls) -> list[Setting]:
+    """The keyword settings of searcher class ``cls``: its ``__init__`` parameters with their
+    annotations, defaults and meanings from the ``Settings:`` section of its docstring."""
+    docs = setting_docs(inspect.getdoc(cls) or "")
+    out = []
+    for p in inspect.signature(cls).parameters.values():
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        ann = p.annotation
+        type_ = "" if ann is p.empty else ann if isinstance(ann, str) else \
+            getattr(ann, "__name__", str(ann))
+        out.append(Setting(p.name, type_, p.default, docs.get(p.name, "")))
+    return out
+
+
+_ENTRY = re.compile(r"^(\s+)(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def setting_docs(doc: str) -> dict[str, str]:
+    """``name -> meaning`` from the ``Settings:`` section of a docstring."""
+    lines = doc.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Settings:")
+    except StopIteration:
+        return {}
+    out: dict[str, str] = {}
+    name, indent = None, None
+    for line in lines[start + 1:]:
+        if not line.strip():
+            continue
+        m = _ENTRY.match(line)
+        width = len(line) - len(line.lstrip())
+        if m and (indent is None or width == indent):
+            indent, name = width, m.group(2)
+            out[name] = m.group(3).strip()
+        elif name is not None and indent is not None and width > indent:
+            out[name] += " " + line.strip()
+        else:
+            break
+    return out
+
+
+#: The searchers installed in this environment.
+SEARCHERS = SearcherRegistry()
+
+
+def make_searcher(name: str, **settings):
+    """A new searcher by registered name with ``settings`` (unknown names, and settings the
+    searcher does not have, are refused with the known ones listed)."""
+    return SEARCHERS.make(name, **settings)

@@ -1,0 +1,63 @@
+"""The searcher contract: propose strategies, learn from their evaluations.
+
+A searcher never simulates, logs or keeps the budget: `moplace.search` asks it for strategies,
+evaluates them on the shared `Problem`, and tells it the results. This is the ask/tell shape
+of optuna's samplers and pymoo's algorithms, and it is what makes searchers interchangeable
+and their fronts comparable point by point.
+
+A one-shot heuristic (HEFT, DPOS, a baseline) answers its first `ask` and then returns an
+empty list, which tells the driver it is done. Searchers are found by name through entry points
+(`moplace.optimize.plugins`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+import numpy as np
+
+from ..core.strategy import Strategy
+from ..simulator.evaluation import Evaluation
+
+
+class Searcher(ABC):
+    """Base class of all searchers; subclasses implement `ask` (and usually `tell`)."""
+
+    name = "searcher"
+
+    def setup(self, problem, rng: np.random.Generator) -> None:
+        """Called once by the driver before the first `ask`."""
+        self.problem, self.rng = problem, rng
+        self._setup()
+
+    def _setup(self) -> None:
+        """Hook for subclasses: prepare for `problem` (available as ``self.problem``)."""
+
+    @abstractmethod
+    def ask(self) -> list[Strategy]:
+        """The next strategies to evaluate; an empty list means the searcher is done."""
+
+    def tell(self, strategies: Sequence[Strategy], evaluations: Sequence[Evaluation]) -> None:
+        """Learn from the evaluations of the strategies of the last `ask`."""
+
+    def settings(self) -> dict:
+        """The searcher's settings, for logs and reports."""
+        return {}
+
+
+class OneShot(Searcher):
+    """A searcher that proposes one strategy computed by `propose` and is then done."""
+
+    def _setup(self) -> None:
+        self._done = False
+
+    def ask(self) -> list[Strategy]:
+        if self._done:
+            return []
+        self._done = True
+        return [self.propose()]
+
+    @abstractmethod
+    def propose(self) -> Strategy:
+        """The one strategy."""

@@ -1,0 +1,310 @@
+"""The simulator's compiled event loop (numba). Pure numeric code over the arrays of a
+`TaskGraph` and a `Cluster`; see `moplace.simulator.engine` for the model it implements.
+
+Events are task finishes and transfer arrivals, ordered by (time, sequence number) so that runs
+are deterministic. All events at one instant are handled before idle devices pick their next
+task, so a device always chooses among everything that is ready at that instant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _ev_before(t1, s1, t2, s2):
+    return t1 < t2 or (t1 == t2 and s1 < s2)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _ev_put(ev_t, ev_s, ev_i, k, t, s, i):
+    ev_t[k] = t
+    ev_s[k] = s
+    ev_i[k] = i
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _ev_push(ev_t, ev_s, ev_i, n, t, s, i):
+    """Add event (time t, sequence s, id i) to the heap of size n; returns the new size."""
+    k = n
+    while k > 0:  # move the hole up instead of swapping
+        p = (k - 1) >> 1
+        if not _ev_before(t, s, ev_t[p], ev_s[p]):
+            break
+        _ev_put(ev_t, ev_s, ev_i, k, ev_t[p], ev_s[p], ev_i[p])
+        k = p
+    _ev_put(ev_t, ev_s, ev_i, k, t, s, i)
+    return n + 1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _ev_pop(ev_t, ev_s, ev_i, n):
+    """Remove the earliest event; returns (its id, the new size)."""
+    top = ev_i[0]
+    n -= 1
+    t, s, i = ev_t[n], ev_s[n], ev_i[n]
+    k = 0
+    while True:
+        c = 2 * k + 1
+        if c >= n:
+            break
+        if c + 1 < n and _ev_before(ev_t[c + 1], ev_s[c + 1], ev_t[c], ev_s[c]):
+            c += 1
+        if not _ev_before(ev_t[c], ev_s[c], t, s):
+            break
+        _ev_put(ev_t, ev_s, ev_i, k, ev_t[c], ev_s[c], ev_i[c])
+        k = c
+    _ev_put(ev_t, ev_s, ev_i, k, t, s, i)
+    return top, n
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rq_before(p1, t1, p2, t2):
+    # higher priority first; on a tie the lower task index
+    return p1 > p2 or (p1 == p2 and t1 < t2)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rq_push(rq, key, base, n, p, task):
+    """Add ``task`` with priority ``p`` to the ready heap stored at rq/key[base:base+n]."""
+    k = base + n
+    while k > base:
+        par = base + ((k - base - 1) >> 1)
+        if not _rq_before(p, task, key[par], rq[par]):
+            break
+        rq[k], key[k] = rq[par], key[par]
+        k = par
+    rq[k], key[k] = task, p
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rq_pop(rq, key, base, n):
+    """Remove and return the highest-priority task of the ready heap at rq/key[base:base+n]."""
+    top = rq[base]
+    n -= 1
+    last, lk = rq[base + n], key[base + n]
+    k = 0
+    while True:
+        c = 2 * k + 1
+        if c >= n:
+            break
+        ci = base + c
+        if c + 1 < n and _rq_before(key[ci + 1], rq[ci + 1], key[ci], rq[ci]):
+            ci += 1
+            c += 1
+        if not _rq_before(key[ci], rq[ci], lk, last):
+            break
+        rq[base + k], key[base + k] = rq[ci], key[ci]
+        k = c
+    rq[base + k], key[base + k] = last, lk
+    return top
+
+
+@njit(cache=True, error_model="numpy")
+def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
+                  out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
+                  route_ptr, route_res, n_res, bandwidth, latency,
+                  coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes,
+                  static_mem):
+    """Run the task graph; returns (start, end, sent, recv, peak_mem, n_transfers, n_done)."""
+    n = dev.shape[0]
+    n_e = e_dst.shape[0]
+    start = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    sent = np.zeros(n_dev)
+    recv = np.zeros(n_dev)
+    cur = static_mem.copy()
+    peak = static_mem.copy()
+    res_free = np.zeros(n_res)
+
+    pending = np.zeros(n, np.int64)
+    refs = np.zeros(n, np.int64)  # holders of a task's output: local consumers + transfers out
+    for e in range(n_e):
+        pending[e_dst[e]] += 1
+    for t in range(n):
+        for e in range(out_ptr[t], out_ptr[t + 1]):
+            if e_local[e]:
+                refs[t] += 1
+
+    # per-device ready heaps share one array, device d owns [rq_base[d], rq_base[d+1])
+    rq_base = np.zeros(n_dev + 1, np.int64)
+    for t in range(n_compute):
+        rq_base[dev[t] + 1] += 1
+    for d in range(n_dev):
+        rq_base[d + 1] += rq_base[d]
+    rq = np.empty(max(n_compute, 1), np.int64)
+    rq_key = np.empty(max(n_compute, 1))
+    rq_n = np.zeros(n_dev, np.int64)
+    busy = np.zeros(n_dev, np.bool_)
+
+    cap = n + n_e + 1
+    ev_t = np.empty(cap)
+    ev_s = np.empty(cap, np.int64)
+    ev_i = np.empty(cap, np.int64)
+    ev_n = 0
+    seq = 0
+
+    x_dst = np.empty(n_e, np.int64)
+    x_bytes = np.empty(n_e)
+    x_task = np.empty(n_e, np.int64)
+    x_refs = np.zeros(n_e, np.int64)
+    edge_x = np.full(n_e, -1, np.int64)
+    n_x = 0
+    xb = np.zeros(n_dev)
+    x_of_dev = np.full(n_dev, -1, np.int64)
+    touched = np.empty(n_dev, np.int64)
+
+    ready_stack = np.empty(n, np.int64)  # tasks whose inputs are all in, to be queued
+    n_ready = 0
+    for t in range(n):
+        if pending[t] == 0:
+            ready_stack[n_ready] = t
+            n_ready += 1
+
+    now = 0.0
+    n_done = 0
+    while True:
+        # queue newly ready tasks: compute tasks to their device, collectives start at once
+        while n_ready > 0:
+            n_ready -= 1
+            t = ready_stack[n_ready]
+            if t < n_compute:
+                d = dev[t]
+                _rq_push(rq, rq_key, rq_base[d], rq_n[d], prio[t], t)
+                rq_n[d] += 1
+            else:
+                c = t - n_compute
+                s = now
+                for k in range(coll_res_ptr[c], coll_res_ptr[c + 1]):
+                    s = max(s, res_free[coll_res[k]])
+                f = s + coll_dur[c]
+                for k in range(coll_res_ptr[c], coll_res_ptr[c + 1]):
+                    res_free[coll_res[k]] = f
+                for k in range(coll_ptr[c], coll_ptr[c + 1]):
+                    sent[coll_dev[k]] += coll_bytes[c]
+                    recv[coll_dev[k]] += coll_bytes[c]
+                start[t] = s
+                end[t] = f
+                ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, t)
+                seq += 1
+        # idle devices start their highest-priority ready task
+        for d in range(n_dev):
+            if not busy[d] and rq_n[d] > 0:
+                t = _rq_pop(rq, rq_key, rq_base[d], rq_n[d])
+                rq_n[d] -= 1
+                busy[d] = True
+                start[t] = now
+                end[t] = now + dur[t]
+                cur[d] += out_bytes[t]
+                if cur[d] > peak[d]:
+                    peak[d] = cur[d]
+                ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, end[t], seq, t)
+                seq += 1
+        if ev_n == 0:
+            break
+        now = ev_t[0]
+        while ev_n > 0 and ev_t[0] == now:
+            i, ev_n = _ev_pop(ev_t, ev_s, ev_i, ev_n)
+            if i < n:  # task i finished
+                t = i
+                n_done += 1
+                if t < n_compute:
+                    busy[dev[t]] = False
+                # release inputs held for this task
+                for k in range(in_ptr[t], in_ptr[t + 1]):
+                    e = in_edge[k]
+                    if e_local[e]:
+                        p = e_src[e]
+                        refs[p] -= 1
+                        if refs[p] == 0 and p < n_compute:
+                            cur[dev[p]] -= out_bytes[p]
+                    else:
+                        x = edge_x[e]
+                        x_refs[x] -= 1
+                        if x_refs[x] == 0:
+                            cur[x_dst[x]] -= x_bytes[x]
+                # hand outputs on: local consumers now, remote devices by one transfer each
+                n_t = 0
+                sd = 0
+                for e in range(out_ptr[t], out_ptr[t + 1]):
+                    c = e_dst[e]
+                    if e_local[e]:
+                        pending[c] -= 1
+                        if pending[c] == 0:
+                            ready_stack[n_ready] = c
+                            n_ready += 1
+                    else:
+                        dd = dev[c]
+                        sd = e_srcdev[e]  # one source device per producer (see TaskGraph)
+                        if x_of_dev[dd] == -1:
+                            touched[n_t] = dd
+                            n_t += 1
+                            x_of_dev[dd] = -2
+                        if e_bytes[e] > xb[dd]:
+                            xb[dd] = e_bytes[e]
+                for k in range(n_t):
+                    dd = touched[k]
+                    pair = sd * n_dev + dd
+                    s = now
+                    for r in range(route_ptr[pair], route_ptr[pair + 1]):
+                        s = max(s, res_free[route_res[r]])
+                    f = s + latency[sd, dd] + xb[dd] / bandwidth[sd, dd]
+                    for r in range(route_ptr[pair], route_ptr[pair + 1]):
+                        res_free[route_res[r]] = f
+                    sent[sd] += xb[dd]
+                    recv[dd] += xb[dd]
+                    x_dst[n_x] = dd
+                    x_bytes[n_x] = xb[dd]
+                    x_task[n_x] = t
+                    x_of_dev[dd] = n_x
+                    refs[t] += 1
+                    ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, n + n_x)
+                    seq += 1
+                    n_x += 1
+                for k in range(n_t):
+                    xb[touched[k]] = 0.0
+                    x_of_dev[touched[k]] = -1
+                if refs[t] == 0 and t < n_compute:
+                    cur[dev[t]] -= out_bytes[t]
+            else:  # transfer x arrived
+                x = i - n
+                dd = x_dst[x]
+                cur[dd] += x_bytes[x]
+                if cur[dd] > peak[dd]:
+                    peak[dd] = cur[dd]
+                p = x_task[x]
+                refs[p] -= 1
+                if refs[p] == 0 and p < n_compute:
+                    cur[dev[p]] -= out_bytes[p]
+                for e in range(out_ptr[p], out_ptr[p + 1]):
+                    c = e_dst[e]
+                    if not e_local[e] and dev[c] == dd:
+                        edge_x[e] = x
+                        x_refs[x] += 1
+                        pending[c] -= 1
+                        if pending[c] == 0:
+                            ready_stack[n_ready] = c
+                            n_ready += 1
+    return start, end, sent, recv, peak, n_x, n_done
+
+
+@njit(cache=True, error_model="numpy")
+def group_by(keys, n_keys):
+    """Stable counting sort of integer ``keys`` in 0..n_keys-1, in O(len + n_keys).
+
+    Returns (ptr, order): ``keys[order]`` is non-decreasing, equal keys keep their order, and
+    the positions holding key k are ``order[ptr[k]:ptr[k + 1]]``.
+    """
+    ptr = np.zeros(n_keys + 1, np.int64)
+    for i in range(keys.shape[0]):
+        ptr[keys[i] + 1] += 1
+    for k in range(n_keys):
+        ptr[k + 1] += ptr[k]
+    fill = ptr[:-1].copy()
+    order = np.empty(keys.shape[0], np.int64)
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        order[fill[k]] = i
+        fill[k] += 1
+    return ptr, order

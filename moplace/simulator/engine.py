@@ -1,0 +1,125 @@
+"""Turn a strategy into a trace: when each op ran, what moved, how much memory was held.
+
+The model, in the spirit of FlexFlow's and Trinity's simulators:
+
+- Each device runs one task at a time. Among tasks whose inputs have all arrived, the one with
+  the highest priority starts as soon as the device is free (ties: lower op index first).
+- An op's output goes once to each other device that consumes it, as one transfer of
+  ``latency + bytes / bandwidth`` (several consumers on one device share it; the largest of
+  their edge sizes is sent). A transfer holds every link or port on its route for its duration,
+  so transfers sharing a link queue in the order they were issued; transfers overlap compute.
+- Split ops run as parts (see `moplace.simulator.taskgraph`); a batch split of an op with weight
+  gradients adds a ring all-reduce among its parts' devices that holds the ring's links for
+  ``2 (n-1) (latency + bytes / (n * bandwidth))`` and moves ``2 (n-1) / n * bytes`` in and out
+  of every ring device; update ops wait for it.
+- Memory per device: parameters of every task on it for the whole step (a batch part holds a
+  full replica, a channel part its share); a task's output from its start until its last local
+  consumer has finished and its transfers have left; a received tensor from its arrival until
+  its last consumer on the receiver has finished. The peak is the maximum over time.
+
+Same inputs, same trace: ties are broken by index and event sequence, never by chance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.graph import OpGraph
+from ..core.strategy import Strategy
+from ..costs.costmodel import CostModel
+from ._simcore import simulate_core
+from .delta import SimulationBase, patched_task_graph
+from .taskgraph import TaskGraph, build_task_graph
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """What one simulated training step did. Times in seconds, sizes in bytes.
+
+    Per task (an op or one part of a split op; collectives last): ``task_op``, ``task_device``
+    (-1 for a collective), ``task_start``, ``task_end``. Per op: ``op_start`` (first part) and
+    ``op_end`` (last part). Per device: ``sent``, ``received``, ``peak_memory``, ``capacity``,
+    ``busy`` (compute seconds), and the devices' ``device_names`` and ``device_kinds``.
+    """
+
+    makespan: float
+    task_op: np.ndarray
+    task_device: np.ndarray
+    task_start: np.ndarray
+    task_end: np.ndarray
+    op_start: np.ndarray
+    op_end: np.ndarray
+    sent: np.ndarray
+    received: np.ndarray
+    peak_memory: np.ndarray
+    capacity: np.ndarray
+    busy: np.ndarray
+    n_transfers: int
+    device_names: tuple[str, ...] = ()
+    device_kinds: tuple[str, ...] = ()
+
+    @property
+    def traffic(self) -> np.ndarray:
+        """Bytes each device sends plus receives."""
+        return self.sent + self.received
+
+    @property
+    def memory_excess(self) -> np.ndarray:
+        """Bytes by which each device's peak memory exceeds its capacity (0 where it fits)."""
+        return np.maximum(self.peak_memory - self.capacity, 0.0)
+
+    @property
+    def feasible(self) -> bool:
+        """True when every device's peak memory fits its capacity."""
+        return bool(np.all(self.memory_excess == 0))
+
+
+def simulate(graph: OpGraph, cluster, strategy: Strategy, *, costs: CostModel | None = None,
+             validate: bool = True) -> Trace:
+    """Simulate one training step of ``graph`` on ``cluster`` under ``strategy``."""
+    if validate:
+        strategy.validate(graph, cluster.n_devices)
+    costs = costs if costs is not None else CostModel(graph, cluster)
+    request = getattr(strategy, "delta", None)  # a searcher's hint (see moplace.simulator.delta)
+    patched = None
+    if request is not None and request.base is not None and strategy.splits:  # else the
+        # unsplit fast path of build_task_graph is cheaper than a patch
+        patched = patched_task_graph(request.base, strategy, graph, costs)
+    tg = patched if patched is not None else build_task_graph(graph, strategy, costs)
+    if request is not None:
+        request.patched = patched is not None
+        request.result = SimulationBase(strategy, tg, graph, costs)
+    return run_task_graph(tg, cluster, len(graph.ops))
+
+
+def run_task_graph(tg: TaskGraph, cluster, n_ops: int) -> Trace:
+    """Simulate an already expanded task graph."""
+    n_dev = cluster.n_devices
+    comp = slice(0, tg.n_compute)
+    static = np.bincount(tg.dev[comp], weights=tg.param_bytes, minlength=n_dev).astype(np.float64)
+    start, end, sent, recv, peak, n_x, n_done = simulate_core(
+        n_dev, tg.dev, tg.dur, tg.prio, tg.out_bytes, tg.n_compute,
+        tg.out_ptr, tg.e_src, tg.e_dst, tg.e_bytes, tg.e_srcdev, tg.e_local, tg.in_ptr, tg.in_edge,
+        cluster.route_ptr, cluster.route_res, cluster.n_resources,
+        cluster.bandwidth, cluster.latency,
+        tg.coll_ptr, tg.coll_dev, tg.coll_res_ptr, tg.coll_res, tg.coll_dur, tg.coll_bytes,
+        static)
+    if n_done != tg.n_tasks:  # cannot happen for an acyclic graph; guard against kernel bugs
+        raise RuntimeError(f"simulator finished {n_done} of {tg.n_tasks} tasks")
+    if tg.n_tasks == n_ops:  # no splits: tasks are ops
+        op_start, op_end = start, end
+    else:  # an op spans its first part's start to its last part's (or all-reduce's) end
+        first = tg.op_ptr[:-1]
+        op_start = np.minimum.reduceat(start[comp], first)
+        op_end = np.maximum.reduceat(end[comp], first)
+        colls = slice(tg.n_compute, tg.n_tasks)
+        op_end[tg.task_op[colls]] = np.maximum(op_end[tg.task_op[colls]], end[colls])
+    return Trace(
+        makespan=float(end.max()) if end.size else 0.0,
+        task_op=tg.task_op, task_device=tg.dev, task_start=start, task_end=end,
+        op_start=op_start, op_end=op_end, sent=sent, received=recv, peak_memory=peak,
+        capacity=np.asarray(cluster.memory, np.float64),
+        busy=np.bincount(tg.dev[comp], weights=tg.dur[comp], minlength=n_dev),
+        n_transfers=int(n_x), device_names=cluster.device_names, device_kinds=cluster.kinds)

@@ -1,0 +1,314 @@
+"""Expand (graph, strategy, costs) into the task graph the simulator runs.
+
+An unsplit op is one task. An op split n ways is n tasks, one per part. The (batch, channel)
+extent of a tensor is the unit square: part k of a batch split holds batch slice [k/n, (k+1)/n)
+of its output, part k of a channel split holds channel slice [k/n, (k+1)/n). A consumer part
+split on batch needs its batch slice of every input (all channels); an unsplit or channel-split
+consumer needs whole inputs, except update ops: a channel-split update reads its shard of the
+gradient, a batch-split update is a replica and reads all of it. Each (producer part, consumer part) pair moves
+``edge bytes * area(held & needed)``; pairs with no overlap are not edges.
+
+A batch-split op with ``grad_bytes > 0`` on two or more devices gets a *collective* task: a ring
+all-reduce of its weight gradient among its parts' devices, after all its parts. Its consumers
+with role ``update`` read the reduced gradient from the collective (locally when they run on one
+of the ring's devices); its other consumers read the parts' outputs as usual.
+
+Everything here is vectorised numpy: the Python loops run over distinct split shapes and over
+collectives, not over ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..arrays import segment_ranks
+from ..core.graph import ROLES, SPLIT_DIMS, OpGraph
+from ..core.strategy import Strategy
+from ..costs.costmodel import CostModel
+from ._simcore import group_by
+
+_UPDATE = ROLES.index("update")
+_DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1
+
+
+@dataclass(eq=False)
+class TaskGraph:
+    """Flat arrays describing tasks and their data edges (see module docstring).
+
+    Tasks 0..n_compute-1 are compute tasks (``dev`` >= 0); the rest are collectives
+    (``dev`` = -1) whose devices, resources, duration and per-device traffic are in ``coll_*``.
+    Edge arrays are sorted by source task; ``e_srcdev`` is the device the data leaves from and
+    ``e_local`` marks edges that move nothing (same device, or control edges into a collective).
+    ``out_ptr`` indexes each task's out-edges; ``in_ptr``/``in_edge`` its in-edges (CSR).
+    ``op_ptr``: the compute tasks of op i are ``op_ptr[i]:op_ptr[i + 1]``.
+    """
+
+    n_compute: int
+    task_op: np.ndarray
+    dev: np.ndarray
+    dur: np.ndarray
+    prio: np.ndarray
+    out_bytes: np.ndarray
+    param_bytes: np.ndarray
+    e_src: np.ndarray
+    e_dst: np.ndarray
+    e_bytes: np.ndarray
+    e_srcdev: np.ndarray
+    e_local: np.ndarray
+    out_ptr: np.ndarray
+    in_ptr: np.ndarray
+    in_edge: np.ndarray
+    coll_ptr: np.ndarray
+    coll_dev: np.ndarray
+    coll_res_ptr: np.ndarray
+    coll_res: np.ndarray
+    coll_dur: np.ndarray
+    coll_bytes: np.ndarray
+    op_ptr: np.ndarray
+
+    @property
+    def n_tasks(self) -> int:
+        return self.dev.shape[0]
+
+
+def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
+    """The task graph of ``strategy`` on ``graph`` (the strategy must be validated)."""
+    if not strategy.splits:
+        return _unsplit_task_graph(graph, strategy, costs)
+    a = graph.arrays
+    parts, dims, split_dev = _split_arrays(strategy, len(graph.ops))
+    ptr = np.zeros(len(graph.ops) + 1, np.int64)
+    np.cumsum(parts, out=ptr[1:])
+    task_op = np.repeat(np.arange(len(graph.ops)), parts)
+    dev = strategy.placement[task_op].copy()
+    dev[parts[task_op] > 1] = split_dev  # splits are sorted by op, so parts line up
+    dur = _durations(graph, costs, ptr, task_op, dev, parts, dims)
+    out_b, par_b = _memory(a, task_op, parts, dims)
+    colls = _Collectives(graph, costs, ptr, parts, dims, dev)
+    n_compute, n_coll = len(task_op), len(colls.ops)
+    return TaskGraph(
+        n_compute=n_compute,
+        task_op=np.concatenate([task_op, colls.ops]),
+        dev=np.concatenate([dev, np.full(n_coll, -1, np.int64)]),
+        dur=np.concatenate([dur, colls.dur]),
+        prio=np.concatenate([strategy.priority[task_op], np.zeros(n_coll)]),
+        out_bytes=np.concatenate([out_b, np.zeros(n_coll)]),
+        param_bytes=par_b, **_edges(a, ptr, parts, dims, dev, colls, n_compute),
+        coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
+        coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr)
+
+
+def _split_arrays(strategy: Strategy, n_ops: int):
+    """Parts and dimension code per op, and the devices of all split parts in op order."""
+    t = strategy.split_table
+    parts = np.ones(n_ops, np.int64)
+    dims = np.full(n_ops, -1, np.int64)
+    parts[t.ops], dims[t.ops] = t.parts, t.dims
+    return parts, dims, t.devices
+
+
+def _unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
+    """Fast path without splits: tasks are ops and edges the graph's edges, CSR reused."""
+    a = graph.arrays
+    dev = strategy.placement
+    n = dev.shape[0]
+    e_srcdev = dev[a.src]
+    return TaskGraph(
+        n_compute=n, task_op=np.arange(n), dev=dev, dur=costs.compute[np.arange(n), dev],
+        prio=strategy.priority, out_bytes=a.output_bytes, param_bytes=a.param_bytes,
+        e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev,
+        e_local=(e_srcdev == dev[a.dst]) | (a.edge_bytes <= 0),
+        out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, op_ptr=np.arange(n + 1),
+        **_NO_COLLECTIVES)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+_NO_COLLECTIVES = {k: _frozen(v) for k, v in dict(
+    coll_ptr=np.zeros(1, np.int64), coll_dev=np.zeros(0, np.int64),
+    coll_res_ptr=np.zeros(1, np.int64), coll_res=np.zeros(0, np.int64),
+    coll_dur=np.zeros(0), coll_bytes=np.zeros(0)).items()}
+
+
+def _durations(graph, costs, ptr, task_op, dev, parts, dims) -> np.ndarray:
+    n = parts[task_op]
+    dur = costs.compute[task_op, dev]
+    # a batch-"split" update is a full update of each replica; other parts do 1/n of the work
+    replicated = (graph.arrays.role == _UPDATE) & (dims == _DIM_CODE["batch"])
+    dur = np.where((n > 1) & ~replicated[task_op], dur / n + costs.split_overhead_s, dur)
+    for op in costs.ops_with_part_profiles:  # measured part times replace the estimate
+        if parts[op] > 1 and not replicated[op]:
+            for t in range(ptr[op], ptr[op + 1]):
+                dur[t] = costs.part_time(int(op), int(dev[t]), int(parts[op]))
+    return dur
+
+
+def _memory(a, task_op, parts, dims) -> tuple[np.ndarray, np.ndarray]:
+    n = parts[task_op].astype(np.float64)
+    batch = dims[task_op] == _DIM_CODE["batch"]
+    grad = a.grad_bytes[task_op]
+    out = a.output_bytes[task_op]
+    # a batch part holds its slice of activations but a full weight gradient
+    out_b = np.where(batch, (out - np.minimum(grad, out)) / n + np.minimum(grad, out), out / n)
+    par_b = np.where(batch, a.param_bytes[task_op], a.param_bytes[task_op] / n)
+    return out_b, par_b
+
+
+class _Collectives:
+    """Ring all-reduces of batch-split ops with weight gradients, one per op, in op order.
+
+    A ring is a bitmask of devices; collectives on one ring share its links and resources, so
+    ring-level figures are computed once per distinct ring and spread with numpy indexing.
+    """
+
+    def __init__(self, graph, costs, ptr, parts, dims, dev):
+        a, cl = graph.arrays, costs.cluster
+        cand = np.flatnonzero((dims == _DIM_CODE["batch"]) & (a.grad_bytes > 0) & (parts > 1))
+        masks = np.zeros(cand.size, np.int64)
+        if cand.size:  # OR the device bits of each candidate's own parts (contiguous tasks)
+            own = np.repeat(ptr[cand], parts[cand]) + segment_ranks(parts[cand])
+            starts = np.cumsum(parts[cand]) - parts[cand]
+            masks = np.bitwise_or.reduceat(np.left_shift(np.int64(1), dev[own]), starts)
+        multi = (masks & (masks - 1)) != 0  # more than one distinct device
+        self.ops, self.masks = cand[multi].astype(np.int64), masks[multi]
+        rings, ring_of = np.unique(self.masks, return_inverse=True)
+        ring_of = ring_of.ravel()
+        self.ring_of = ring_of
+        b = a.grad_bytes[self.ops]
+        self.dur = np.zeros(self.ops.size)
+        self.bytes_per_device = np.zeros(self.ops.size)
+        self.first = np.zeros(self.ops.size, np.int64)
+        ring_devs, ring_res = [], []
+        for r, mask in enumerate(rings.tolist()):
+            ring = [d for d in range(cl.n_devices) if mask >> d & 1]
+            n = len(ring)
+            links = [(ring[k], ring[(k + 1) % n]) for k in range(n)]
+            lat = np.array([cl.latency[i, j] for i, j in links])
+            bw = np.array([cl.bandwidth[i, j] for i, j in links])
+            sel = ring_of == r
+            step = np.max(lat[None, :] + (b[sel, None] / n) / bw[None, :], axis=1)
+            self.dur[sel] = 2 * (n - 1) * step
+            self.bytes_per_device[sel] = 2 * (n - 1) / n * b[sel]
+            self.first[sel] = ring[0]
+            ring_devs.append(np.array(ring, np.int64))
+            ring_res.append(np.unique(np.concatenate([cl.route(i, j) for i, j in links]))
+                            .astype(np.int64))
+        self.ptr, self.devices = _ragged(ring_devs, ring_of)
+        self.res_ptr, self.res = _ragged(ring_res, ring_of)
+
+    def on_ring(self, c: np.ndarray, device: np.ndarray) -> np.ndarray:
+        """Whether ``device`` belongs to the ring of collective ``c`` (elementwise)."""
+        return (self.masks[c] >> device) & 1 == 1
+
+
+def _ragged(rows: list[np.ndarray], pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of ``rows[pick[0]], rows[pick[1]], ...`` without a Python loop over ``pick``."""
+    sizes = np.array([r.size for r in rows], np.int64)[pick] if rows else np.zeros(0, np.int64)
+    ptr = np.zeros(pick.size + 1, np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    if not rows:
+        return ptr, np.zeros(0, np.int64)
+    width = max(r.size for r in rows)
+    table = np.full((len(rows), width), -1, np.int64)
+    for k, r in enumerate(rows):
+        table[k, :r.size] = r
+    flat = table[pick].ravel()
+    return ptr, flat[flat >= 0]
+
+
+@lru_cache(maxsize=256)
+def _overlap(n_src: int, dim_src: int, n_dst: int, need_dim: int):
+    """(k, j, fraction) of data producer part k gives consumer part j.
+
+    ``need_dim`` is the dimension along which consumer part j needs only its slice (-1: whole).
+    """
+    held = [_region(k, n_src, dim_src) for k in range(n_src)]
+    need = [_region(j, n_dst, need_dim) for j in range(n_dst)]
+    ks, js, fs = [], [], []
+    for k, (hb, hc) in enumerate(held):
+        for j, (nb, nc) in enumerate(need):
+            f = _len(hb, nb) * _len(hc, nc)
+            if f > 0:
+                ks.append(k), js.append(j), fs.append(f)
+    return np.array(ks, np.int64), np.array(js, np.int64), np.array(fs)
+
+
+def _need_dim(role, dim):
+    """Slice a consumer part needs: a batch part its batch slice of the input (conv, matmul and
+    elementwise ops need all input channels); an update part split on channel only its shard
+    of the gradient, a batch-replicated update the whole gradient."""
+    update = role == _UPDATE
+    batch, channel = _DIM_CODE["batch"], _DIM_CODE["channel"]
+    return np.where((dim == batch) & ~update, batch,
+                    np.where((dim == channel) & update, channel, -1))
+
+
+def _region(k, n, dim):
+    whole, part = (0.0, 1.0), (k / n, (k + 1) / n)
+    return (part, whole) if dim == 0 else (whole, part) if dim == 1 else (whole, whole)
+
+
+def _len(x, y) -> float:
+    return max(0.0, min(x[1], y[1]) - max(x[0], y[0]))
+
+
+def _edges(a, ptr, parts, dims, dev, colls: _Collectives, n_compute) -> dict:
+    src, dst, nb, sdev = [], [], [], []
+    coll_of_op = np.full(parts.size, -1, np.int64)
+    coll_of_op[colls.ops] = np.arange(colls.ops.size)
+    # every part of a collective's op feeds the collective (control edges, nothing moves)
+    parts_in = np.flatnonzero(coll_of_op[np.repeat(np.arange(parts.size), parts)] >= 0)
+    c = coll_of_op[np.repeat(np.arange(parts.size), parts)[parts_in]]
+    src.append(parts_in), dst.append(n_compute + c), nb.append(np.zeros(c.size)), sdev.append(dev[parts_in])
+    # update ops read the reduced gradient from the collective: locally on a ring device
+    gated = (coll_of_op[a.src] >= 0) & (a.role[a.dst] == _UPDATE)
+    g = np.flatnonzero(gated)
+    counts = parts[a.dst[g]]
+    e_rep = np.repeat(g, counts)
+    v_task = ptr[a.dst[e_rep]] + segment_ranks(counts)
+    c = coll_of_op[a.src[e_rep]]
+    here = colls.on_ring(c, dev[v_task])
+    src.append(n_compute + c), dst.append(v_task)
+    nb.append(np.where(here, 0.0, a.edge_bytes[e_rep]))
+    sdev.append(np.where(here, dev[v_task], colls.first[c]))
+    _plain_edges(a, np.flatnonzero(~gated), ptr, parts, dims, dev, src, dst, nb, sdev)
+    return _sorted_edges(src, dst, nb, sdev, dev, n_compute, n_compute + colls.ops.size)
+
+
+def _plain_edges(a, plain, ptr, parts, dims, dev, src, dst, nb, sdev) -> None:
+    """Part-to-part edges of ordinary op edges, by overlap of held and needed slices."""
+    u, v = a.src[plain], a.dst[plain]
+    # one int64 key per edge shape: (parts, dim) of producer and (parts, needed dim) of consumer
+    nd = _need_dim(a.role[v], dims[v])
+    keys = ((parts[u] * 4 + dims[u] + 1) << 32) | (parts[v] * 4 + nd + 1)
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    for g, key in enumerate(uniq.tolist()):
+        hi, lo = key >> 32, key & 0xFFFFFFFF
+        nu, du, nv, dv = hi // 4, hi % 4 - 1, lo // 4, lo % 4 - 1
+        sel = plain if len(uniq) == 1 else plain[inverse.ravel() == g]
+        ks, js, fs = _overlap(int(nu), int(du), int(nv), int(dv))
+        s = (ptr[a.src[sel]][:, None] + ks[None, :]).ravel()
+        src.append(s), dst.append((ptr[a.dst[sel]][:, None] + js[None, :]).ravel())
+        nb.append((a.edge_bytes[sel][:, None] * fs[None, :]).ravel()), sdev.append(dev[s])
+
+
+def _sorted_edges(src, dst, nb, sdev, dev, n_compute, n_tasks) -> dict:
+    cat = (lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt))
+    e_src, e_dst = cat(src, np.int64), cat(dst, np.int64)
+    e_bytes, e_srcdev = cat(nb, np.float64), cat(sdev, np.int64)
+    # sort by (src, dst): two stable counting-sort passes, least significant key first
+    _, by_dst = group_by(e_dst, n_tasks)
+    out_ptr, by_src = group_by(e_src[by_dst], n_tasks)
+    order = by_dst[by_src]
+    e_src, e_dst, e_bytes, e_srcdev = e_src[order], e_dst[order], e_bytes[order], e_srcdev[order]
+    dst_dev = np.where(e_dst < n_compute, dev[np.minimum(e_dst, n_compute - 1)], -1)
+    e_local = (e_dst >= n_compute) | (e_srcdev == dst_dev) | (e_bytes <= 0)
+    in_ptr, in_edge = group_by(e_dst, n_tasks)
+    return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
+                out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge)

@@ -1,0 +1,132 @@
+"""The genome as optuna trial parameters, and the study around them.
+
+`TrialSpace` maps the genome to trial parameters and back (``d{g}``, ``s{g}``, ``p{i}``: see the
+package docstring); `open_storage` opens the storage a study lives in, `make_sampler` builds the
+sampler, and `check_study` refuses a resumed study that was made for another problem. optuna is
+imported inside the functions that need it, never at import time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moplace.core.strategy import Strategy
+from moplace.errors import MoplaceError, StrategyError
+from searchers.listsched import heuristic_strategies
+
+#: The samplers `make_sampler` builds.
+SAMPLERS = ("nsga2", "tpe", "random")
+
+
+class TrialSpace:
+    """A problem's genome as optuna trial parameters.
+
+    ``d{g}``: device of co-location group g (only when there is more than one device);
+    ``s{g}``: split option of group g (only for groups with more than one option); ``p{i}``:
+    priority of op i in [0, 1] (only with ``priorities``; without, every strategy runs the ops
+    in ``fixed_priority``).
+    """
+
+    def __init__(self, genome, priorities: bool, fixed_priority: np.ndarray):
+        G = genome.n_groups
+        self.genome, self.priorities, self.fixed_priority = genome, bool(priorities), fixed_priority
+        #: groups with a device parameter, groups with a split parameter
+        self.devices = [g for g in range(G)] if genome.n_devices > 1 else []
+        self.splits = [g for g in range(G) if len(genome.options[g]) > 1]
+
+    @property
+    def n_params(self) -> int:
+        """Parameters of a trial."""
+        return len(self.devices) + len(self.splits) + \
+            (self.genome.n_ops if self.priorities else 0)
+
+    def strategy(self, trial) -> Strategy:
+        """Suggest (or read back, for a trial that has them) every parameter; decode."""
+        space = self.genome
+        G, D = space.n_groups, space.n_devices
+        x = np.zeros(space.size)
+        for g in self.devices:
+            x[g] = trial.suggest_int(f"d{g}", 0, D - 1)
+        for g in self.splits:
+            x[G + g] = trial.suggest_int(f"s{g}", 0, len(space.options[g]) - 1)
+        if self.priorities:
+            for i in range(space.n_ops):
+                x[2 * G + i] = trial.suggest_float(f"p{i}", 0.0, 1.0)
+        else:
+            x[2 * G:] = self.fixed_priority
+        return space.decode(x)
+
+    def params(self, x: np.ndarray) -> dict:
+        """The trial parameters of genome ``x``, priorities as their dense rank in [0, 1]."""
+        G = self.genome.n_groups
+        params = {f"d{g}": int(x[g]) for g in self.devices}
+        params.update({f"s{g}": int(x[G + g]) for g in self.splits})
+        if self.priorities:
+            params.update({f"p{i}": float(v) for i, v in enumerate(unit_rank(x[2 * G:]))})
+        return params
+
+    def heuristic_params(self, problem) -> list[dict]:
+        """The distinct parameters of the heuristics' strategies (DPOS, HEFT, the baselines)
+        that the genome can encode."""
+        out = []
+        for s in heuristic_strategies(problem):
+            try:
+                params = self.params(self.genome.encode(s))
+            except StrategyError:
+                continue
+            if params not in out:
+                out.append(params)
+        return out
+
+
+def check_study(study, problem, priorities: bool) -> None:
+    """Refuse a study made for another graph, cluster, objectives or genome; mark a new one
+    (user attribute ``moplace_genome``)."""
+    space = problem.genome
+    key = {"graph": problem.graph.name, "cluster": problem.cluster.name,
+           "objectives": list(problem.objectives), "n_ops": space.n_ops,
+           "n_groups": space.n_groups, "n_devices": space.n_devices, "priorities": priorities}
+    if len(study.directions) != len(problem.objectives):
+        raise MoplaceError(f"study {study.study_name!r} has {len(study.directions)} "
+                           f"objectives, the problem {len(problem.objectives)}")
+    have = study.user_attrs.get("moplace_genome")
+    if have is None:
+        study.set_user_attr("moplace_genome", key)
+    elif have != key:
+        raise MoplaceError(f"study {study.study_name!r} was made for {have}, "
+                           f"not for this problem ({key})")
+
+
+def open_storage(storage):
+    """An optuna storage: None (in memory), a database URL (``sqlite:///study.db``), a file
+    name ending in ``.log`` or ``.journal`` (optuna's journal file storage), or a storage."""
+    if isinstance(storage, str) and storage.endswith((".log", ".journal")) and "://" not in storage:
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        return JournalStorage(JournalFileBackend(storage))
+    return storage
+
+
+def make_sampler(kind: str, seed: int, population_size: int, n_startup_trials: int,
+                 mutation_prob: float | None = None, ei_candidates: int = 24):
+    """Optuna's sampler ``kind`` (one of `SAMPLERS`); TPE multivariate with the constant liar."""
+    import optuna
+
+    if kind == "nsga2":
+        return optuna.samplers.NSGAIISampler(population_size=population_size, seed=seed,
+                                             mutation_prob=mutation_prob)
+    if kind == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                                          n_startup_trials=n_startup_trials,
+                                          n_ei_candidates=ei_candidates)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def unit_rank(priority: np.ndarray) -> np.ndarray:
+    """Priorities mapped into [0, 1] keeping their order and their ties (dense rank)."""
+    if priority.size == 0:
+        return priority.astype(np.float64)
+    _, rank = np.unique(priority, return_inverse=True)
+    top = rank.max()
+    return rank / top if top > 0 else np.zeros(priority.size)

@@ -1,0 +1,132 @@
+"""The package's shape: no import cycles, imports that follow the data's flow, small modules.
+
+docs/architecture.md describes the layers; `LAYERS` is its checkable form.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from importgraph import ROOT, cycles, import_graph, modules
+
+#: The flow, first to last: a module may import its own layer and the layers before it.
+LAYERS = [
+    ["moplace.errors", "moplace.registry", "moplace.arrays"],  # true utilities
+    ["moplace.core"],          # graph, cluster + presets, strategy, genome, baselines
+    ["moplace.costs"],         # measured, fitted and roofline costs
+    ["objectives"],            # plain functions of a trace, and their JSON names
+    ["moplace.io", "moplace.data"],  # file formats and bundled graphs
+    ["moplace.simulator"],     # task graph, compiled core, trace, delta, evaluation
+    ["moplace.optimize"],      # problem, searcher contract and plugins, driver, archive
+    ["searchers"],             # the built-in searchers (entry-point plugins)
+    ["moplace.review"],        # MLflow tracking, reports
+    ["moplace.tf"],            # the TensorFlow front end
+    ["moplace"],               # the public API (moplace/__init__.py)
+    ["moplace.cli", "moplace.__main__"],  # the command line, outermost
+]
+MAX_LINES = 400
+TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "registry.py", "arrays.py"}
+
+
+def layer_of(module: str) -> int:
+    best, length = None, -1
+    for k, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > length:
+                best, length = k, len(name)
+    assert best is not None, f"{module} is in no layer of LAYERS: add it (and to the docs)"
+    return best
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return import_graph()
+
+
+def test_no_import_cycles(graph):
+    assert cycles(graph) == []
+
+
+def test_cycle_finder_finds_cycles():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": {"e"}, "f": set()}
+    assert sorted(cycles(g)) == [["a", "b", "c"], ["e", "e2"]]
+
+
+def test_imports_follow_the_flow(graph):
+    backwards = [f"{m} imports {d}" for m, deps in sorted(graph.items()) for d in sorted(deps)
+                 if layer_of(d) > layer_of(m)]
+    assert backwards == []
+
+
+def test_every_module_is_in_a_layer(graph):
+    for module in graph:
+        layer_of(module)
+
+
+def _private(module: str) -> str | None:
+    """The package whose private module ``module`` is (None: not private)."""
+    parts = module.split(".")
+    for k, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:k])
+    return None
+
+
+def test_no_private_module_is_imported_from_outside_its_package():
+    scanned = modules(ROOT, ("moplace", "objectives", "searchers", "tests", "experiments"))
+    known = set(modules())
+    from importgraph import imports
+    outside = []
+    for name, path in scanned.items():
+        for target in imports(name, path, known):
+            owner = _private(target)
+            if owner is not None and not (name == owner or name.startswith(owner + ".")):
+                outside.append(f"{name} imports {target}")
+    assert outside == []
+
+
+def test_modules_are_small():
+    big = {name: n for name, path in modules().items()
+           if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert big == {}, f"modules over {MAX_LINES} lines: split them along their seams"
+
+
+def test_top_of_moplace_holds_only_subpackages_and_true_utilities():
+    loose = {p.name for p in (ROOT / "moplace").glob("*.py")} - TOP_LEVEL
+    assert loose == set(), "put new modules in the subpackage of their step (docs/architecture.md)"
+    for sub in (ROOT / "moplace").iterdir():
+        if sub.is_dir() and sub.name != "__pycache__":
+            assert (sub / "__init__.py").is_file(), f"{sub} is not a package"
+
+
+def test_import_moplace_stays_light():
+    code = ("import sys, moplace; heavy = ('tensorflow', 'keras', 'mlflow', 'optuna', 'pymoo', "
+            "'dask', 'distributed', 'matplotlib', 'moocore', 'searchers'); "
+            "print(sorted(m for m in heavy if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_python_api_is_where_the_readme_says():
+    import moplace
+
+    for name in moplace.__all__:
+        assert hasattr(moplace, name), name
+    assert callable(moplace.search) and callable(moplace.make_searcher)
+    assert isinstance(moplace.Problem, type)
+
+
+def test_every_module_imports(graph):
+    """Every module can be imported (the TensorFlow front end only where TensorFlow is)."""
+    import importlib
+    import importlib.util
+
+    has_tf = importlib.util.find_spec("tensorflow") is not None
+    for name in sorted(graph):
+        if name.startswith("moplace.tf") and not has_tf:
+            continue
+        if name.endswith("__main__"):
+            continue
+        importlib.import_module(name)
+
