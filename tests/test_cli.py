@@ -67,6 +67,8 @@ class TestEvaluate:
         # the same figures as the Python API
         g, c = load_graph(GRAPH), load_cluster(CLUSTER)
         ev = evaluate(g, c, baseline("data-parallel", g, c.n_devices))
+        context = {"graph", "cluster", "strategy"}  # what the CLI adds around the evaluation
+        assert set(obj) - context == set(ev.as_dict())
         assert obj["runtime_s"] == ev.as_dict()["runtime_s"]
         assert obj["peak_comm_bytes"] == ev.as_dict()["peak_comm_bytes"]
         assert obj["peak_mem_bytes"] == ev.as_dict()["peak_mem_bytes"]

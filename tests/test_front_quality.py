@@ -1,9 +1,12 @@
-"""Searchers against exact Pareto fronts on 20 random tiny instances (moplace.optimize.tiny).
+"""Searchers against exact Pareto fronts of random tiny instances (moplace.optimize.tiny).
 
-NSGA-II and MCMC run on all 20 in the default run (about 10 s each). The Optuna samplers take
-minutes for all of them (2000 trials per instance, TPE 25-35 s each), so the default run holds
-them to their bars on the instances where they are weakest, and the full checks carry the
-``slow`` marker (.ci/run's second step; `experiments/exact_fronts.py` prints every figure).
+The default run holds NSGA-II and MCMC to their bars on six of the 20 instances: those where
+they came closest to missing (seed 0: NSGA-II 99.96% on 0 and 99.98% on 15, MCMC 99.52% on 2,
+99.62% on 13 and 99.98% on 15; every other instance at 100%), plus 11 and 14, where TPE was
+weakest, so both 2- and 3-device instances are in. The full checks on all 20, and the Optuna
+samplers' (2000 trials per instance, TPE 25-65 s each), carry the ``slow`` marker: .ci/run
+runs them in its second step (``pytest -m slow``); `experiments/exact_fronts.py` prints every
+figure.
 """
 
 import numpy as np
@@ -11,52 +14,30 @@ import pytest
 
 from moplace.optimize.driver import Budget, search
 from moplace.optimize.plugins import make_searcher
-from moplace.optimize.tiny import hv_ratio, tiny_benchmark
+from moplace.optimize.tiny import hv_ratio, tiny_exact
 
 BUDGET = 2000  # the CLI's default evaluation budget
-# per searcher: (the hypervolume ratio every instance must reach, how many of the 20 must reach
-# 99%). The issue asks 99% for NSGA-II and MCMC and 95% for the Optuna samplers.
-BARS = {"nsga2": (0.99, 20), "optuna-nsga2": (0.95, 0), "mcmc": (0.99, 20)}
+ALL = tuple(range(20))
+#: the default run's instances (see the module docstring)
+CLOSEST = (0, 2, 11, 13, 14, 15)
+# the hypervolume ratio each instance must reach: the issue asks 99% for NSGA-II and MCMC and
+# 95% for the Optuna samplers
+BARS = {"nsga2": 0.99, "mcmc": 0.99, "optuna-nsga2": 0.95, "optuna-tpe": 0.95}
 # optuna-tpe is held to its bar on the five instances where it fell below 95% before its polish
-# (seed 0: 94.4%, 86.8%, 65.5%, 91.1%, 84.5%); the default run keeps the worst of them, 11.
+# (seed 0: 94.4%, 86.8%, 65.5%, 91.1%, 84.5%); `experiments/exact_fronts.py` runs all 20.
 TPE_HARDEST = (2, 7, 11, 13, 14)
-# optuna-nsga2's three lowest instances (seed 0: 98.8%, 99.2%, 99.6%; the rest reach 99.97%+)
-OPTUNA_NSGA2_LOWEST = (0, 1, 13)
+# one test per searcher and instance, so that pytest-xdist spreads the slow ones over the cores
+CASES = ([(name, i) for name in ("nsga2", "mcmc") for i in CLOSEST]
+         + [pytest.param(name, i, marks=pytest.mark.slow)
+            for name in ("nsga2", "mcmc") for i in ALL if i not in CLOSEST]
+         + [pytest.param("optuna-nsga2", i, marks=pytest.mark.slow) for i in ALL]
+         + [pytest.param("optuna-tpe", i, marks=pytest.mark.slow) for i in TPE_HARDEST])
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return tiny_benchmark(20, 0)
-
-
-def _ratios(name, instances) -> np.ndarray:
-    ratios = []
-    for problem, exact in instances:
-        result = search(problem, make_searcher(name), budget=Budget(evaluations=BUDGET), seed=0)
-        front = np.array([p.values for p in result.front]).reshape(-1, len(problem.objectives))
-        ratios.append(hv_ratio(front, exact))
-    return np.array(ratios)
-
-
-@pytest.mark.parametrize("name", [
-    "nsga2", "mcmc", pytest.param("optuna-nsga2", marks=pytest.mark.slow)])
-def test_reaches_the_exact_front(tiny, name):
-    ratios = _ratios(name, tiny)
-    floor, at_99 = BARS[name]
-    detail = (f"{name}: hypervolume / exact on 20 instances: min {ratios.min():.4f}, "
-              f"median {np.median(ratios):.4f}; per instance {np.round(ratios, 4).tolist()}")
-    assert ratios.min() >= floor, detail
-    assert np.sum(ratios >= 0.99) >= at_99, detail
-
-
-def test_optuna_nsga2_reaches_the_exact_front_where_it_is_weakest(tiny):
-    ratios = _ratios("optuna-nsga2", [tiny[i] for i in OPTUNA_NSGA2_LOWEST])
-    assert ratios.min() >= BARS["optuna-nsga2"][0], \
-        f"optuna-nsga2 on instances {OPTUNA_NSGA2_LOWEST}: {np.round(ratios, 4).tolist()}"
-
-
-@pytest.mark.parametrize("instances", [
-    (11,), pytest.param(TPE_HARDEST, marks=pytest.mark.slow)], ids=["worst", "five-hardest"])
-def test_tpe_reaches_95_percent_where_it_was_weakest(tiny, instances):
-    ratios = _ratios("optuna-tpe", [tiny[i] for i in instances])
-    assert ratios.min() >= 0.95, f"optuna-tpe on instances {instances}: {np.round(ratios, 4).tolist()}"
+@pytest.mark.parametrize("name, index", CASES)
+def test_reaches_the_exact_front(name, index):
+    problem, exact = tiny_exact(0, index)
+    result = search(problem, make_searcher(name), budget=Budget(evaluations=BUDGET), seed=0)
+    front = np.array([p.values for p in result.front]).reshape(-1, len(problem.objectives))
+    ratio = hv_ratio(front, exact)
+    assert ratio >= BARS[name], f"{name} on instance {index}: hypervolume / exact {ratio:.4f}"

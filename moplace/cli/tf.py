@@ -46,6 +46,12 @@ def _profile(args) -> int:
     for flag, value in (("--batch", args.batch), ("--device-count", args.device_count),
                         ("--steps", args.steps)):
         _positive(flag, value)
+    from ..tf.source import check_model_file
+
+    check_model_file(args.model)  # a missing file is refused before TensorFlow loads
+    out_dir = Path(args.output).resolve().parent
+    if not out_dir.is_dir():
+        raise MoplaceError(f"-o {args.output}: folder {out_dir} does not exist")
     from ..core.presets.export import cluster_to_toml
     from ..io import save_graph
     from ..tf.devices import available_devices
@@ -83,6 +89,9 @@ def _apply(args) -> int:
 
     graph = load_graph(args.graph)
     cluster = load_cluster(args.cluster) if args.cluster else None
+    from ..tf.source import profiled_source
+
+    profiled_source(graph)  # a graph that cannot be applied is refused before TensorFlow loads
     count = args.device_count or (cluster.n_devices if cluster else
                                   int(graph.metadata.get("measured", {}).get("device_count", 1)))
     _positive("--device-count", count)

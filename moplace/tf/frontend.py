@@ -22,6 +22,7 @@ from .devices import available_devices, device_kind, host_cluster
 from .modelfile import load_setup
 from .profile import profile_step
 from .session import session_config
+from .source import profiled_source
 from .trace import TracedStep, trace_training_step
 
 
@@ -104,12 +105,7 @@ def apply_to_model(graph: OpGraph, strategy: Strategy, cluster, *, steps: int = 
 
 def rebuild_traced(graph: OpGraph) -> TracedStep:
     """Trace again the model that ``graph`` was profiled from (zoo name or file, batch)."""
-    source = graph.metadata.get("source") or {}
-    if "model" not in source or "batch_size" not in source:
-        raise MoplaceError(f"graph {graph.name!r} does not say which model it was profiled from "
-                           "(metadata 'source'); only graphs written by `moplace profile` can "
-                           "be applied")
-    return trace_model(source["model"], int(source["batch_size"]))
+    return trace_model(*profiled_source(graph))
 
 
 def _source_name(model_or_path: str) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -35,6 +34,7 @@ import keras
 import numpy as np
 
 from ..errors import FormatError, MoplaceError
+from .source import check_model_file
 from .zoo import ZOO, TrainingSetup, _start
 
 _RETURNS = "build(batch_size) must return (model, loss, optimizer, (x, y))"
@@ -48,17 +48,13 @@ def load_setup(model_or_path: str, batch_size: int) -> TrainingSetup:
     the file's stem. Raises `MoplaceError` (`FormatError` for a bad file).
     """
     _start(batch_size)  # checks batch_size; seeding here too makes files without seeds repeatable
-    text = str(model_or_path)
-    is_path = os.sep in text or (os.altsep and os.altsep in text) or text.endswith(".py")
-    if not is_path:
+    path = check_model_file(model_or_path)
+    if path is None:
         try:
-            builder = ZOO[text]
+            builder = ZOO[str(model_or_path)]
         except MoplaceError as exc:
             raise MoplaceError(f"{exc}; or give the path of a .py file defining build(batch_size)") from None
-        return check_setup(builder(batch_size), batch_size, text)
-    path = Path(text)
-    if not path.is_file():
-        raise FormatError(path, "no such model file (or it is a directory)")
+        return check_setup(builder(batch_size), batch_size, str(model_or_path))
     module = _import(path)
     build = getattr(module, "build", None)
     if not callable(build):

@@ -1,0 +1,41 @@
+"""What a model argument names, decided without TensorFlow (so the CLI refuses a bad one
+before the seconds TensorFlow takes to import).
+
+A string without a path separator and without a ``.py`` suffix is a zoo name (see
+``moplace.tf.zoo.ZOO``); anything else is a model file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import FormatError, MoplaceError
+
+
+def model_file(model_or_path: str) -> Path | None:
+    """The model file ``model_or_path`` names, or None for a zoo name."""
+    text = str(model_or_path)
+    if os.sep in text or (os.altsep and os.altsep in text) or text.endswith(".py"):
+        return Path(text)
+    return None
+
+
+def check_model_file(model_or_path: str) -> Path | None:
+    """`model_file`, refused (`FormatError` naming it) when it names a file that is not there."""
+    path = model_file(model_or_path)
+    if path is not None and not path.is_file():
+        raise FormatError(path, "no such model file (or it is a directory)")
+    return path
+
+
+def profiled_source(graph) -> tuple[str, int]:
+    """The model (zoo name or file) and batch size an op graph written by `moplace profile`
+    was profiled from; `MoplaceError` for any other graph, or when that file is gone."""
+    source = graph.metadata.get("source") or {}
+    if "model" not in source or "batch_size" not in source:
+        raise MoplaceError(f"graph {graph.name!r} does not say which model it was profiled from "
+                           "(metadata 'source'); only graphs written by `moplace profile` can "
+                           "be applied")
+    check_model_file(source["model"])
+    return source["model"], int(source["batch_size"])
