@@ -21,6 +21,7 @@ from moplace.optimize.tiny import (
     exact_reference,
     hv_ratio,
     tiny_benchmark,
+    tiny_exact,
     tiny_instance,
     tiny_instances,
 )
@@ -136,15 +137,19 @@ def test_max_evaluations_guard():
 
 # -- the 20 tiny instances -------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_bench():
+# the default run checks the first 10 instances (2 and 3 devices, about 12 s); all 20 (about
+# 25 s) are checked behind the slow marker
+@pytest.fixture(scope="module", params=[10, pytest.param(20, marks=pytest.mark.slow)],
+                ids=["first-10", "all-20"])
+def tiny_bench(request):
+    count = request.param
     start = time.perf_counter()
-    bench = tiny_benchmark(20, 0)
+    bench = tiny_benchmark(count, 0)
     seconds = time.perf_counter() - start
     total = sum(f.seconds for _, f in bench)
     evals = sum(f.n_evaluations for _, f in bench)
-    print(f"\n20 tiny instances: build + exact fronts {seconds:.1f} s; enumeration {total:.1f} s, "
-          f"{evals} evaluations, {1e6 * total / max(evals, 1):.0f} us each")
+    print(f"\n{count} tiny instances: build + exact fronts {seconds:.1f} s; enumeration "
+          f"{total:.1f} s, {evals} evaluations, {1e6 * total / max(evals, 1):.0f} us each")
     return bench, seconds
 
 
@@ -161,8 +166,8 @@ def test_tiny_instances_are_deterministic_and_sized():
 
 def test_benchmark_builds_in_time_and_is_interesting(tiny_bench):
     bench, seconds = tiny_bench
-    assert len(bench) == 20
-    assert seconds < 90  # about 10 s on 2 cores; the target is under 60 s
+    assert len(bench) in (10, 20)
+    assert seconds < 90  # about 25 s for all 20 on one core; the target is under 60 s
     for problem, front in bench:
         n = len(problem.graph.ops)
         assert 5 <= n <= 8 and problem.n_devices in (2, 3)
@@ -194,7 +199,7 @@ def test_exact_front_dominates_baselines_and_random_search(tiny_bench):
 
 
 def test_hv_ratio():
-    problem, front = tiny_benchmark(20, 0)[0]
+    problem, front = tiny_exact(0, 0)
     assert hv_ratio(front.values, front) == pytest.approx(1.0)
     assert hv_ratio(front.values, front, problem.reference) == pytest.approx(1.0)
     assert hv_ratio(np.empty((0, 3)), front) == 0.0
