@@ -33,7 +33,9 @@ def small():
     return Problem(layered_dag(60, width=6, seed=1), make_cluster(3, bandwidth=5e9, latency=2e-6))
 
 
-@pytest.fixture(scope="module", params=["pipedream:vgg16", "pipedream:resnet50"])
+# ResNet-50 (461 ops, about 20 s) runs behind the slow marker, VGG-16 in the default run
+@pytest.fixture(scope="module", params=[
+    "pipedream:vgg16", pytest.param("pipedream:resnet50", marks=pytest.mark.slow)])
 def real(request):
     problem = Problem(moplace.load_graph(request.param), moplace.load_cluster("4xV100-NVLink"))
     problem.baselines  # noqa: B018  (evaluated once, outside the timed searches)
