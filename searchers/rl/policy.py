@@ -29,7 +29,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from .features import NEIGHBOURS, VOCABULARY, OpFeatures  # noqa: E402
+from .features import VOCABULARY, OpFeatures  # noqa: E402
 
 
 class ProblemTensors:
@@ -186,4 +186,4 @@ def _gather_rows(logp_ops: tf.Tensor, groups: tf.Tensor) -> tf.Tensor:
     return tf.gather_nd(logp_ops, idx)
 
 
-__all__ = ["HierarchicalPolicy", "ProblemTensors", "NEIGHBOURS"]
+__all__ = ["HierarchicalPolicy", "ProblemTensors"]
