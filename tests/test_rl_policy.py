@@ -53,7 +53,7 @@ def test_logits_are_tempered_and_clipped(tensors):
     however large the raw logits (a tiny T saturates the tanh)."""
     policy = HierarchicalPolicy(4, 3, hidden=8, lstm=8, temperature=1e-3, clip=1.0)
     _, groups, devices, _ = policy.sample(tensors, 4, seed=0)
-    enc = policy.encoder(policy._group_inputs(tensors, tf.constant(groups)))
+    enc = policy._encode(*policy._group_inputs(tensors, groups))
     bound = np.log(np.exp(-1.0) / (np.exp(-1.0) + 2 * np.exp(1.0)))
     for d in range(3):  # every device at every step, chosen by the policy or not
         forced = tf.constant(np.full_like(devices, d))
@@ -61,7 +61,7 @@ def test_logits_are_tempered_and_clipped(tensors):
         assert np.all(logp.numpy() >= bound - 1e-5)
     # the same saturated logits clipped at 20 instead: some device gets far less
     loose = HierarchicalPolicy(4, 3, hidden=8, lstm=8, temperature=1e-3, clip=20.0)
-    enc = loose.encoder(loose._group_inputs(tensors, tf.constant(groups)))
+    enc = loose._encode(*loose._group_inputs(tensors, groups))
     lowest = min(float(tf.reduce_min(loose._place(
         enc, tf.constant(np.full_like(devices, d)), tf.constant(0.0),
         tf.constant([0, 0], tf.int64))[1])) for d in range(3))

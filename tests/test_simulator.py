@@ -201,14 +201,6 @@ class TestSharedLinks:
         assert inside.op_start[2] == pytest.approx(inside.op_start[3])
 
 
-def test_import_moplace_stays_light():
-    import subprocess
-    import sys
-    code = ("import sys, moplace, objectives, searchers; "
-            "print(sorted(m for m in ('tensorflow', 'mlflow', 'optuna', 'pymoo', 'torch') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
-
 
 def test_measured_part_profile_sets_the_duration_of_split_parts():
     measured = Op("m", compute={V: 8.0}, part_compute={2: {V: 5.0}}, splittable=("batch",))

@@ -6,8 +6,9 @@ shape).
 - **Grouper**: per op, its type embedding, its numbers (`features.NUMERIC`), the mean type
   embedding of its BFS neighbours and its structural embedding -> Dense(hidden, relu) ->
   softmax over groups.
-- **Group embedding** (from the sampled grouping, not differentiated): mean type embedding,
-  mean numbers, log summed output bytes, adjacency row to the other groups.
+- **Group embedding** (from the sampled grouping, not differentiated): `features.group_features`
+  (numpy) with its type shares turned into the mean type embedding, that is mean type
+  embedding, mean numbers, log summed output bytes, adjacency row to the other groups.
 - **Placer**: a bidirectional LSTM encodes the groups in order; an LSTM decoder places one
   group per step, attending over the encoder's outputs (content-based, Bahdanau), fed the
   trainable embedding of the device it chose at the step before. Device logits are clipped
@@ -29,7 +30,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from .features import VOCABULARY, OpFeatures  # noqa: E402
+from .features import VOCABULARY, OpFeatures, group_features  # noqa: E402
 
 
 class ProblemTensors:
@@ -37,7 +38,7 @@ class ProblemTensors:
 
     def __init__(self, ops: OpFeatures, structure: np.ndarray | None = None):
         n = ops.n_ops
-        self.n_ops = n
+        self.ops, self.n_ops = ops, n
         self.types = tf.constant(ops.types, tf.int32)
         self.numbers = tf.constant(ops.numbers, tf.float32)
         nb = ops.neighbours
@@ -45,9 +46,6 @@ class ProblemTensors:
         self.neighbour_mask = tf.constant((nb >= 0).astype(np.float32))
         self.structure = tf.constant(np.zeros((n, 0), np.float32) if structure is None
                                      else np.asarray(structure, np.float32))
-        self.output_bytes = tf.constant(ops.output_bytes, tf.float32)
-        self.src = tf.constant(ops.src, tf.int32)
-        self.dst = tf.constant(ops.dst, tf.int32)
 
 
 class HierarchicalPolicy(keras.Model):
@@ -84,30 +82,20 @@ class HierarchicalPolicy(keras.Model):
         x = tf.concat([own, p.numbers, around, p.structure], axis=1)
         return self.group_logits(self.group_hidden(x))                       # [n, G]
 
-    def _group_inputs(self, p: ProblemTensors, groups: tf.Tensor) -> tf.Tensor:
-        """[k, G, F] group embeddings of ``groups`` [k, n] (constants for the gradient)."""
-        k = tf.shape(groups)[0]
-        G = self.n_groups
-        seg = groups + (tf.range(k) * G)[:, None]                            # [k, n]
-        flat = tf.reshape(seg, [-1])
-        count = tf.math.unsorted_segment_sum(tf.ones_like(flat, tf.float32), flat, k * G)
-        per = tf.maximum(count, 1.0)[:, None]
+    def _group_inputs(self, p: ProblemTensors, groups: np.ndarray):
+        """The groups of each grouping ``groups`` [k, n] (`features.group_features`): type
+        shares [k, G, V] and the other features [k, G, F] (numbers, log output, adjacency)."""
+        rows = [group_features(p.ops, row, self.n_groups) for row in np.asarray(groups)]
+        shares = np.stack([g.type_share for g in rows])
+        rest = np.stack([np.concatenate([g.numbers, g.log_output[:, None], g.adjacency], 1)
+                         for g in rows])
+        return tf.constant(shares), tf.constant(rest)
 
-        def mean_of(values):  # values [n, F] -> [k, G, F]
-            tiled = tf.tile(values, [k, 1])
-            s = tf.math.unsorted_segment_sum(tiled, flat, k * G) / per
-            return tf.reshape(s, [k, G, -1])
-
-        types = mean_of(tf.stop_gradient(self.type_embedding(p.types)))
-        numbers = mean_of(p.numbers)
-        out = tf.math.unsorted_segment_sum(tf.tile(p.output_bytes, [k]), flat, k * G)
-        out = tf.reshape(tf.math.log(out + 1.0) / (32.0 * np.log(2.0)), [k, G, 1])
-        gs, gd = tf.gather(groups, p.src, axis=1), tf.gather(groups, p.dst, axis=1)  # [k, e]
-        batch = tf.broadcast_to(tf.range(k)[:, None], tf.shape(gs))
-        cut = tf.cast(gs != gd, tf.float32)
-        adj = tf.scatter_nd(tf.stack([batch, gs, gd], -1), cut, [k, G, G])
-        adj = tf.minimum(adj + tf.transpose(adj, [0, 2, 1]), 1.0)
-        return tf.stop_gradient(tf.concat([types, numbers, out, adj], axis=2))
+    def _encode(self, shares: tf.Tensor, rest: tf.Tensor) -> tf.Tensor:
+        """The encoder's outputs [k, G, 2H] for the group inputs of `_group_inputs`; the type
+        shares times the embedding matrix are each group's mean type embedding."""
+        table = tf.stop_gradient(self.type_embedding(tf.range(len(VOCABULARY))))
+        return self.encoder(tf.concat([tf.einsum("kgv,ve->kge", shares, table), rest], 2))
 
     # -- placer ---------------------------------------------------------------------------------
     def _place(self, enc: tf.Tensor, devices: tf.Tensor | None, noise, seed):
@@ -149,41 +137,46 @@ class HierarchicalPolicy(keras.Model):
         probability [k]) as numpy arrays; ``seed`` makes the draw repeatable, ``noise`` is the
         standard deviation of Gaussian noise added to the device logits (exploration)."""
         seed = tf.constant([int(seed) % (2**31), 0], tf.int64)
-        out = self._sample(p, int(k), seed, tf.constant(float(noise), tf.float32))
-        return tuple(x.numpy() for x in out)
+        groups, logp_group = self._draw_groups(p, int(k), seed)
+        groups = groups.numpy()
+        devices, logp_place = self._draw_devices(
+            *self._group_inputs(p, groups), seed, tf.constant(float(noise), tf.float32))
+        devices = devices.numpy()
+        return (np.take_along_axis(devices, groups, axis=1), groups, devices,
+                (logp_group + logp_place).numpy())
 
     @tf.function(reduce_retracing=True)
-    def _sample(self, p: ProblemTensors, k: int, seed, noise):
+    def _draw_groups(self, p: ProblemTensors, k: int, seed):
         logits = self._grouper_logits(p)
         groups = tf.transpose(tf.random.stateless_categorical(logits, k, seed, dtype=tf.int32))
-        enc = self.encoder(self._group_inputs(p, groups))
-        devices, logp_place, _ = self._place(enc, None, noise, seed + [0, 1])
-        logp_group = tf.reduce_sum(_gather_rows(tf.nn.log_softmax(logits), groups), axis=1)
-        op_devices = tf.gather(devices, groups, axis=1, batch_dims=1)
-        return op_devices, groups, devices, logp_group + tf.reduce_sum(logp_place, 1)
+        return groups, tf.reduce_sum(_of_groups(tf.nn.log_softmax(logits), groups), axis=1)
 
     @tf.function(reduce_retracing=True)
+    def _draw_devices(self, shares, rest, seed, noise):
+        devices, logp, _ = self._place(self._encode(shares, rest), None, noise, seed + [0, 1])
+        return devices, tf.reduce_sum(logp, 1)
+
     def log_prob(self, p: ProblemTensors, groups, devices):
         """Log probability [k] and mean entropy per decision of the given groupings [k, n] and
         group devices [k, G] under the current weights (differentiable)."""
-        groups = tf.convert_to_tensor(groups, tf.int32)
-        devices = tf.convert_to_tensor(devices, tf.int32)
+        return self._log_prob(p, tf.convert_to_tensor(groups, tf.int32),
+                              tf.convert_to_tensor(devices, tf.int32),
+                              *self._group_inputs(p, groups))
+
+    @tf.function(reduce_retracing=True)
+    def _log_prob(self, p: ProblemTensors, groups, devices, shares, rest):
         logp_ops = tf.nn.log_softmax(self._grouper_logits(p))
-        logp_group = tf.reduce_sum(_gather_rows(logp_ops, groups), axis=1)
-        enc = self.encoder(self._group_inputs(p, groups))
-        _, logp_place, ents = self._place(enc, devices, tf.constant(0.0),
+        logp_group = tf.reduce_sum(_of_groups(logp_ops, groups), axis=1)
+        _, logp_place, ents = self._place(self._encode(shares, rest), devices, tf.constant(0.0),
                                           tf.constant([0, 0], tf.int64))
         group_entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(logp_ops) * logp_ops, axis=1))
         return logp_group + tf.reduce_sum(logp_place, 1), \
             0.5 * (group_entropy + tf.reduce_mean(ents))
 
 
-def _gather_rows(logp_ops: tf.Tensor, groups: tf.Tensor) -> tf.Tensor:
+def _of_groups(logp_ops: tf.Tensor, groups: tf.Tensor) -> tf.Tensor:
     """logp_ops [n, G], groups [k, n] -> [k, n]: each op's log probability of its group."""
-    k = tf.shape(groups)[0]
-    n = tf.shape(groups)[1]
-    idx = tf.stack([tf.broadcast_to(tf.range(n)[None, :], [k, n]), groups], -1)
-    return tf.gather_nd(logp_ops, idx)
+    return tf.transpose(tf.gather(logp_ops, tf.transpose(groups), axis=1, batch_dims=1))
 
 
 __all__ = ["HierarchicalPolicy", "ProblemTensors"]
