@@ -67,6 +67,12 @@ def test_op_numbers_and_types():
     z = f.numbers[:, col["compute_z"]]
     assert z.mean() == pytest.approx(0, abs=1e-6) and z.std() == pytest.approx(1, abs=1e-6)
     assert np.all(np.diff(z) > 0)
+    # the place in the topological order, 0 to 1, with its sines and cosines
+    position = f.numbers[:, col["position"]]
+    topo = g.arrays.topo
+    np.testing.assert_allclose(position[topo], np.linspace(0, 1, 5), atol=1e-6)
+    np.testing.assert_allclose(f.numbers[:, col["position_sin4"]], np.sin(4 * np.pi * position),
+                               atol=1e-6)
 
 
 def test_neighbours_are_nearest_first_and_padded():
@@ -107,7 +113,7 @@ def test_group_features_of_an_assignment():
 def test_more_groups_than_ops_and_one_op():
     one = OpGraph([Op("x", "MatMul", {"V100": 1.0})])
     f = op_features(one, np.ones((1, 2)))
-    assert f.numbers[0, -1] == 0  # a single op: no spread to z-score against
+    assert f.numbers[0, NUMERIC.index("compute_z")] == 0  # a single op: no spread to z-score against
     gf = group_features(f, np.array([0]), 8)
     assert gf.sizes.tolist() == [1] + [0] * 7 and not gf.adjacency.any()
 

@@ -310,6 +310,11 @@ class _Run:
 
     def end(self, status: str) -> SearchResult:
         error = None
+        try:
+            with self.sigint.hold():
+                self.searcher.close()
+        except MoplaceError as exc:
+            error = exc
         if self.checkpoint is not None and self.consistent:
             try:
                 with self.sigint.hold():

@@ -45,6 +45,15 @@ class Searcher(ABC):
         """The searcher's settings, for logs and reports."""
         return {}
 
+    def progress(self) -> dict[str, float]:
+        """Numbers about the searcher's own learning after the last `tell` (a learning
+        searcher's reward, loss, entropy...), which tracking callbacks log per batch."""
+        return {}
+
+    def close(self) -> None:
+        """Called once by the driver when the search ends, however it ends (write what the
+        searcher keeps beyond the search, such as a trained policy)."""
+
 
 class OneShot(Searcher):
     """A searcher that proposes one strategy computed by `propose` and is then done."""

@@ -4,7 +4,9 @@ One MLflow run per search:
 - **parameters:** the graph and its size, the cluster, the searcher and its settings, the budget,
   the seed, the objectives and limits;
 - **metrics by step** (step = evaluations so far): hypervolume, front size and the best value of
-  each objective;
+  each objective, and what a learning searcher reports of itself after each batch
+  (`Searcher.progress`, logged as ``searcher.<name>``: the RL searchers' mean and best reward,
+  loss, entropy and sampled weights per policy update);
 - **at the end:** the front as a table (``front_table.json``) and as JSON with every strategy
   (``front.json``, the same file `moplace search` writes).
 
@@ -32,13 +34,14 @@ class MLflowCallback(Callback):
                  run_name: str | None = None):
         self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
         self.experiment, self.run_name = experiment, run_name
-        self.client = self.run_id = None
+        self.client = self.run_id = self.searcher = None
 
     def on_start(self, problem, searcher, budget, seed) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         os.environ.setdefault("DO_NOT_TRACK", "true")
         from mlflow.tracking import MlflowClient
 
+        self.searcher = searcher
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         exp = self.client.get_experiment_by_name(self.experiment)
         exp_id = exp.experiment_id if exp else self.client.create_experiment(self.experiment)
@@ -65,6 +68,9 @@ class MLflowCallback(Callback):
         if result.front:
             best = np.min([p.values for p in result.front], axis=0)
             metrics.update({f"best_{name}": float(v) for name, v in zip(result.problem.objectives, best)})
+        own = self.searcher.progress() if self.searcher is not None else {}
+        metrics.update({f"searcher.{k}": float(v) for k, v in own.items()
+                        if isinstance(v, (int, float)) and np.isfinite(v)})
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, stamp, step) for k, v in metrics.items()])
 
     def on_end(self, result) -> None:

@@ -1,8 +1,8 @@
 """Reinforcement-learning searchers (issue 14): the Hierarchical planner's grouper and placer
-trained with REINFORCE, and Trinity's PPO with a multi-objective reward.
+trained with REINFORCE (`hierarchical`), and Trinity's PPO with a multi-objective reward and
+weight-conditioned policy (`trinity`), on the shared `agent`.
 
-Built so far: `features` (what the policies see of a problem, computed once per problem),
-`structure` (Trinity's Node2vec structural embedding) and `policy` (the grouper and the LSTM
-placer in Keras 3, sampled and scored in compiled TensorFlow functions). The searchers that train
-them (REINFORCE, PPO) come next; nothing here is registered as a searcher yet.
+`features` (what the policies see of a problem), `structure` (Node2vec), `actions` (decisions
+to strategies), `rewards` and `store` (policy files) are numpy; `policy` (Keras 3) is imported
+when a search starts, so listing or making these searchers does not load TensorFlow.
 """

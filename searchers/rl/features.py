@@ -9,7 +9,10 @@ Per op (the Hierarchical planner's and Trinity's op features, ``../shared/PAPERS
   (its role says it is a gradient). A type outside the vocabulary shares slot 0, ``UNKNOWN``.
 - **numbers** (`NUMERIC`): role one-hot (forward, backward, update, other), splittable on batch
   and on channel, log2 of output and parameter bytes over 32 (about 0-1 for 1 B - 4 GiB), and
-  compute time z-scored over the graph (Trinity) from the mean over the cluster's devices.
+  compute time z-scored over the graph (Trinity) from the mean over the cluster's devices, and
+  the op's place in the topological order (0 first, 1 last) with sines and cosines of it at
+  six frequencies: without a position, ops of repeated blocks (ResNet's) look alike and no
+  grouper can keep a stretch of the graph together.
 - **neighbours**: up to `NEIGHBOURS` predecessors and as many successors, nearest first by BFS
   (the Hierarchical planner's adjacency), as op indices padded with -1.
 
@@ -65,7 +68,9 @@ _SYNONYMS = {
 _GRADIENT = re.compile(r"(grad|gradient|backward)$")
 #: Columns of `OpFeatures.numbers`.
 NUMERIC = (*(f"role_{r}" for r in ROLES), *(f"splits_{d}" for d in SPLIT_DIMS),
-           "log_output_bytes", "log_param_bytes", "compute_z")
+           "log_output_bytes", "log_param_bytes", "compute_z", "position",
+           *(f"position_{f}{k}" for k in (1, 2, 4, 8, 16, 32) for f in ("sin", "cos")))
+_FIRST_POSITION = NUMERIC.index("position")
 #: Most predecessors (and most successors) listed per op.
 NEIGHBOURS = 6
 _LOG_SCALE = 32.0  # log2(bytes + 1) / 32: about 0-1 from 1 B to 4 GiB
@@ -131,9 +136,16 @@ def op_features(graph, compute: np.ndarray) -> OpFeatures:
     numbers[np.arange(n), a.role] = 1.0
     for k in range(len(SPLIT_DIMS)):
         numbers[:, len(ROLES) + k] = (a.split_mask >> k) & 1
-    numbers[:, -3] = _log_bytes(a.output_bytes)
-    numbers[:, -2] = _log_bytes(a.param_bytes)
-    numbers[:, -1] = z
+    col = _FIRST_POSITION
+    numbers[:, col - 3] = _log_bytes(a.output_bytes)
+    numbers[:, col - 2] = _log_bytes(a.param_bytes)
+    numbers[:, col - 1] = z
+    position = np.empty(n)
+    position[a.topo] = np.arange(n) / max(n - 1, 1)
+    numbers[:, col] = position
+    for k, f in enumerate((1, 2, 4, 8, 16, 32)):
+        numbers[:, col + 1 + 2 * k] = np.sin(np.pi * f * position)
+        numbers[:, col + 2 + 2 * k] = np.cos(np.pi * f * position)
     types = np.fromiter((type_index(op.type) for op in graph.ops), np.int64, n)
     neighbours = np.full((n, 2 * NEIGHBOURS), -1, np.int64)
     preds = [a.src[a.in_edge[a.in_ptr[i]:a.in_ptr[i + 1]]] for i in range(n)]

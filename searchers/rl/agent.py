@@ -1,0 +1,289 @@
+"""What the two RL searchers share: a policy (`policy.HierarchicalPolicy`) trained on the
+simulator behind the driver's ask/tell loop.
+
+- **Start**: the first ask hands the driver the list schedulers' strategies and the baselines
+  (`searchers.listsched.heuristic_strategies`, as NSGA-II starts from them), so the archive
+  holds them and no front is worse than theirs. With ``warm_start`` the policy first imitates
+  DPOS (supervised: the log probability of the decisions that give DPOS's placement, maximized
+  for ``imitation_steps`` steps; `actions.ActionSpace.targets`).
+- **Each ask** draws ``samples`` decisions from the policy (logit noise decaying to zero over
+  ``noise_updates`` updates) and turns them into strategies (`actions.ActionSpace`).
+- **Each tell** scores the evaluated samples and updates the policy (the subclass's `_learn`:
+  REINFORCE or PPO); what the update measured is `progress`, which the MLflow callback logs
+  per update.
+- **Files**: ``policy=FILE`` starts from a saved policy (`store`), ``save_policy=FILE`` writes
+  the policy when the search ends. A checkpoint holds the weights and the optimizer's state
+  (`__getstate__`), and the TensorFlow objects are rebuilt on resume.
+
+TensorFlow is imported when a search starts, not when the searcher is listed or made.
+Sampling uses TensorFlow's stateless random ops seeded from the driver's generator, so the
+same seed gives the same search on one machine; TensorFlow's CPU kernels may round
+differently on another machine or thread count, so bit-equality across machines is not
+promised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moplace.errors import MoplaceError
+from moplace.optimize.searcher import Searcher
+
+from . import store
+from .actions import ActionSpace
+
+#: Structural embedding width (Trinity's Node2vec), when the searcher uses one.
+STRUCTURE_DIM = 16
+
+
+#: The settings both RL searchers have, appended to each one's ``Settings:`` section.
+SHARED_SETTINGS = """
+        levels: priority levels with genome "full".
+        hidden: width of the grouper's hidden layer (paper: 64).
+        lstm: width of the placer's LSTMs.
+        learning_rate: Adam's learning rate (gradient-norm clip 1.0).
+        noise: standard deviation of the logit noise at the start; it decays linearly to 0.
+        noise_updates: updates over which the noise decays (0: no noise).
+        warm_start: imitate DPOS's placement before searching.
+        imitation_steps: most supervised steps of the warm start.
+        imitation_confidence: the warm start stops once the policy gives DPOS's decisions this
+            probability (geometric mean per decision).
+        seed_heuristics: evaluate the list schedulers' strategies and the baselines first.
+        policy: a policy file to start from (zero-shot or fine-tuning), as written by
+            save_policy; its sizes replace groups, hidden and lstm.
+        save_policy: write the trained policy to this file when the search ends.
+        learn: update the policy (false: only sample it, e.g. to measure a loaded policy
+            zero-shot).
+"""
+
+
+def shared_settings(cls):
+    """Class decorator: append `SHARED_SETTINGS` to ``cls``'s docstring (``moplace searchers``
+    reads each setting's meaning there)."""
+    cls.__doc__ = cls.__doc__.rstrip() + SHARED_SETTINGS
+    return cls
+
+
+def _tf():
+    try:
+        from . import policy
+    except ImportError as exc:
+        raise MoplaceError(f"the RL searchers need TensorFlow and gensim ({exc.name} is missing): "
+                           "pip install 'moplace[tf]'") from None
+    return policy
+
+
+class PolicySearcher(Searcher):
+    """Base of the RL searchers (see the module docstring); subclasses define `_learn`."""
+
+    #: conditions the policy takes per sample (Trinity: the objective weights)
+    n_conditions = 0
+
+    def __init__(self, *, samples: int, groups: int | None, genome: str, levels: int,
+                 hidden: int, lstm: int, learning_rate: float, noise: float, noise_updates: int,
+                 warm_start: bool, imitation_steps: int, imitation_confidence: float,
+                 seed_heuristics: bool,
+                 policy: str | None, save_policy: str | None, learn: bool = True):
+        def positive(name, value, least=1):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise MoplaceError(f"{name} must be an integer of at least {least}, got {value!r}")
+            return int(value)
+
+        self.samples = positive("samples", samples)
+        self.groups = None if groups is None else positive("groups", groups)
+        if genome not in ("placement", "full"):
+            raise MoplaceError(f"genome must be 'placement' or 'full', got {genome!r}")
+        self.genome, self.levels = genome, positive("levels", levels)
+        self.hidden, self.lstm = positive("hidden", hidden), positive("lstm", lstm)
+        if not (isinstance(learning_rate, (int, float)) and 0 < learning_rate < 10):
+            raise MoplaceError(f"learning_rate must be in (0, 10), got {learning_rate!r}")
+        if not (isinstance(noise, (int, float)) and 0 <= noise < 100):
+            raise MoplaceError(f"noise must be a standard deviation >= 0, got {noise!r}")
+        self.learning_rate, self.noise = float(learning_rate), float(noise)
+        self.noise_updates = positive("noise_updates", noise_updates, 0)
+        self.imitation_steps = positive("imitation_steps", imitation_steps, 0)
+        if not (isinstance(imitation_confidence, (int, float)) and 0 < imitation_confidence < 1):
+            raise MoplaceError("imitation_confidence must be a probability in (0, 1), got "
+                               f"{imitation_confidence!r}")
+        self.imitation_confidence = float(imitation_confidence)
+        self.warm_start, self.seed_heuristics = bool(warm_start), bool(seed_heuristics)
+        self.policy = None if policy in (None, "") else str(policy)
+        self.save_policy = None if save_policy in (None, "") else str(save_policy)
+        self.learn = bool(learn)
+
+    def settings(self) -> dict:
+        return {k: getattr(self, k) for k in (
+            "samples", "groups", "genome", "levels", "hidden", "lstm", "learning_rate", "noise",
+            "noise_updates", "warm_start", "imitation_steps", "imitation_confidence", "seed_heuristics", "policy",
+            "save_policy", "learn")}
+
+    # -- setup ----------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        p = self.problem
+        if self.save_policy is not None:
+            store.check_writable(self.save_policy)
+        self.n_ops, self.updates, self._last, self._progress = len(p.graph.ops), 0, None, {}
+        self._weights = self._opt_state = None
+        self._model = None
+        from searchers.listsched import heuristic_strategies
+
+        heuristics = heuristic_strategies(p)  # DPOS first
+        self._pending = heuristics if self.seed_heuristics or not self.n_ops else []
+        self._dpos = heuristics[0] if self.n_ops else None
+        if not self.n_ops:
+            return
+        self._init_seed = int(self.rng.integers(2**31))
+        self._build()
+        if self.warm_start and self.policy is None:
+            self._progress.update(self._imitate(self._dpos))
+
+    def _sizes(self) -> dict:
+        """The sizes the problem and settings fix (a loaded policy must have them)."""
+        D = self.problem.n_devices
+        full = self.genome == "full"
+        return {"n_devices": D, "n_splits": D if full and D > 1 else 1,
+                "n_levels": self.levels if full else 1, "n_conditions": self.n_conditions,
+                "structure_dim": STRUCTURE_DIM if self._structure() else 0}
+
+    def _structure(self) -> bool:
+        """Whether the ops' features include the Node2vec structural embedding (Trinity's)."""
+        return False
+
+    def _build(self) -> None:
+        """The TensorFlow side: features as tensors, the policy (weights from the policy file, or
+        restored from a checkpoint) and the optimizer."""
+        P = _tf()
+        import keras
+
+        from .features import problem_features
+        from .structure import structural_embedding
+
+        p, sizes = self.problem, self._sizes()
+        graph = p.graph
+        structure = structural_embedding(graph, dim=STRUCTURE_DIM, seed=self._init_seed) \
+            if self._structure() else None
+        self._tensors = P.ProblemTensors(problem_features(p), structure, units=graph.arrays.group)
+        units = self._tensors.n_units
+        default = min(256, 20 * sizes["n_devices"], units)  # more groups than units: idle ones
+        config = {"n_groups": self.groups or default,
+                  "hidden": self.hidden, "lstm": self.lstm, "type_dim": 20}
+        weights, meta = self._weights, {}
+        if weights is None and self.policy is not None:
+            have, weights, meta = store.load(self.policy)
+            store.check_fits(self.policy, have, {**sizes, "vocabulary": len(P.VOCABULARY)})
+            config = {k: int(have[k]) for k in config}
+        self._model = P.HierarchicalPolicy(
+            config["n_groups"], sizes["n_devices"], n_splits=sizes["n_splits"],
+            n_levels=sizes["n_levels"], n_conditions=sizes["n_conditions"],
+            type_dim=config["type_dim"], hidden=config["hidden"], lstm=config["lstm"],
+            seed=self._init_seed)
+        k = self.samples  # the shape every later call has: traced once
+        self._model.sample(self._tensors, k, seed=0)  # builds the weights; draws nothing from rng
+        if weights is not None:
+            if [w.shape for w in self._model.weights] != [np.shape(w) for w in weights]:
+                raise MoplaceError(f"policy file {self.policy} does not fit this search: its "
+                                   "weights have other shapes")
+            for var, value in zip(self._model.weights, weights):
+                var.assign(value)
+        self.space = ActionSpace(p, self._model.n_groups, splits=sizes["n_splits"],
+                                 levels=sizes["n_levels"])
+        self._optimizer = keras.optimizers.Adam(self.learning_rate, global_clipnorm=1.0)
+        self._optimizer.build(self._model.trainable_variables)
+        if self._opt_state is not None:
+            for var, value in zip(self._optimizer.variables, self._opt_state):
+                var.assign(value)
+        self._weights = self._opt_state = None
+        self.loaded_from = meta
+
+    def _imitate(self, target) -> dict:
+        """Supervised pre-training on ``target``'s decisions (`ActionSpace.targets`): Adam at
+        learning rate 0.01 on the mean log probability per decision, conditions drawn as in
+        search, until the geometric mean probability of a target decision reaches
+        ``imitation_confidence`` (a policy sure of DPOS would only ever sample DPOS) or
+        ``imitation_steps`` have run; the optimizer's state is reset afterwards."""
+        P = _tf()
+        groups, devices, splits, levels = self.space.targets(target)
+        k = self.samples  # the search's batch shape: one compiled step for both
+        actions = P.Actions(*(np.repeat(a[None], k, 0) for a in (groups, devices, splits,
+                                                                   levels)))
+        decisions = groups.size + 3 * devices.size
+        weight = np.full(k, 1.0 / decisions)
+        opt = self._optimizer
+        opt.learning_rate.assign(0.01)
+        confidence, steps = 0.0, 0
+        while steps < self.imitation_steps and confidence < self.imitation_confidence:
+            _, _, logp = self._model.train_step(opt, self._tensors, actions, weight,
+                                                conditions=self._conditions(k))
+            confidence, steps = float(np.exp(np.mean(logp) / decisions)), steps + 1
+        for var in opt.variables:  # the search starts with a fresh optimizer
+            var.assign(np.zeros(var.shape, var.dtype))
+        opt.learning_rate.assign(self.learning_rate)
+        return {"imitation_steps": float(steps), "imitation_confidence": confidence}
+
+    # -- ask / tell -----------------------------------------------------------------------------
+    def _conditions(self, k: int):
+        """The conditions of ``k`` samples (none here; Trinity: objective weights)."""
+        return None
+
+    def _noise(self) -> float:
+        if self.noise_updates == 0:
+            return 0.0
+        return self.noise * max(0.0, 1.0 - self.updates / self.noise_updates)
+
+    def ask(self):
+        if self._pending:
+            batch, self._pending, self._last = self._pending, [], None
+            return batch
+        if not self.n_ops:
+            return []
+        if self._model is None:
+            self._build()
+        cond = self._conditions(self.samples)
+        self._noise_at_draw = self._noise()
+        actions, logp = self._model.sample(self._tensors, self.samples,
+                                           seed=int(self.rng.integers(2**31)),
+                                           noise=self._noise_at_draw, conditions=cond)
+        self._last = (actions, logp, cond)
+        return self.space.strategies(actions)
+
+    def tell(self, strategies, evaluations) -> None:
+        if self._last is None or not evaluations:
+            return
+        if self._model is None:
+            self._build()
+        actions, logp, cond = self._last
+        self._last = None
+        self._progress = self._learn(actions, logp, cond, evaluations, update=self.learn)
+        self.updates += 1
+
+    def _learn(self, actions, logp, cond, evaluations, update: bool = True) -> dict:
+        """Score ``evaluations`` of the first rows of ``actions`` (all of them unless the budget
+        cut the batch: the others must weigh nothing, the batch keeps its shape so the compiled
+        step is reused) and, if ``update``, update the policy; what it measured."""
+        raise NotImplementedError
+
+    def progress(self) -> dict:
+        return {"updates": float(self.updates), **self._progress}
+
+    # -- files ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.save_policy is not None and getattr(self, "_model", None) is not None:
+            p = self.problem
+            store.save(self.save_policy, {**self._model.config(), **self._sizes()},
+                       [w.numpy() for w in self._model.weights],
+                       {"graph": p.graph.name, "cluster": p.cluster.name, "searcher": self.name,
+                        "updates": self.updates})
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        for key in ("_model", "_optimizer", "_tensors"):
+            state.pop(key, None)
+        model = self.__dict__.get("_model")
+        if model is not None:
+            state["_weights"] = [w.numpy() for w in model.weights]
+            state["_opt_state"] = [v.numpy() for v in self._optimizer.variables]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._model = None  # rebuilt from _weights and _opt_state on the next ask or tell
