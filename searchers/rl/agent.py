@@ -114,8 +114,8 @@ class PolicySearcher(Searcher):
     def settings(self) -> dict:
         return {k: getattr(self, k) for k in (
             "samples", "groups", "genome", "levels", "hidden", "lstm", "learning_rate", "noise",
-            "noise_updates", "warm_start", "imitation_steps", "imitation_confidence", "seed_heuristics", "policy",
-            "save_policy", "learn")}
+            "noise_updates", "warm_start", "imitation_steps", "imitation_confidence",
+            "seed_heuristics", "policy", "save_policy", "learn")}
 
     # -- setup ----------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -197,7 +197,9 @@ class PolicySearcher(Searcher):
 
     def _imitate(self, target) -> dict:
         """Supervised pre-training on ``target``'s decisions (`ActionSpace.targets`): Adam at
-        learning rate 0.01 on the mean log probability per decision, conditions drawn as in
+        learning rate 0.01 on the mean log probability per decision of the groups, devices and
+        priority levels (not the split degrees: DPOS splits nothing, and a policy taught never
+        to split would not find what splitting gives), conditions drawn as in
         search, until the geometric mean probability of a target decision reaches
         ``imitation_confidence`` (a policy sure of DPOS would only ever sample DPOS) or
         ``imitation_steps`` have run; the optimizer's state is reset afterwards."""
@@ -206,14 +208,16 @@ class PolicySearcher(Searcher):
         k = self.samples  # the search's batch shape: one compiled step for both
         actions = P.Actions(*(np.repeat(a[None], k, 0) for a in (groups, devices, splits,
                                                                    levels)))
-        decisions = groups.size + 3 * devices.size
+        # groups, devices and levels (when the policy has that head); splits are left free
+        decisions = groups.size + devices.size * (1 + (self._model.n_levels > 1))
         weight = np.full(k, 1.0 / decisions)
         opt = self._optimizer
         opt.learning_rate.assign(0.01)
         confidence, steps = 0.0, 0
         while steps < self.imitation_steps and confidence < self.imitation_confidence:
             _, _, logp = self._model.train_step(opt, self._tensors, actions, weight,
-                                                conditions=self._conditions(k))
+                                                conditions=self._conditions(k),
+                                                heads=(1.0, 0.0, 1.0))
             confidence, steps = float(np.exp(np.mean(logp) / decisions)), steps + 1
         for var in opt.variables:  # the search starts with a fresh optimizer
             var.assign(np.zeros(var.shape, var.dtype))

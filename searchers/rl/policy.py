@@ -163,10 +163,11 @@ class HierarchicalPolicy(keras.Model):
         return self.encoder(tf.concat([tf.einsum("kgv,ve->kge", shares, table), rest], 2))
 
     # -- placer ---------------------------------------------------------------------------------
-    def _place(self, enc: tf.Tensor, given, noise, seed):
+    def _place(self, enc: tf.Tensor, given, noise, seed, head_weight=(1.0, 1.0, 1.0)):
         """Decide every group in turn; ``given`` (devices, splits, levels) [k, G] each:
         teacher forcing (log probs of those), else sampled. Returns (choices [3, k, G], log
-        probs [k, G], entropies [k, G]), both summed over the heads."""
+        probs [k, G], entropies [k, G]), both summed over the heads, the log probabilities
+        each times its ``head_weight``."""
         k = tf.shape(enc)[0]
         keys = self.attend_keys(enc)
         h = tf.zeros([k, self.decoder.units])
@@ -195,7 +196,7 @@ class HierarchicalPolicy(keras.Model):
                 else:
                     d = given[j][:, t]
                 picks.append(d)
-                logp += tf.gather(logp_all, d, axis=1, batch_dims=1)
+                logp += head_weight[j] * tf.gather(logp_all, d, axis=1, batch_dims=1)
                 ent += -tf.reduce_sum(tf.exp(logp_all) * logp_all, axis=1)
             chosen = chosen.write(t, tf.stack(picks))
             logps = logps.write(t, logp)
@@ -242,23 +243,24 @@ class HierarchicalPolicy(keras.Model):
         given = tuple(tf.convert_to_tensor(a, tf.int32)
                       for a in (actions.devices, actions.splits, actions.levels))
         return self._log_prob(p, tf.convert_to_tensor(actions.groups, tf.int32), given,
-                              tf.constant(cond), *self._group_inputs(p, actions.groups, cond))
+                              tf.constant(cond), *self._group_inputs(p, actions.groups, cond),
+                              tf.ones([3]))
 
     @tf.function(reduce_retracing=True)
-    def _log_prob(self, p: ProblemTensors, groups, given, cond, shares, rest):
+    def _log_prob(self, p: ProblemTensors, groups, given, cond, shares, rest, head_weight):
         k = tf.shape(groups)[0]
         logp_units = tf.nn.log_softmax(self._grouper_logits(p, cond))
         logp_units = tf.broadcast_to(logp_units, [k, p.n_units, self.n_groups])
         logp_group = tf.reduce_sum(tf.gather(logp_units, groups, axis=2, batch_dims=2), axis=1)
         _, logp_place, ents = self._place(self._encode(shares, rest), given, tf.constant(0.0),
-                                          tf.constant([0, 0], tf.int64))
+                                          tf.constant([0, 0], tf.int64), head_weight)
         group_entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(logp_units) * logp_units, axis=2))
         return logp_group + tf.reduce_sum(logp_place, 1), \
             0.5 * (group_entropy + tf.reduce_mean(ents))
 
     def train_step(self, optimizer, p: ProblemTensors, actions: Actions, advantage, *,
                    logp_old=None, clip_ratio: float = 0.2, entropy: float = 0.0,
-                   conditions=None):
+                   conditions=None, heads=(1.0, 1.0, 1.0)):
         """One gradient step of ``optimizer``, compiled whole (loss, gradients, update); returns
         (loss, mean entropy, log probabilities [k] before the step) as numpy.
 
@@ -266,7 +268,9 @@ class HierarchicalPolicy(keras.Model):
         1 + clip_ratio) A))``, ``r = p / p_old``, minus ``entropy`` times the mean entropy.
         Without ``logp_old``, ``p_old`` is the current probability held constant: ``r = 1``
         with gradient ``grad log p``, which is REINFORCE's ``-mean(A log p)`` (and, with a
-        positive A, the imitation loss), so every use shares one compiled step."""
+        positive A, the imitation loss), so every use shares one compiled step. ``heads``
+        weighs the placer's heads (device, split, level) in the log probability: imitation
+        leaves out the heads it has no target for."""
         k = len(actions)
         cond = self._conditions(conditions, k)
         given = tuple(tf.convert_to_tensor(a, tf.int32)
@@ -277,15 +281,15 @@ class HierarchicalPolicy(keras.Model):
         out = self._train(optimizer, p, tf.convert_to_tensor(actions.groups, tf.int32), given,
                           tf.constant(cond), *self._group_inputs(p, actions.groups, cond), adv,
                           old, tf.constant(has_old), tf.constant(float(clip_ratio)),
-                          tf.constant(float(entropy)))
+                          tf.constant(float(entropy)), tf.constant(heads, tf.float32))
         return tuple(t.numpy() for t in out)
 
     @tf.function(reduce_retracing=True)
     def _train(self, optimizer, p, groups, given, cond, shares, rest, adv, old, has_old,
-               clip_ratio, entropy_coef):
+               clip_ratio, entropy_coef, head_weight):
         variables = self.trainable_variables
         with tf.GradientTape() as tape:
-            logp, entropy = self._log_prob(p, groups, given, cond, shares, rest)
+            logp, entropy = self._log_prob(p, groups, given, cond, shares, rest, head_weight)
             old = tf.where(has_old, old, tf.stop_gradient(logp))
             ratio = tf.exp(logp - old)
             clipped = tf.clip_by_value(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
