@@ -3,8 +3,8 @@ warm start, the full genome, policy files, checkpoints, MLflow curves and edge c
 searcher contract suite runs on them too (test_searcher_contract, behind the slow marker).
 
 Every search builds and compiles a TensorFlow policy (about 4 s), so the default run keeps
-one test of each behaviour and the rest (Trinity's variants, the edge cases) runs behind the
-slow marker."""
+learning and the missing-TensorFlow message, and the rest runs behind the slow marker (which
+.ci/run runs too)."""
 
 import subprocess
 import sys
@@ -67,6 +67,7 @@ def test_learning_is_real(slow_links, name, settings):
     assert np.mean(rewards.means[-3:]) > rewards.means[0], rewards.means
 
 
+@pytest.mark.slow
 def test_heuristics_are_seeded_and_warm_start_imitates_dpos(problem):
     """The first batch is the list schedulers' strategies and the baselines (so no front is
     worse than theirs), and after imitation the policy draws DPOS's placement far more often
@@ -114,6 +115,7 @@ def test_same_seed_same_search(problem):
     assert runs[0].hypervolume_history == runs[1].hypervolume_history
 
 
+@pytest.mark.slow
 def test_policy_files_transfer_and_refuse_misfits(problem, tmp_path):
     """A policy saved after one search starts another on another graph (zero-shot, then
     fine-tuned); a file for another cluster, or not a policy, is refused naming the file."""
@@ -158,6 +160,7 @@ def test_checkpoint_resume_equals_uninterrupted(problem, tmp_path, name):
     assert resumed.hypervolume_history == whole.hypervolume_history
 
 
+@pytest.mark.slow
 def test_mlflow_gets_per_update_curves(problem, tmp_path):
     from moplace.review.tracking import MLflowCallback
 
