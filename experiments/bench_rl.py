@@ -176,27 +176,48 @@ def transfer(args, rows) -> None:
 
 
 def summarize(paths) -> int:
+    """Markdown tables from the JSON of earlier runs (later files' rows replace earlier ones)."""
     by: dict = {}
+    transfer_rows = []
     for path in paths:
         for r in json.loads(Path(path).read_text()):
-            if "transfer" not in r:
+            if "transfer" in r:
+                transfer_rows.append(r)
+            else:
                 by.setdefault((r["graph"], r["cluster"]), {})[r["run"]] = r
     runs = [r for r in RUNS if any(r in d for d in by.values())]
-    print("hypervolume at equal evaluations (policy's own best runtime / DPOS; evaluations "
-          "until a policy draw is within 5% of DPOS)\n")
-    print("| graph | cluster | " + " | ".join(runs) + " |\n|---|---|" + "---:|" * len(runs))
-    for (graph, cluster), d in by.items():
-        cells = []
-        for run in runs:
-            r = d.get(run)
-            if r is None:
-                cells.append("–")
-                continue
-            cell = f"{r['hypervolume']:.4f}"
-            if "policy_best_vs_dpos" in r:
-                cell += f" ({r['policy_best_vs_dpos']:.3f}; {r['evals_to_dpos_5pct'] or '-'})"
-            cells.append(cell)
-        print(f"| {graph.split(':')[-1]} | {cluster} | " + " | ".join(cells) + " |")
+    policy_runs = [r for r in runs if RUNS[r][0] in ("hierarchical", "trinity")]
+
+    def table(title, columns, cell):
+        print(f"\n{title}\n\n| graph | cluster | " + " | ".join(columns) + " |\n|---|---|"
+              + "---:|" * len(columns))
+        for (graph, cluster), d in by.items():
+            cells = [cell(d[c], c) if c in d else "–" for c in columns]
+            print(f"| {graph.split(':')[-1]} | {cluster.split('-')[0]} | " + " | ".join(cells)
+                  + " |")
+
+    table("Hypervolume at equal evaluations", runs, lambda r, c: f"{r['hypervolume']:.4f}")
+    table("The policy's own draws: best runtime / DPOS's, evaluations until a draw is within 5% "
+          "of DPOS ('-': none), seconds per policy update", policy_runs,
+          lambda r, c: f"{r['policy_best_vs_dpos']:.3f} / {r['evals_to_dpos_5pct'] or '-'} / "
+                       f"{r['seconds_per_update']:.2f}")
+    table("Best runtime (ms) and best peak memory (GiB) of the front; wall seconds",
+          [c for c in ("nsga2", "mcmc", "random", "hierarchical-warm", "trinity-full",
+                       "trinity-cold") if c in runs],
+          lambda r, c: f"{r['best_runtime_s'] * 1e3:.1f} / {r['best_mem_bytes'] / GIB:.2f} / "
+                       f"{r['seconds']:.0f}")
+    if transfer_rows:
+        print("\nTransfer (hierarchical, full genome): policy best / DPOS, evaluations to DPOS "
+              "+ 5%, hypervolume\n\n| graph | zero-shot | fine-tuned | from scratch |\n"
+              "|---|---:|---:|---:|")
+        cases: dict = {}
+        for r in transfer_rows:
+            cases.setdefault(r["graph"], {})[r["transfer"]] = r
+        for graph, d in cases.items():
+            cells = [f"{d[k]['policy_best_vs_dpos']:.3f} / {d[k]['evals_to_dpos_5pct'] or '-'} / "
+                     f"{d[k]['hypervolume']:.4f}" if k in d else "–"
+                     for k in ("zero-shot", "fine-tuned", "from scratch")]
+            print(f"| {graph.split(':')[-1]} | " + " | ".join(cells) + " |")
     return 0
 
 

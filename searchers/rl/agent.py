@@ -124,7 +124,7 @@ class PolicySearcher(Searcher):
             store.check_writable(self.save_policy)
         self.n_ops, self.updates, self._last, self._progress = len(p.graph.ops), 0, None, {}
         self._weights = self._opt_state = None
-        self._model = None
+        self._model, self.loaded_from = None, {}
         from searchers.listsched import heuristic_strategies
 
         heuristics = heuristic_strategies(p)  # DPOS first
@@ -193,7 +193,8 @@ class PolicySearcher(Searcher):
             for var, value in zip(self._optimizer.variables, self._opt_state):
                 var.assign(value)
         self._weights = self._opt_state = None
-        self.loaded_from = meta
+        if meta:  # what the policy file says it was trained on (kept through a checkpoint)
+            self.loaded_from = meta
 
     def _imitate(self, target) -> dict:
         """Supervised pre-training on ``target``'s decisions (`ActionSpace.targets`): Adam at
