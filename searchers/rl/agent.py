@@ -64,6 +64,14 @@ def shared_settings(cls):
     return cls
 
 
+def positive(name: str, value, least: int = 1) -> int:
+    """``value`` as an int, or a `MoplaceError` naming setting ``name`` if it is not an integer
+    of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise MoplaceError(f"{name} must be an integer of at least {least}, got {value!r}")
+    return int(value)
+
+
 def _tf():
     try:
         from . import policy
@@ -84,11 +92,6 @@ class PolicySearcher(Searcher):
                  warm_start: bool, imitation_steps: int, imitation_confidence: float,
                  seed_heuristics: bool,
                  policy: str | None, save_policy: str | None, learn: bool = True):
-        def positive(name, value, least=1):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-                raise MoplaceError(f"{name} must be an integer of at least {least}, got {value!r}")
-            return int(value)
-
         self.samples = positive("samples", samples)
         self.groups = None if groups is None else positive("groups", groups)
         if genome not in ("placement", "full"):

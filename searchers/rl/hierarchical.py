@@ -88,4 +88,4 @@ class HierarchicalSearcher(PolicySearcher):
                                                        advantage)
         return {"reward_mean": float(reward.mean()), "reward_best": float(reward.max()),
                 "baseline": float(baseline), "loss": float(value), "entropy": float(entropy),
-                "feasible_share": float(feasible.mean()), "noise": self._noise()}
+                "feasible_share": float(feasible.mean()), "noise": self._noise_at_draw}

@@ -74,15 +74,6 @@ class Actions:
     def __len__(self) -> int:
         return int(self.groups.shape[0])
 
-    def take(self, rows) -> "Actions":
-        return Actions(*(np.asarray(a)[rows] for a in (self.groups, self.devices, self.splits,
-                                                         self.levels)))
-
-    @staticmethod
-    def stack(parts) -> "Actions":
-        return Actions(*(np.concatenate(arrays) for arrays in zip(
-            *((a.groups, a.devices, a.splits, a.levels) for a in parts))))
-
 
 class HierarchicalPolicy(keras.Model):
     """Grouper + placer (see the module docstring) for ``n_groups`` groups on ``n_devices``;

@@ -25,7 +25,7 @@ import numpy as np
 
 from moplace.errors import MoplaceError
 
-from .agent import PolicySearcher, shared_settings
+from .agent import PolicySearcher, positive, shared_settings
 from .rewards import WeightBaseline, weighted_log_reward
 
 
@@ -69,12 +69,10 @@ class TrinitySearcher(PolicySearcher):
                          imitation_confidence=imitation_confidence,
                          seed_heuristics=seed_heuristics, policy=policy, save_policy=save_policy,
                          learn=learn)
-        if isinstance(weights_per_batch, bool) or not isinstance(weights_per_batch, int) \
-                or not 1 <= weights_per_batch <= self.samples:
+        if positive("weights_per_batch", weights_per_batch) > self.samples:
             raise MoplaceError(f"weights_per_batch must be an integer in 1..samples "
                                f"({self.samples}), got {weights_per_batch!r}")
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-            raise MoplaceError(f"epochs must be an integer of at least 1, got {epochs!r}")
+        positive("epochs", epochs)
         for name, value, lo, hi in (("clip_ratio", clip_ratio, 0, 1), ("entropy", entropy, 0, 10),
                                     ("penalty", penalty, 0, 1e6)):
             if not (isinstance(value, (int, float)) and not isinstance(value, bool)
