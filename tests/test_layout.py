@@ -106,7 +106,7 @@ def test_import_moplace_stays_light(imported):
     """Neither moplace nor the objectives and searchers packages load a heavy library (nor
     does moplace load the searchers): each searcher imports its own when it is made."""
     heavy = ("tensorflow", "keras", "mlflow", "optuna", "pymoo", "dask", "distributed",
-             "matplotlib", "moocore", "torch", "gensim")
+             "matplotlib", "plotly", "rich", "moocore", "torch", "gensim")
     if imported == "moplace":
         heavy += ("searchers",)
     code = f"import sys, {imported}; print(sorted(m for m in {heavy!r} if m in sys.modules))"

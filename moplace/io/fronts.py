@@ -5,7 +5,12 @@
      "objectives": ["runtime", ...], "feasible_found": true,
      "points": [{"runtime_s": ..., "peak_comm_bytes": ..., "peak_mem_bytes": ...,
                  "feasible": true, "violation_bytes": 0.0, "strategy": {strategy file}}, ...],
-     "infeasible": [... the least-violating infeasible points, same shape ...]}
+     "infeasible": [... the least-violating infeasible points, same shape ...],
+     "history": {"evaluations": [...], "hypervolume": [...],
+                 "best": {"runtime_s": [...], ...}}}
+
+``history`` has one entry per batch the searcher was told: evaluations so far, hypervolume and
+the best feasible value of each objective (``null`` before a feasible point was found).
 
 `moplace evaluate --strategy front.json --point K` evaluates point K again.
 """
@@ -39,7 +44,18 @@ def result_json(result) -> dict:
             "hypervolume": result.hypervolume, "reference": result.reference.tolist(),
             "objectives": list(p.objectives), "feasible_found": result.feasible_found,
             "points": [point_json(pt, p) for pt in result.front],
-            "infeasible": [point_json(pt, p) for pt in result.infeasible]}
+            "infeasible": [point_json(pt, p) for pt in result.infeasible],
+            "history": history_json(result)}
+
+
+def history_json(result) -> dict:
+    """How the search went, batch by batch (see module docstring)."""
+    names = [json_key(name) for name in result.problem.objectives]
+    best = [values for _, values in result.best_history]
+    return {"evaluations": [n for n, _ in result.hypervolume_history],
+            "hypervolume": [hv for _, hv in result.hypervolume_history],
+            "best": {name: [None if v[k] != v[k] else v[k] for v in best]
+                     for k, name in enumerate(names)}}
 
 
 def save_result(result, directory) -> Path:

@@ -100,6 +100,7 @@ class SearchResult:
     hypervolume: float
     reference: np.ndarray
     hypervolume_history: list[tuple[int, float]] = field(default_factory=list)
+    best_history: list[tuple[int, tuple[float, ...]]] = field(default_factory=list)
     status: str = "finished"
     resumed_from: int = 0  # evaluations loaded from a checkpoint (0: a fresh search)
 
@@ -195,6 +196,7 @@ class _Run:
         self.seed, self.callbacks = int(seed), list(callbacks)
         self.archive = ParetoArchive(len(problem.objectives))
         self.history: list[tuple[int, float]] = []
+        self.best_history: list[tuple[int, tuple[float, ...]]] = []  # best of each objective
         self.elapsed_before, self.resumed_from = 0.0, 0
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         self.checkpoint_every = checkpoint_every
@@ -214,6 +216,7 @@ class _Run:
             searcher.setup(problem, np.random.default_rng(self.seed))
         else:
             self.archive, self.history = state["archive"], list(state["history"])
+            self.best_history = list(state.get("best_history", []))
             self.elapsed_before = float(state["elapsed"])
             self.resumed_from = self.archive.n_added
         self.consistent = True  # the searcher was told exactly what the archive holds
@@ -256,6 +259,7 @@ class _Run:
                         strategy.delta = None
                     if evaluations:
                         self.history.append((self.archive.n_added, self._hv()))
+                        self.best_history.append((self.archive.n_added, self._best()))
                     self.consistent = True
             except BaseException:
                 if stop is None:
@@ -271,7 +275,8 @@ class _Run:
                 cb.on_batch(self.result("running"))
 
     def _save(self, status: str) -> None:
-        state = {"archive": self.archive, "history": self.history, "elapsed": self.elapsed()}
+        state = {"archive": self.archive, "history": self.history,
+                 "best_history": self.best_history, "elapsed": self.elapsed()}
         payload = _ckpt.state_bytes(self.problem, self.searcher, state)
         meta = {"key": self.key, "status": status, "n_evaluations": self.archive.n_added,
                 "elapsed": state["elapsed"],
@@ -298,6 +303,13 @@ class _Run:
     def _hv(self) -> float:
         return self.archive.hypervolume(self.problem.reference)
 
+    def _best(self) -> tuple[float, ...]:
+        """The best value of each objective among feasible points (nan while there is none)."""
+        values = self.archive.front_values()
+        if not len(values):
+            return (float("nan"),) * len(self.problem.objectives)
+        return tuple(float(v) for v in values.min(axis=0))
+
     def result(self, status: str) -> SearchResult:
         return SearchResult(
             problem=self.problem, searcher=getattr(self.searcher, "name", type(self.searcher).__name__),
@@ -305,7 +317,8 @@ class _Run:
             infeasible=[e.payload for e in self.archive.infeasible(10)],
             n_evaluations=self.archive.n_added, seconds=self.elapsed(),
             hypervolume=self._hv(), reference=self.problem.reference,
-            hypervolume_history=list(self.history), status=status,
+            hypervolume_history=list(self.history), best_history=list(self.best_history),
+            status=status,
             resumed_from=self.resumed_from)
 
     def end(self, status: str) -> SearchResult:

@@ -101,13 +101,26 @@ def _rq_pop(rq, key, base, n):
     return top
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _mem_put(memory, k, t, d, v):
+    memory[k, 0] = t
+    memory[k, 1] = d
+    memory[k, 2] = v
+    return k + 1
+
+
 @njit(cache=True, error_model="numpy")
 def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
                   coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes,
-                  static_mem):
-    """Run the task graph; returns (start, end, sent, recv, peak_mem, n_transfers, n_done)."""
+                  static_mem, record=False):
+    """Run the task graph; returns (start, end, sent, recv, peak_mem, n_transfers, n_done,
+    transfers, memory). With ``record``, ``transfers`` is a (n_transfers, 6) array, one row per
+    transfer in issue order: producing task, source device, destination device, bytes, start
+    and arrival time; and ``memory`` a (k, 3) array, one row per change of a device's resident
+    bytes in event order: time, device, bytes resident after the change (parameters included).
+    Without it both are empty."""
     n = dev.shape[0]
     n_e = e_dst.shape[0]
     start = np.full(n, np.nan)
@@ -149,6 +162,12 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     x_bytes = np.empty(n_e)
     x_task = np.empty(n_e, np.int64)
     x_refs = np.zeros(n_e, np.int64)
+    n_rec = n_e if record else 0
+    x_src = np.empty(n_rec, np.int64)
+    x_start = np.empty(n_rec)
+    x_end = np.empty(n_rec)
+    memory = np.empty((2 * (n + n_rec) if record else 0, 3))
+    n_mem = 0
     edge_x = np.full(n_e, -1, np.int64)
     n_x = 0
     xb = np.zeros(n_dev)
@@ -197,6 +216,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 start[t] = now
                 end[t] = now + dur[t]
                 cur[d] += out_bytes[t]
+                if record:
+                    n_mem = _mem_put(memory, n_mem, now, d, cur[d])
                 if cur[d] > peak[d]:
                     peak[d] = cur[d]
                 ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, end[t], seq, t)
@@ -219,11 +240,15 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                         refs[p] -= 1
                         if refs[p] == 0 and p < n_compute:
                             cur[dev[p]] -= out_bytes[p]
+                            if record:
+                                n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
                     else:
                         x = edge_x[e]
                         x_refs[x] -= 1
                         if x_refs[x] == 0:
                             cur[x_dst[x]] -= x_bytes[x]
+                            if record:
+                                n_mem = _mem_put(memory, n_mem, now, x_dst[x], cur[x_dst[x]])
                 # hand outputs on: local consumers now, remote devices by one transfer each
                 n_t = 0
                 sd = 0
@@ -257,6 +282,10 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     x_dst[n_x] = dd
                     x_bytes[n_x] = xb[dd]
                     x_task[n_x] = t
+                    if record:
+                        x_src[n_x] = sd
+                        x_start[n_x] = s
+                        x_end[n_x] = f
                     x_of_dev[dd] = n_x
                     refs[t] += 1
                     ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, n + n_x)
@@ -267,16 +296,22 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     x_of_dev[touched[k]] = -1
                 if refs[t] == 0 and t < n_compute:
                     cur[dev[t]] -= out_bytes[t]
+                    if record:
+                        n_mem = _mem_put(memory, n_mem, now, dev[t], cur[dev[t]])
             else:  # transfer x arrived
                 x = i - n
                 dd = x_dst[x]
                 cur[dd] += x_bytes[x]
+                if record:
+                    n_mem = _mem_put(memory, n_mem, now, dd, cur[dd])
                 if cur[dd] > peak[dd]:
                     peak[dd] = cur[dd]
                 p = x_task[x]
                 refs[p] -= 1
                 if refs[p] == 0 and p < n_compute:
                     cur[dev[p]] -= out_bytes[p]
+                    if record:
+                        n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
                 for e in range(out_ptr[p], out_ptr[p + 1]):
                     c = e_dst[e]
                     if not e_local[e] and dev[c] == dd:
@@ -286,7 +321,15 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                         if pending[c] == 0:
                             ready_stack[n_ready] = c
                             n_ready += 1
-    return start, end, sent, recv, peak, n_x, n_done
+    transfers = np.empty((n_x if record else 0, 6))
+    for x in range(transfers.shape[0]):
+        transfers[x, 0] = x_task[x]
+        transfers[x, 1] = x_src[x]
+        transfers[x, 2] = x_dst[x]
+        transfers[x, 3] = x_bytes[x]
+        transfers[x, 4] = x_start[x]
+        transfers[x, 5] = x_end[x]
+    return start, end, sent, recv, peak, n_x, n_done, transfers, memory[:n_mem]
 
 
 @njit(cache=True, error_model="numpy")

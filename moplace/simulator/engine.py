@@ -22,7 +22,7 @@ Same inputs, same trace: ties are broken by index and event sequence, never by c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +42,13 @@ class Trace:
     (-1 for a collective), ``task_start``, ``task_end``. Per op: ``op_start`` (first part) and
     ``op_end`` (last part). Per device: ``sent``, ``received``, ``peak_memory``, ``capacity``,
     ``busy`` (compute seconds), and the devices' ``device_names`` and ``device_kinds``.
+    Recorded only when simulated with ``record=True`` (for figures; empty otherwise): per
+    transfer, in the order they were issued, ``transfers``, an (n, 6) array of producing task,
+    source device, destination device, bytes, start and arrival time; and ``memory``, a (k, 3)
+    array with one row per change of a device's resident bytes, in event order: time, device,
+    bytes resident after the change (each device holds ``static_memory`` at time 0). Task
+    ``k``'s kind: a compute part when ``task_device[k] >= 0``, else a collective, the c-th
+    of which runs on devices ``collective_dev[collective_ptr[c]:collective_ptr[c + 1]]``.
     """
 
     makespan: float
@@ -59,6 +66,11 @@ class Trace:
     n_transfers: int
     device_names: tuple[str, ...] = ()
     device_kinds: tuple[str, ...] = ()
+    static_memory: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    collective_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    collective_dev: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    transfers: np.ndarray = field(default_factory=lambda: np.empty((0, 6)))
+    memory: np.ndarray = field(default_factory=lambda: np.empty((0, 3)))
 
     @property
     def traffic(self) -> np.ndarray:
@@ -77,8 +89,9 @@ class Trace:
 
 
 def simulate(graph: OpGraph, cluster, strategy: Strategy, *, costs: CostModel | None = None,
-             validate: bool = True) -> Trace:
-    """Simulate one training step of ``graph`` on ``cluster`` under ``strategy``."""
+             validate: bool = True, record: bool = False) -> Trace:
+    """Simulate one training step of ``graph`` on ``cluster`` under ``strategy``; ``record``
+    keeps every transfer and memory change in the trace (for figures, a little slower)."""
     if validate:
         strategy.validate(graph, cluster.n_devices)
     costs = costs if costs is not None else CostModel(graph, cluster)
@@ -91,21 +104,21 @@ def simulate(graph: OpGraph, cluster, strategy: Strategy, *, costs: CostModel | 
     if request is not None:
         request.patched = patched is not None
         request.result = SimulationBase(strategy, tg, graph, costs)
-    return run_task_graph(tg, cluster, len(graph.ops))
+    return run_task_graph(tg, cluster, len(graph.ops), record=record)
 
 
-def run_task_graph(tg: TaskGraph, cluster, n_ops: int) -> Trace:
+def run_task_graph(tg: TaskGraph, cluster, n_ops: int, record: bool = False) -> Trace:
     """Simulate an already expanded task graph."""
     n_dev = cluster.n_devices
     comp = slice(0, tg.n_compute)
     static = np.bincount(tg.dev[comp], weights=tg.param_bytes, minlength=n_dev).astype(np.float64)
-    start, end, sent, recv, peak, n_x, n_done = simulate_core(
+    start, end, sent, recv, peak, n_x, n_done, transfers, memory = simulate_core(
         n_dev, tg.dev, tg.dur, tg.prio, tg.out_bytes, tg.n_compute,
         tg.out_ptr, tg.e_src, tg.e_dst, tg.e_bytes, tg.e_srcdev, tg.e_local, tg.in_ptr, tg.in_edge,
         cluster.route_ptr, cluster.route_res, cluster.n_resources,
         cluster.bandwidth, cluster.latency,
         tg.coll_ptr, tg.coll_dev, tg.coll_res_ptr, tg.coll_res, tg.coll_dur, tg.coll_bytes,
-        static)
+        static, record)
     if n_done != tg.n_tasks:  # cannot happen for an acyclic graph; guard against kernel bugs
         raise RuntimeError(f"simulator finished {n_done} of {tg.n_tasks} tasks")
     if tg.n_tasks == n_ops:  # no splits: tasks are ops
@@ -122,4 +135,6 @@ def run_task_graph(tg: TaskGraph, cluster, n_ops: int) -> Trace:
         op_start=op_start, op_end=op_end, sent=sent, received=recv, peak_memory=peak,
         capacity=np.asarray(cluster.memory, np.float64),
         busy=np.bincount(tg.dev[comp], weights=tg.dur[comp], minlength=n_dev),
-        n_transfers=int(n_x), device_names=cluster.device_names, device_kinds=cluster.kinds)
+        n_transfers=int(n_x), device_names=cluster.device_names, device_kinds=cluster.kinds,
+        static_memory=static, collective_ptr=tg.coll_ptr, collective_dev=tg.coll_dev,
+        transfers=transfers, memory=memory)

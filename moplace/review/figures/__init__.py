@@ -1,0 +1,98 @@
+"""Figures of a search, headless (matplotlib's Agg; the interactive 3-D front with plotly).
+
+`draw_search` draws every figure of one search from its ``front.json`` content, so a live
+search, an MLflow run and a file on disk give the same pictures:
+
+- ``front_pairs.png``: the front on each pair of objectives, baselines and heuristics marked,
+  the knee point labelled;
+- ``front_3d.png`` and ``front_3d.html``: the front in 3-D (the HTML rotates and tells a point's
+  values on hover);
+- ``progress.png``: hypervolume and best of each objective over evaluations;
+- ``gantt.png`` and ``memory.png``: the chosen point's step (the knee unless told), devices by
+  time, and the memory each device holds against its capacity.
+
+`moplace.review.figures.fronts` and `.timeline` hold the single figures.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+FILES = ("front_pairs.png", "front_3d.png", "front_3d.html", "progress.png", "gantt.png",
+         "memory.png")
+
+
+def front_values(data: dict) -> np.ndarray:
+    """The objective values of a front.json's points, one row per point."""
+    from objectives import json_key
+
+    keys = [json_key(name) for name in data["objectives"]]
+    return np.array([[p[k] for k in keys] for p in data["points"]], float).reshape(-1, len(keys))
+
+
+def draw_search(data: dict, problem, out_dir, *, point: int | None = None, marks=None,
+                html: bool = True, histories: dict | None = None) -> dict[str, tuple[Path, float]]:
+    """Draw every figure of the search in ``data`` (a front.json's content) for ``problem``
+    into ``out_dir``; returns name -> (path, seconds it took). ``point`` picks the front point
+    of the Gantt and memory figures (default: the knee; the least-violating infeasible point
+    when nothing fits); ``marks`` the reference points (default: baselines and heuristics);
+    ``histories`` the progress lines (default: this search's own)."""
+    from ...io.strategies import strategy_from_json
+    from ...simulator.engine import simulate
+    from ..marks import knee_index, reference_marks
+    from . import fronts, timeline
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    drawn: dict[str, tuple[Path, float]] = {}
+
+    def timed(name, fn, *args, **kw):
+        t0 = time.perf_counter()
+        fn(*args, out / name, **kw)
+        drawn[name] = (out / name, time.perf_counter() - t0)
+
+    objectives = list(data["objectives"])
+    values = front_values(data)
+    knee = knee_index(values)
+    chosen, label = _chosen(data, point, knee)  # a wrong --point fails before any drawing
+    if marks is None:
+        marks = reference_marks(problem)
+    title = f"{data.get('searcher', '')} on {data['graph']} / {data['cluster']}"
+    common = dict(marks=marks, knee=knee, title=title)
+    timed("front_pairs.png", fronts.front_pairs, values, objectives, **common)
+    if len(objectives) >= 3:
+        timed("front_3d.png", fronts.front_3d, values, objectives, **common)
+        if html:
+            timed("front_3d.html", fronts.front_3d_html, values, objectives, **common)
+    hist = histories if histories is not None else (
+        {data.get("searcher", "search"): data["history"]} if data.get("history") else {})
+    if hist:
+        timed("progress.png", fronts.progress, hist, objectives, title=title)
+    if chosen is not None:
+        strategy = strategy_from_json(chosen["strategy"], problem.graph, problem.cluster)
+        trace = simulate(problem.graph, problem.cluster, strategy, costs=problem.costs,
+                         record=True)
+        timed("gantt.png", timeline.gantt, trace, title=f"{title}: {label}")
+        timed("memory.png", timeline.memory_over_time, trace, title=f"{title}: {label}")
+    return drawn
+
+
+def _chosen(data: dict, point: int | None, knee: int | None):
+    """The point the step figures show, and how to name it."""
+    points = data.get("points") or []
+    if point is not None:
+        if not 0 <= point < len(points):
+            from ...errors import MoplaceError
+
+            raise MoplaceError(f"--point {point}: the front has {len(points)} points "
+                               f"(0..{len(points) - 1})")
+        return points[point], f"point {point}"
+    if knee is not None:
+        return points[knee], f"knee, point {knee}"
+    infeasible = data.get("infeasible") or []
+    if infeasible:
+        return infeasible[0], "least-violating infeasible point"
+    return None, ""

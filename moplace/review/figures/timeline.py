@@ -1,0 +1,152 @@
+"""Figures of one strategy's simulated step: a Gantt chart (devices by time, compute and
+transfers apart, split parts and all-reduces visible) and the memory each device holds over
+time against its capacity.
+
+Both take a `Trace` simulated with ``record=True``. Past ``max_bars`` tasks and transfers (a
+10,000-op graph), the Gantt chart stops drawing one bar per task, which would be an unreadable
+smear, and shows per lane the fraction of each short time slice that is busy; the memory curve
+keeps each slice's maximum, so no peak is lost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..units import fmt, unit_for
+from .common import SERIES, new_figure, save
+
+COLOURS = {"compute": "#1f77b4", "split part": "#ff7f0e", "transfer in": "#2ca02c",
+           "all-reduce": "#d62728"}
+BINS = 300
+
+
+def _lanes(trace):
+    """(device, lane, category, starts, ends) for every kind of bar; lane 0 compute, 1 links."""
+    n_dev = len(trace.capacity)
+    dev = trace.task_device
+    compute = dev >= 0
+    counts = np.bincount(trace.task_op[compute], minlength=1)
+    split = np.zeros(len(dev), bool)
+    split[compute] = counts[trace.task_op[compute]] > 1
+    x = trace.transfers
+    coll = np.flatnonzero(~compute)
+    for d in range(n_dev):
+        on = dev == d
+        yield d, 0, "compute", trace.task_start[on & ~split], trace.task_end[on & ~split]
+        yield d, 0, "split part", trace.task_start[on & split], trace.task_end[on & split]
+        into = x[:, 2] == d
+        yield d, 1, "transfer in", x[into, 4], x[into, 5]
+        member = [c for c in range(len(coll)) if d in
+                  trace.collective_dev[trace.collective_ptr[c]:trace.collective_ptr[c + 1]]]
+        idx = coll[member] if member else np.zeros(0, np.int64)
+        yield d, 1, "all-reduce", trace.task_start[idx], trace.task_end[idx]
+
+
+def busy_fraction(starts, ends, edges) -> np.ndarray:
+    """For each slice [edges[i], edges[i+1]), the busy time of the intervals (start, end)
+    inside it divided by its width (overlapping intervals add up, so it can exceed 1)."""
+    a, b = np.sort(np.asarray(starts, float)), np.sort(np.asarray(ends, float))
+    ca, cb = np.concatenate([[0.0], np.cumsum(a)]), np.concatenate([[0.0], np.cumsum(b)])
+    na, nb = np.searchsorted(a, edges, side="right"), np.searchsorted(b, edges, side="right")
+    covered = (na * edges - ca[na]) - (nb * edges - cb[nb])  # busy time before each edge
+    return np.diff(covered) / np.diff(edges)
+
+
+def _require_record(trace) -> None:
+    if trace.memory.shape[0] == 0 and len(trace.task_start) and trace.makespan > 0:
+        raise ValueError("the trace was simulated without record=True: it holds no transfers "
+                         "or memory changes to draw")
+
+
+def gantt(trace, path, *, title="", max_bars=4000) -> None:
+    """Devices by time: per device a compute lane (ops; parts of split ops in their own
+    colour) and a link lane (transfers arriving at it, all-reduces it takes part in)."""
+    _require_record(trace)
+    n_dev = len(trace.capacity)
+    lanes = list(_lanes(trace))
+    n_bars = sum(len(s) for *_, s, _ in lanes)
+    end = max(trace.makespan, float(trace.transfers[:, 5].max(initial=0.0)), 1e-12)
+    unit = unit_for("time", end)
+    aggregate = n_bars > max_bars
+    edges = np.linspace(0.0, end, BINS + 1)
+    fig = new_figure(12.0, 1.0 + 0.75 * n_dev)
+    ax = fig.add_subplot(1, 1, 1)
+    used, stacked = set(), {}
+    for d, lane, category, starts, ends in lanes:
+        y = 2 * (n_dev - 1 - d) + (1 - lane)
+        if not len(starts):
+            continue
+        used.add(category)
+        colour = COLOURS[category]
+        if aggregate:  # the lane's categories stack: their busy fractions add up to <= 1
+            base = stacked.setdefault(y, np.zeros(BINS))
+            top = np.minimum(base + busy_fraction(starts, ends, edges), 1.0)
+            x = np.append(edges[:-1], edges[-1]) / unit[1]
+            ax.fill_between(x, y - 0.4 + 0.8 * np.append(base, base[-1]),
+                            y - 0.4 + 0.8 * np.append(top, top[-1]), step="post",
+                            color=colour, alpha=0.85, lw=0)
+            stacked[y] = top
+        else:
+            ax.broken_barh(list(zip(starts / unit[1], (ends - starts) / unit[1])), (y - 0.4, 0.8),
+                           facecolors=colour, edgecolors="white", linewidths=0.2)
+    names = trace.device_names or tuple(f"device {d}" for d in range(n_dev))
+    ticks = [(2 * (n_dev - 1 - d) + 1 - lane, f"{names[d]} {'compute' if lane == 0 else 'links'}")
+             for d in range(n_dev) for lane in (0, 1)]
+    ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
+    ax.set_ylim(-0.7, 2 * n_dev - 0.3)
+    ax.set_xlim(0, end / unit[1])
+    ax.set_xlabel(f"time ({unit[0]})")
+    for category in COLOURS:
+        if category in used:
+            ax.bar(0, 0, color=COLOURS[category], label=category)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / n_dev), ncol=4,
+              fontsize=8, frameon=False)
+    note = (f"busy fraction of each 1/{BINS} of the step ({n_bars:,} bars aggregated)"
+            if aggregate else f"{n_bars:,} bars")
+    ax.set_title((title + "\n" if title else "") + f"step {fmt(trace.makespan, 'time')}; {note}",
+                 fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    save(fig, path)
+
+
+def memory_over_time(trace, path, *, title="", max_points=5000) -> None:
+    """Bytes resident on each device over the step (parameters included), with each device's
+    capacity as a dashed line and its peak marked."""
+    _require_record(trace)
+    n_dev = len(trace.capacity)
+    end = max(trace.makespan, 1e-12)
+    top = max(float(trace.peak_memory.max(initial=0.0)), float(trace.capacity.max(initial=0.0)))
+    unit, tunit = unit_for("bytes", top), unit_for("time", end)
+    fig = new_figure(11.0, 4.8)
+    ax = fig.add_subplot(1, 1, 1)
+    m = trace.memory
+    names = trace.device_names or tuple(f"device {d}" for d in range(n_dev))
+    for d in range(n_dev):
+        rows = m[m[:, 1] == d]
+        t = np.concatenate([[0.0], rows[:, 0], [end]])
+        v = np.concatenate([[trace.static_memory[d]], rows[:, 2], [rows[-1, 2] if len(rows)
+                                                                   else trace.static_memory[d]]])
+        if len(t) > max_points:  # keep each slice's maximum: the peak survives
+            slot = np.minimum((t / end * max_points).astype(np.int64), max_points - 1)
+            top_of = np.full(max_points, -np.inf)
+            np.maximum.at(top_of, slot, v)
+            have = np.isfinite(top_of)
+            t = (np.flatnonzero(have) / max_points) * end
+            v = top_of[have]
+        colour = SERIES[d % len(SERIES)]
+        ax.step(t / tunit[1], v / unit[1], where="post", color=colour, lw=1.2,
+                label=f"{names[d]} (peak {fmt(trace.peak_memory[d], 'bytes')})")
+        if len(set(trace.capacity.tolist())) > 1:
+            ax.axhline(trace.capacity[d] / unit[1], color=colour, ls="--", lw=0.9)
+    if len(set(trace.capacity.tolist())) == 1 and n_dev:
+        ax.axhline(trace.capacity[0] / unit[1], color="black", ls="--", lw=1.0,
+                   label=f"capacity {fmt(trace.capacity[0], 'bytes')}")
+    ax.set_xlim(0, end / tunit[1])
+    ax.set_ylim(0, top * 1.05 / unit[1] if top > 0 else 1)
+    ax.set_xlabel(f"time ({tunit[0]})")
+    ax.set_ylabel(f"resident memory ({unit[0]})")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10)
+    save(fig, path)

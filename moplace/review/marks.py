@@ -1,0 +1,60 @@
+"""What a front is read against: the baselines' and the list schedulers' points, and the
+front's knee.
+
+The reference strategies are found by name through the searcher registry (the baselines and
+HEFT/DPOS are registered searchers), so this module imports no searcher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+BASELINES = ("single", "data-parallel", "round-robin", "layer-split")
+HEURISTICS = ("heft", "dpos")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A reference point on a front's figures: a baseline's or a heuristic's strategy."""
+
+    name: str
+    kind: str  # "baseline" or "heuristic"
+    values: np.ndarray
+    feasible: bool
+    strategy: object = None
+
+
+def reference_marks(problem, names=BASELINES + HEURISTICS) -> list[Mark]:
+    """The one strategy of each named one-shot searcher, evaluated on ``problem``. A name that
+    is not registered, or whose searcher fails on this problem, is left out."""
+    from ..errors import MoplaceError
+    from ..optimize.plugins import make_searcher
+
+    marks = []
+    for name in names:
+        try:
+            searcher = make_searcher(name)
+            searcher.setup(problem, np.random.default_rng(0))
+            strategies = searcher.ask()
+        except MoplaceError:
+            continue
+        if not strategies:
+            continue
+        ev = problem.evaluate(strategies[0])
+        marks.append(Mark(name, "baseline" if name in BASELINES else "heuristic",
+                          np.asarray(ev.values, float), bool(ev.feasible), strategies[0]))
+    return marks
+
+
+def knee_index(values) -> int | None:
+    """The front point closest to the ideal point once each objective is scaled to [0, 1]
+    over the front (an objective equal on every point counts 0): the balanced compromise a
+    reader looks for first. None for an empty front; ties go to the first point."""
+    v = np.asarray(values, float)
+    if v.ndim != 2 or not len(v):
+        return None
+    lo, hi = v.min(axis=0), v.max(axis=0)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    return int(np.argmin(np.linalg.norm((v - lo) / span, axis=1)))
