@@ -1,19 +1,26 @@
-"""MLflow logging of searches, against a temporary store."""
+"""MLflow logging of searches, against a temporary store: what a run carries, how it ends,
+and a store that is new, shared or unreachable."""
+
+import json
+import subprocess
+import sys
+import time
 
 import pytest
 
 from moplace.core.synthetic import layered_dag
+from moplace.errors import MoplaceError
 from moplace.optimize.driver import Callback, search
 from moplace.optimize.plugins import make_searcher
 from moplace.optimize.problem import Problem
+from moplace.review.figures import FILES
 from moplace.review.tracking import MLflowCallback
 
 from conftest import make_cluster
 
 
-@pytest.fixture
-def tracker(tmp_path):
-    return MLflowCallback(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="test")
+def uri(tmp_path):
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
 @pytest.fixture(scope="module")
@@ -21,32 +28,48 @@ def problem():
     return Problem(layered_dag(30, width=3, seed=4), make_cluster(2, bandwidth=2e9))
 
 
-def test_parameters_metrics_and_front_are_logged(tracker, problem):
+def test_a_search_run_carries_tags_params_metrics_front_and_figures(tmp_path, problem):
+    tracker = MLflowCallback(uri(tmp_path), experiment="test")
     result = search(problem, make_searcher("random", batch_size=16), budget=64, seed=5,
                     callbacks=[tracker])
-    run = tracker.client.get_run(tracker.run_id)
+    assert tracker.wait_figures().startswith("ready: 6 files")
+    client = tracker.client
+    run = client.get_run(tracker.run_id)
     assert run.info.status == "FINISHED"
-    p = run.data.params
+    p, tags = run.data.params, run.data.tags
     assert (p["graph"], p["graph_ops"], p["devices"], p["searcher"], p["seed"]) == \
         (problem.graph.name, "30", "2", "random", "5")
     assert p["budget_evaluations"] == "64" and p["searcher.batch_size"] == "16"
-    history = tracker.client.get_metric_history(tracker.run_id, "hypervolume")
+    assert (tags["graph"], tags["cluster"], tags["searcher"], tags["status"]) == \
+        (problem.graph.name, "test-2", "random", "finished")
+    assert len(tags["graph_hash"]) == 12 and tags["moplace_version"]
+    assert "**Result:** finished after 64 evaluations" in tags["mlflow.note.content"]
+    exp = client.get_experiment(run.info.experiment_id)
+    assert exp.name == "test" and exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    history = client.get_metric_history(tracker.run_id, "hypervolume")
     assert [m.step for m in history] == [16, 32, 48, 64]
     assert [m.value for m in history] == [h for _, h in result.hypervolume_history]
-    local = tracker.client.download_artifacts(tracker.run_id, "front_table.json")
-    import json
-    table = json.loads(open(local).read())
+    best = client.get_metric_history(tracker.run_id, "best_runtime_ms")
+    assert [m.value for m in best] == pytest.approx([b[0] * 1e3 for _, b in result.best_history])
+    table = json.loads(open(client.download_artifacts(tracker.run_id, "front_table.json")).read())
     rows = [dict(zip(table["columns"], row)) for row in table["data"]]
+    runtime = next(c for c in table["columns"] if c.startswith("runtime ("))
+    scale = {"runtime (s)": 1, "runtime (ms)": 1e-3, "runtime (µs)": 1e-6}[runtime]
     # MLflow's table artifact keeps 10 significant digits (it goes through pandas)
-    assert [r["runtime_s"] for r in rows] == pytest.approx([pt.values[0] for pt in result.front], rel=1e-9)
-    assert [r["peak_comm_bytes"] for r in rows] == pytest.approx([pt.values[1] for pt in result.front], rel=1e-9)
-    assert [r["peak_mem_bytes"] for r in rows] == pytest.approx([pt.values[2] for pt in result.front], rel=1e-9)
-    assert [r["feasible"] for r in rows] == [True] * len(result.front)
-    front = json.loads(open(tracker.client.download_artifacts(tracker.run_id, "front.json")).read())
+    assert [r[runtime] * scale for r in rows] == pytest.approx(
+        [pt.values[0] for pt in result.front], rel=1e-9)
+    assert [r["point"] for r in rows] == list(range(len(result.front)))
+    assert [r["knee"] for r in rows].count("knee") == 1
+    front = json.loads(open(client.download_artifacts(tracker.run_id, "front.json")).read())
     assert len(front["points"]) == len(result.front) and "strategy" in front["points"][0]
+    figures = {a.path: a.file_size for a in client.list_artifacts(tracker.run_id, "figures")}
+    assert sorted(figures) == sorted(f"figures/{f}" for f in FILES)
+    assert all(size > 5000 for size in figures.values())
 
 
-def test_interrupted_search_ends_killed_with_what_it_found(tracker, problem):
+def test_interrupted_search_ends_killed_with_what_it_found(tmp_path, problem):
+    tracker = MLflowCallback(uri(tmp_path), experiment="test", figures="off")
+
     class Stop(Callback):
         def on_batch(self, result):
             raise KeyboardInterrupt
@@ -54,12 +77,91 @@ def test_interrupted_search_ends_killed_with_what_it_found(tracker, problem):
     result = search(problem, make_searcher("random"), budget=1000, callbacks=[tracker, Stop()])
     run = tracker.client.get_run(tracker.run_id)
     assert result.status == "interrupted" and run.info.status == "KILLED"
+    assert run.data.tags["status"] == "interrupted" and run.data.tags["figures"] == "off"
     assert run.data.metrics["final_hypervolume"] == result.hypervolume
 
 
-def test_failed_search_ends_failed(tracker, problem):
+def test_failed_search_ends_failed(tmp_path, problem):
+    tracker = MLflowCallback(uri(tmp_path), experiment="test")
     searcher = make_searcher("random")
     searcher.ask = lambda: [][0]
     with pytest.raises(IndexError):
         search(problem, searcher, budget=10, callbacks=[tracker])
-    assert tracker.client.get_run(tracker.run_id).info.status == "FAILED"
+    run = tracker.client.get_run(tracker.run_id)
+    assert run.info.status == "FAILED" and run.data.tags["status"] == "failed"
+
+
+def test_a_child_run_names_its_parent(tmp_path, problem):
+    parent = MLflowCallback(uri(tmp_path), experiment="test", figures="off")
+    search(problem, make_searcher("heft"), budget=5, callbacks=[parent])
+    child = MLflowCallback(uri(tmp_path), experiment="test", figures="inline",
+                           parent_run_id=parent.run_id)
+    search(problem, make_searcher("dpos"), budget=5, callbacks=[child])
+    tags = child.client.get_run(child.run_id).data.tags
+    assert tags["mlflow.parentRunId"] == parent.run_id
+    assert tags["figures"].startswith("ready")
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("http://127.0.0.1:1", "does not answer"),
+    ("bogus://x", "unknown scheme 'bogus'"),
+    ("sqlite:////nonexistent/dir/mlflow.db", "does not exist"),
+])
+def test_a_store_that_cannot_be_used_fails_at_once(bad, message, problem):
+    t0 = time.perf_counter()
+    with pytest.raises(MoplaceError, match=message):
+        search(problem, make_searcher("heft"), budget=5, callbacks=[MLflowCallback(bad)])
+    assert time.perf_counter() - t0 < 10
+
+
+@pytest.mark.slow  # two whole CLI processes: about 20 s
+def test_two_searches_started_at_once_on_a_new_store_both_succeed(tmp_path):
+    cmd = [sys.executable, "-m", "moplace", "search", "pipedream:alexnet", "--cluster",
+           "4xV100-NVLink", "--searcher", "random", "--budget", "10", "--json",
+           "--tracking-uri", uri(tmp_path)]
+    procs = [subprocess.Popen(cmd + ["--seed", str(k), "--out", str(tmp_path / f"o{k}")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for k in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    ids = {json.loads(out)["mlflow_run_id"] for out, _ in outs}
+    assert len(ids) == 2
+
+
+def wait_for_figures(client, run_id, timeout=120):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        tag = client.get_run(run_id).data.tags.get("figures", "")
+        if not tag.startswith(("drawing", "not drawn")):
+            return tag
+        time.sleep(0.5)
+    return "timed out"
+
+
+def test_compare_is_one_parent_run_with_a_child_per_searcher(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from moplace.cli import main
+
+    code = main(["compare", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--searchers",
+                 "heft,random", "--budget", "30", "--json", "--tracking-uri", uri(tmp_path),
+                 "--experiment", "cmp"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["tracking_uri"] == uri(tmp_path)
+    client = MlflowClient(uri(tmp_path))
+    parent = client.get_run(out["mlflow_run_id"])
+    children = {r["searcher"]: client.get_run(r["mlflow_run_id"]) for r in out["results"]}
+    assert set(children) == {"heft", "random"}
+    for name, child in children.items():
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.data.tags["searcher"] == name
+    assert parent.data.params["searchers"] == "heft,random"
+    combined = json.loads(open(client.download_artifacts(parent.info.run_id, "front.json")).read())
+    assert set(combined["histories"]) == {"heft", "random"}
+    assert {p["searcher"] for p in combined["points"]} <= {"heft", "random"}
+    assert combined["hypervolume"] == pytest.approx(out["combined_hypervolume"])
+    assert combined["hypervolume"] >= max(r["hypervolume"] for r in out["results"]) - 1e-12
+    assert wait_for_figures(client, parent.info.run_id).startswith("ready: 6 files")
+    for child in children.values():
+        assert wait_for_figures(client, child.info.run_id).startswith("ready")

@@ -59,6 +59,8 @@ def _problem_and_budget(p, per: str) -> None:
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
                    "else sqlite:///mlflow.db here)")
+    p.add_argument("--experiment", help="MLflow experiment (default: moplace; filter a graph's "
+                   "runs by its tag in the UI)")
 
 
 def _search(args) -> int:
@@ -73,9 +75,10 @@ def _search(args) -> int:
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
     callbacks = [] if args.json else [_Progress()]
+    tracker = None
     if not args.no_mlflow:
-        from ..review.tracking import MLflowCallback
-        callbacks.append(MLflowCallback(args.tracking_uri))
+        tracker = tracker_for(args)
+        callbacks.append(tracker)
     if args.checkpoint and not args.json:
         resumed = _resuming(args.checkpoint, problem, searcher, args.seed, budget)
         if resumed:
@@ -99,7 +102,8 @@ def _search(args) -> int:
                           "evaluations": result.n_evaluations, "seconds": result.seconds,
                           "hypervolume": result.hypervolume, "feasible_found": result.feasible_found,
                           "front": [{k: v for k, v in point_json(pt, problem).items() if k != "strategy"}
-                                    for pt in result.front], "front_file": str(path)}))
+                                    for pt in result.front], "front_file": str(path),
+                          **tracking_json(tracker)}))
         return 0
     print(f"{result.searcher} on {problem.graph.name} / {problem.cluster.name}: "
           f"{result.n_evaluations} evaluations in {result.seconds:.1f} s ({result.status}), "
@@ -120,10 +124,24 @@ def _search(args) -> int:
         flag = "" if abs(simulated / estimate - 1) <= 0.05 else "  (they disagree by more than 5%)"
         print(f"the scheduler's own makespan estimate: {estimate * 1e3:.3f} ms, simulated: "
               f"{simulated * 1e3:.3f} ms{flag}")
-    tracker = next((cb for cb in callbacks if hasattr(cb, "run_id")), None)
     if tracker is not None:
-        print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri}")
+        print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri} (figures are "
+              f"being drawn; `moplace show {tracker.run_id}` lists them)")
     return 0
+
+
+def tracker_for(args, parent_run_id=None):
+    """The MLflow callback the command line asks for."""
+    from ..review.tracking import MLflowCallback
+
+    return MLflowCallback(args.tracking_uri, args.experiment, parent_run_id=parent_run_id,
+                          graph_file=args.graph, command=" ".join(["moplace"] + sys.argv[1:]))
+
+
+def tracking_json(tracker) -> dict:
+    """What --json says about the MLflow run (nulls with --no-mlflow)."""
+    return {"mlflow_run_id": tracker.run_id if tracker else None,
+            "tracking_uri": tracker.tracking_uri if tracker else None}
 
 
 def _resuming(path, problem, searcher, seed, budget) -> str | None:
@@ -158,34 +176,68 @@ def _compare(args) -> int:
     searchers = [make_searcher(n, **per_searcher.get(n, {})) for n in names]  # fail before work
     budget = _budget(args)
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
-    rows = []
-    for name, searcher in zip(names, searchers):
-        callbacks = []
-        if not args.no_mlflow:
-            from ..review.tracking import MLflowCallback
-            callbacks.append(MLflowCallback(args.tracking_uri))
-        r = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
-        best = [min(p.values[k] for p in r.front) if r.front else None
-                for k in range(len(problem.objectives))]
-        rows.append({"searcher": name, "evaluations": r.n_evaluations, "seconds": r.seconds,
-                     "front_size": len(r.front), "hypervolume": r.hypervolume,
-                     **{f"best_{o}": b for o, b in zip(problem.objectives, best)}})
+    comparison = None
+    if not args.no_mlflow:
+        from ..review.tracking import ComparisonRun
+
+        comparison = ComparisonRun(args.tracking_uri, args.experiment, graph_file=args.graph,
+                                   command=" ".join(["moplace"] + sys.argv[1:]))
+        comparison.start(problem, names, budget, args.seed)
+    rows, results, children = [], {}, {}
+    try:
+        for name, searcher in zip(names, searchers):
+            callbacks = [] if args.json else [_Progress(prefix=f"{name}: ")]
+            if comparison is not None:
+                children[name] = comparison.child()
+                callbacks.append(children[name])
+            r = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
+            results[name] = r
+            best = [min(p.values[k] for p in r.front) if r.front else None
+                    for k in range(len(problem.objectives))]
+            rows.append({"searcher": name, "evaluations": r.n_evaluations, "seconds": r.seconds,
+                         "front_size": len(r.front), "hypervolume": r.hypervolume,
+                         "status": r.status,
+                         **{f"best_{o}": b for o, b in zip(problem.objectives, best)},
+                         "mlflow_run_id": children[name].run_id if name in children else None})
+            if r.status == "interrupted":
+                break
+    except BaseException:
+        if comparison is not None:
+            comparison.fail()
+        raise
+    combined = comparison.end(results) if comparison is not None else None
     if args.json:
         print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
                           "budget_evaluations": budget.evaluations, "budget_seconds": budget.seconds,
-                          "seed": args.seed, "results": rows}))
+                          "seed": args.seed, "results": rows,
+                          "combined_hypervolume": combined["hypervolume"] if combined else None,
+                          **tracking_json(comparison)}))
         return 0
-    print(f"{problem.graph.name} on {problem.cluster.name}, budget "
-          f"{budget.evaluations or f'{budget.seconds:g} s'} per searcher, seed {args.seed}")
-    print(f"{'searcher':<14} {'evals':>6} {'front':>6} {'hypervolume':>12} {'runtime ms':>11} "
-          f"{'comm GiB':>9} {'mem GiB':>8} {'time s':>7}")
-    fmt = (lambda v, scale: f"{v * scale:.3f}" if v is not None else "-")
-    for r in rows:
-        print(f"{r['searcher']:<14} {r['evaluations']:>6} {r['front_size']:>6} "
-              f"{r['hypervolume']:>12.4f} {fmt(r.get('best_runtime'), 1e3):>11} "
-              f"{fmt(r.get('best_peak_communication'), 1 / GIB):>9} "
-              f"{fmt(r.get('best_peak_memory'), 1 / GIB):>8} {r['seconds']:>7.2f}")
+    _compare_table(problem, budget, args.seed, rows)
+    if comparison is not None:
+        print(f"combined front: {len(combined['points'])} points, hypervolume "
+              f"{combined['hypervolume']:.4f}; logged to MLflow run {comparison.run_id} (one child "
+              f"run per searcher) at {comparison.tracking_uri}")
     return 0
+
+
+def _compare_table(problem, budget, seed, rows) -> None:
+    from ..review.units import column_unit, fmt, fmt_duration, kind_of
+
+    print(f"{problem.graph.name} on {problem.cluster.name}, budget "
+          f"{budget.evaluations or f'{budget.seconds:g} s'} per searcher, seed {seed}")
+    units = {o: column_unit(o, [r[f"best_{o}"] for r in rows if r[f"best_{o}"] is not None])
+             for o in problem.objectives}
+    heads = {"runtime": "runtime", "peak_communication": "comm", "peak_memory": "mem"}
+    cols = [(o, f"{heads.get(o, o)} {units[o][0]}".strip()) for o in problem.objectives]
+    print(f"{'searcher':<14} {'evals':>6} {'front':>6} {'hypervolume':>12} "
+          + " ".join(f"{h:>12}" for _, h in cols) + f" {'time':>10}")
+    for r in rows:
+        cells = [fmt(r[f"best_{o}"], kind_of(o), units[o]).rsplit(" ", 1)[0]
+                 if r[f"best_{o}"] is not None else "-" for o, _ in cols]
+        took = fmt_duration(r["seconds"]) if r["seconds"] >= 60 else f"{r['seconds']:.2f} s"
+        print(f"{r['searcher']:<14} {r['evaluations']:>6} {r['front_size']:>6} "
+              f"{r['hypervolume']:>12.4f} " + " ".join(f"{c:>12}" for c in cells) + f" {took:>10}")
 
 
 def _budget(args) -> Budget:
@@ -230,11 +282,11 @@ def parse_seconds(text: str) -> float:
 class _Progress(Callback):
     """A line on stderr every two seconds: evaluations, front size, hypervolume."""
 
-    def __init__(self, every: float = 2.0):
-        self.every, self.last = every, time.perf_counter()
+    def __init__(self, every: float = 2.0, prefix: str = ""):
+        self.every, self.last, self.prefix = every, time.perf_counter(), prefix
 
     def on_batch(self, result) -> None:
         if time.perf_counter() - self.last >= self.every:
             self.last = time.perf_counter()
-            print(f"  {result.n_evaluations} evaluations, front {len(result.front)}, "
+            print(f"  {self.prefix}{result.n_evaluations} evaluations, front {len(result.front)}, "
                   f"hypervolume {result.hypervolume:.4f}", file=sys.stderr, flush=True)

@@ -58,6 +58,7 @@ class Problem:
         self.objectives = tuple(objectives)
         self.limits = limits
         self.costs = costs if costs is not None else CostModel(graph, cluster)
+        self.costs_given = costs is not None  # else they follow from graph and cluster
 
     def __repr__(self) -> str:
         return f"Problem({self.graph.name!r} on {self.cluster.name!r}, {self.objectives})"

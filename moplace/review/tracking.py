@@ -1,93 +1,232 @@
 """Log a search to MLflow, as a driver callback.
 
-One MLflow run per search:
-- **parameters:** the graph and its size, the cluster, the searcher and its settings, the budget,
-  the seed, the objectives and limits;
-- **metrics by step** (step = evaluations so far): hypervolume, front size and the best value of
-  each objective, and what a learning searcher reports of itself after each batch
-  (`Searcher.progress`, logged as ``searcher.<name>``: the RL searchers' mean and best reward,
-  loss, entropy and sampled weights per policy update);
-- **at the end:** the front as a table (``front_table.json``) and as JSON with every strategy
-  (``front.json``, the same file `moplace search` writes).
+One MLflow run per search, in a classic (not GenAI) experiment, ``moplace`` unless told (one
+experiment for everything, so a comparison or sweep over several graphs keeps its parent and
+children together; filter by the ``graph`` tag to see one graph's runs):
 
-The run ends FINISHED, KILLED (Ctrl-C) or FAILED, with what the search had found either way.
-The store is MLflow's embedded default, a SQLite file ``mlflow.db`` in the working directory,
-unless a tracking URI is given (argument, or ``MLFLOW_TRACKING_URI``). Telemetry is off.
+- **tags:** graph, cluster, searcher, moplace version, ``graph_hash`` (git-style short hash of
+  the graph's content), ``status`` (running, finished, interrupted, failed), ``figures``
+  (drawing, ready or failed) and a description (MLflow's note, shown on the run page);
+- **parameters:** the graph and its size, the cluster, the searcher and its settings, the
+  budget, the seed, the objectives and limits;
+- **metrics by step** (step = evaluations so far): hypervolume, front size and the best value
+  of each objective in a unit named in the metric (``best_runtime_ms``,
+  ``best_peak_memory_GiB``...), and what a learning searcher reports of itself after each
+  batch (`Searcher.progress`, logged as ``searcher.<name>``);
+- **at the end:** the front as a table in units chosen for it (``front_table.json``, readable
+  in the UI's artifact view), as JSON with every strategy (``front.json``, the file
+  `moplace search` writes), and the figures (``figures/``, see `moplace.review.figures`).
+
+Figures are drawn by a separate process (`moplace.review.figurejob`) once the search ends, so
+the search and the command return at once; the run's ``figures`` tag says when they are
+there. The run ends FINISHED, KILLED (Ctrl-C) or FAILED, with what the search had found either
+way. The store is a SQLite file ``mlflow.db`` in the working directory unless a tracking URI is
+given (argument, or ``MLFLOW_TRACKING_URI``); telemetry is off. A server that does not answer
+fails within seconds, not minutes.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
+from ..errors import MoplaceError
 from ..optimize.driver import Callback
+from .units import kind_of
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-_STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "failed": "FAILED"}
+DEFAULT_EXPERIMENT = "moplace"
+STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "failed": "FAILED"}
+METRIC_UNITS = {"time": ("ms", 1e-3), "bytes": ("GiB", 2.0 ** 30)}
+
+
+def metric_name(objective: str) -> str:
+    """The MLflow metric of an objective's best value, its unit in the name (fixed per
+    objective, so runs compare in MLflow's charts)."""
+    unit = METRIC_UNITS.get(kind_of(objective))
+    return f"best_{objective}_{unit[0]}" if unit else f"best_{objective}"
+
+
+def metric_value(objective: str, value: float) -> float:
+    unit = METRIC_UNITS.get(kind_of(objective))
+    return float(value) / unit[1] if unit else float(value)
 
 
 class MLflowCallback(Callback):
-    """Logs one search as one MLflow run (see module docstring)."""
+    """Logs one search as one MLflow run (see module docstring).
 
-    def __init__(self, tracking_uri: str | None = None, experiment: str = "moplace",
-                 run_name: str | None = None):
-        self.tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-        self.experiment, self.run_name = experiment, run_name
-        self.client = self.run_id = self.searcher = None
+    ``parent_run_id`` makes it a child run (`moplace compare`); ``figures``: "background" (a
+    separate process draws them after the search), "inline" (drawn before `on_end` returns)
+    or "off"; ``graph_file`` the file the graph came from (its hash is tagged; default: the
+    graph's content); ``command`` the command line, shown as the run's source.
+    """
+
+    def __init__(self, tracking_uri: str | None = None, experiment: str | None = None,
+                 run_name: str | None = None, *, parent_run_id: str | None = None,
+                 figures: str = "background", graph_file=None, command: str | None = None):
+        if figures not in ("background", "inline", "off"):
+            raise MoplaceError(f"figures must be background, inline or off, got {figures!r}")
+        self.tracking_uri = resolve_uri(tracking_uri)
+        self.experiment = experiment or DEFAULT_EXPERIMENT
+        self.run_name, self.parent_run_id = run_name, parent_run_id
+        self.figures, self.graph_file, self.command = figures, graph_file, command
+        self.client = self.run_id = self.searcher = self.problem = None
+        self.figure_job = None
+        self.log_seconds = 0.0  # time spent logging (the overhead a benchmark reports)
 
     def on_start(self, problem, searcher, budget, seed) -> None:
-        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        os.environ.setdefault("DO_NOT_TRACK", "true")
-        from mlflow.tracking import MlflowClient
-
-        self.searcher = searcher
-        self.client = MlflowClient(tracking_uri=self.tracking_uri)
-        exp = self.client.get_experiment_by_name(self.experiment)
-        exp_id = exp.experiment_id if exp else self.client.create_experiment(self.experiment)
+        t0 = time.perf_counter()
+        self.searcher, self.problem = searcher, problem
         name = self.run_name or f"{searcher.name} on {problem.graph.name} / {problem.cluster.name}"
-        self.run_id = self.client.create_run(exp_id, run_name=name).info.run_id
-        params = {
-            "graph": problem.graph.name, "graph_ops": len(problem.graph.ops),
-            "graph_edges": len(problem.graph.edges), "cluster": problem.cluster.name,
-            "devices": problem.cluster.n_devices, "searcher": searcher.name,
-            "budget_evaluations": budget.evaluations, "budget_seconds": budget.seconds,
-            "seed": seed, "objectives": ",".join(problem.objectives),
-            "limit_peak_comm_bytes": problem.limits.peak_comm_bytes,
-            "limit_peak_mem_bytes": problem.limits.peak_mem_bytes,
-            **{f"searcher.{k}": v for k, v in searcher.settings().items()}}
-        for key, value in params.items():
-            self.client.log_param(self.run_id, key, "" if value is None else value)
+        self.client, self.run_id = open_run(
+            self.tracking_uri, self.experiment, name, problem, searcher.name, budget, seed,
+            {f"searcher.{k}": v for k, v in searcher.settings().items()},
+            parent_run_id=self.parent_run_id, graph_file=self.graph_file, command=self.command,
+            figures=self.figures)
+        self.log_seconds += time.perf_counter() - t0
 
     def on_batch(self, result) -> None:
         from mlflow.entities import Metric
 
-        step, stamp = result.n_evaluations, _now_ms()
+        t0 = time.perf_counter()
+        step, stamp = result.n_evaluations, int(time.time() * 1000)
         metrics = {"evaluations": float(step), "hypervolume": result.hypervolume,
                    "front_size": float(len(result.front))}
-        if result.front:
-            best = np.min([p.values for p in result.front], axis=0)
-            metrics.update({f"best_{name}": float(v) for name, v in zip(result.problem.objectives, best)})
+        if result.best_history and result.front:
+            for name, v in zip(result.problem.objectives, result.best_history[-1][1]):
+                metrics[metric_name(name)] = metric_value(name, v)
         own = self.searcher.progress() if self.searcher is not None else {}
         metrics.update({f"searcher.{k}": float(v) for k, v in own.items()
                         if isinstance(v, (int, float)) and np.isfinite(v)})
-        self.client.log_batch(self.run_id, metrics=[Metric(k, v, stamp, step) for k, v in metrics.items()])
+        self.client.log_batch(self.run_id, metrics=[Metric(k, v, stamp, step)
+                                                    for k, v in metrics.items()
+                                                    if np.isfinite(v)])
+        self.log_seconds += time.perf_counter() - t0
 
     def on_end(self, result) -> None:
-        from ..io.fronts import point_json, result_json
+        from ..io.fronts import result_json
 
         if self.run_id is None:
             return
-        rows = [point_json(p, result.problem) for p in result.front]
-        table = {key: [row[key] for row in rows] for key in rows[0] if key != "strategy"} if rows else {}
-        self.client.log_table(self.run_id, data=table, artifact_file="front_table.json")
-        self.client.log_dict(self.run_id, result_json(result), "front.json")
+        t0 = time.perf_counter()
         self.client.log_metric(self.run_id, "final_hypervolume", result.hypervolume,
                                step=result.n_evaluations)
-        self.client.set_terminated(self.run_id, status=_STATUS.get(result.status, "FINISHED"))
+        self.figure_job = close_run(self.client, self.run_id, result_json(result), result.problem,
+                                    self.tracking_uri, result.status, self.figures)
+        self.log_seconds += time.perf_counter() - t0
+
+    def wait_figures(self, timeout: float = 120.0) -> str:
+        """Wait for the figures of this run (background drawing); returns the ``figures`` tag."""
+        from .figurejob import wait
+
+        return wait(self.figure_job, self.client, self.run_id, timeout)
 
 
-def _now_ms() -> int:
-    import time
+def resolve_uri(tracking_uri: str | None) -> str:
+    """The tracking URI: the argument, else ``MLFLOW_TRACKING_URI``, else ``mlflow.db`` here."""
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
-    return int(time.time() * 1000)
+
+def open_run(uri, experiment, name, problem, searcher_name, budget, seed, extra_params, *,
+             parent_run_id=None, graph_file=None, command=None, figures="background"):
+    """Create a run with moplace's tags, description and parameters; (client, run id)."""
+    from mlflow.entities import Param
+
+    from .mlstore import connect, graph_hash, run_tags
+
+    client, exp_id = connect(uri, experiment)
+    tags = run_tags(problem, searcher_name, graph_hash(problem.graph, graph_file),
+                    parent_run_id, command)
+    tags["figures"] = "not drawn yet" if figures != "off" else "off"
+    tags["mlflow.note.content"] = _description(problem, searcher_name, budget, seed)
+    run_id = client.create_run(exp_id, run_name=name, tags=tags).info.run_id
+    params = {
+        "graph": problem.graph.name, "graph_ops": len(problem.graph.ops),
+        "graph_edges": len(problem.graph.edges), "cluster": problem.cluster.name,
+        "devices": problem.cluster.n_devices, "searcher": searcher_name,
+        "budget_evaluations": budget.evaluations, "budget_seconds": budget.seconds,
+        "seed": seed, "objectives": ",".join(problem.objectives),
+        "limit_peak_comm_bytes": problem.limits.peak_comm_bytes,
+        "limit_peak_mem_bytes": problem.limits.peak_mem_bytes, **extra_params}
+    client.log_batch(run_id, params=[Param(k, "" if v is None else str(v)[:6000])
+                                     for k, v in params.items()])
+    return client, run_id
+
+
+def close_run(client, run_id, data, problem, uri, status, figures):
+    """Log the front (table and JSON), the outcome in tags and description, start the figures
+    and end the run; returns the drawing process (None when drawn inline or off)."""
+    from .mlstore import front_table, summary_note
+
+    client.log_table(run_id, data=front_table(data), artifact_file="front_table.json")
+    client.log_dict(run_id, data, "front.json")
+    client.set_tag(run_id, "status", status)
+    note = client.get_run(run_id).data.tags.get("mlflow.note.content", "")
+    client.set_tag(run_id, "mlflow.note.content", note + summary_note(data))
+    job = None
+    if figures != "off" and status != "failed":
+        from .figurejob import start_figures
+
+        job = start_figures(data, problem, uri, run_id, inline=figures == "inline")
+    client.set_terminated(run_id, status=STATUS.get(status, "FINISHED"))
+    return job
+
+
+class ComparisonRun:
+    """A `moplace compare` in MLflow: one parent run holding the combined front and the
+    comparison figures, each searcher's search a child run (`child` gives its callback)."""
+
+    def __init__(self, tracking_uri=None, experiment=None, *, figures="background",
+                 graph_file=None, command=None):
+        self.tracking_uri = resolve_uri(tracking_uri)
+        self.experiment = experiment or DEFAULT_EXPERIMENT
+        self.figures, self.graph_file, self.command = figures, graph_file, command
+        self.client = self.run_id = self.problem = self.figure_job = None
+
+    def start(self, problem, names, budget, seed) -> str:
+        self.problem = problem
+        self.client, self.run_id = open_run(
+            self.tracking_uri, self.experiment,
+            f"compare {', '.join(names)} on {problem.graph.name} / {problem.cluster.name}",
+            problem, "compare", budget, seed, {"searchers": ",".join(names)},
+            graph_file=self.graph_file, command=self.command, figures=self.figures)
+        return self.run_id
+
+    def child(self) -> MLflowCallback:
+        return MLflowCallback(self.tracking_uri, self.experiment, parent_run_id=self.run_id,
+                              figures=self.figures, graph_file=self.graph_file,
+                              command=self.command)
+
+    def end(self, results: dict) -> dict:
+        """Log the combined front of ``results`` (name -> SearchResult); returns it."""
+        from .comparison import comparison_json
+
+        data = comparison_json(results)
+        for name, r in results.items():
+            self.client.log_metric(self.run_id, f"hypervolume.{name}", r.hypervolume,
+                                   step=r.n_evaluations)
+        self.client.log_metric(self.run_id, "final_hypervolume", data["hypervolume"])
+        self.figure_job = close_run(self.client, self.run_id, data, self.problem,
+                                    self.tracking_uri, data["status"], self.figures)
+        return data
+
+    def fail(self, status: str = "failed") -> None:
+        if self.run_id is not None:
+            self.client.set_tag(self.run_id, "status", status)
+            self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED"))
+
+    def wait_figures(self, timeout: float = 120.0) -> str:
+        from .figurejob import wait
+
+        return wait(self.figure_job, self.client, self.run_id, timeout)
+
+
+def _description(problem, searcher, budget, seed) -> str:
+    budget_text = (f"{budget.evaluations} evaluations" if budget.evaluations is not None
+                   else f"{budget.seconds:g} s")
+    return (f"**{searcher}** on **{problem.graph.name}** ({len(problem.graph.ops)} ops) / "
+            f"**{problem.cluster.name}** ({problem.cluster.n_devices} devices), budget "
+            f"{budget_text}{' each' if searcher == 'compare' else ''}, seed {seed}; objectives "
+            f"{', '.join(problem.objectives)} (all minimized).\n\n")

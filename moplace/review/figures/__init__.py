@@ -39,7 +39,8 @@ def draw_search(data: dict, problem, out_dir, *, point: int | None = None, marks
     into ``out_dir``; returns name -> (path, seconds it took). ``point`` picks the front point
     of the Gantt and memory figures (default: the knee; the least-violating infeasible point
     when nothing fits); ``marks`` the reference points (default: baselines and heuristics);
-    ``histories`` the progress lines (default: this search's own)."""
+    ``histories`` the progress lines (default: the comparison's, else this search's own).
+    A comparison's front.json (`moplace.review.comparison`) colours points by searcher."""
     from ...io.strategies import strategy_from_json
     from ...simulator.engine import simulate
     from ..marks import knee_index, reference_marks
@@ -62,12 +63,13 @@ def draw_search(data: dict, problem, out_dir, *, point: int | None = None, marks
         marks = reference_marks(problem)
     title = f"{data.get('searcher', '')} on {data['graph']} / {data['cluster']}"
     common = dict(marks=marks, knee=knee, title=title)
-    timed("front_pairs.png", fronts.front_pairs, values, objectives, **common)
+    labels = [p.get("searcher") for p in data["points"]] if data.get("histories") else None
+    timed("front_pairs.png", fronts.front_pairs, values, objectives, labels=labels, **common)
     if len(objectives) >= 3:
         timed("front_3d.png", fronts.front_3d, values, objectives, **common)
         if html:
             timed("front_3d.html", fronts.front_3d_html, values, objectives, **common)
-    hist = histories if histories is not None else (
+    hist = histories if histories is not None else data.get("histories") or (
         {data.get("searcher", "search"): data["history"]} if data.get("history") else {})
     if hist:
         timed("progress.png", fronts.progress, hist, objectives, title=title)

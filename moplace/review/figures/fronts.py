@@ -22,9 +22,10 @@ def _units(objectives, values, marks):
     return [column_unit(name, col) for name, col in zip(objectives, columns)]
 
 
-def front_pairs(values, objectives, path, *, marks=(), knee=None, title="") -> None:
+def front_pairs(values, objectives, path, *, marks=(), knee=None, title="", labels=None) -> None:
     """The front projected on each pair of objectives, the baselines and heuristics marked
-    (hollow when they do not fit in memory) and the knee point labelled."""
+    (hollow when they do not fit in memory) and the knee point labelled; ``labels`` (one per
+    point: the searcher that found it, in a comparison) colours the points by label."""
     values = np.asarray(values, float).reshape(-1, len(objectives))
     units = _units(objectives, values, marks)
     pairs = list(itertools.combinations(range(len(objectives)), 2)) or [(0, 0)]
@@ -35,8 +36,15 @@ def front_pairs(values, objectives, path, *, marks=(), knee=None, title="") -> N
         order = np.argsort(values[:, a], kind="stable")
         ax.plot(values[order, a] / ua, values[order, b] / ub, color=FRONT_COLOUR, alpha=0.25,
                 lw=0.8, zorder=1)
-        ax.scatter(values[:, a] / ua, values[:, b] / ub, s=18, color=FRONT_COLOUR,
-                   label=f"front ({len(values)} points)", zorder=3)
+        if labels is None:
+            ax.scatter(values[:, a] / ua, values[:, b] / ub, s=18, color=FRONT_COLOUR,
+                       label=f"front ({len(values)} points)", zorder=3)
+        else:
+            names = list(dict.fromkeys(labels))
+            for k, name in enumerate(names):
+                on = np.array([lab == name for lab in labels], bool)
+                ax.scatter(values[on, a] / ua, values[on, b] / ub, s=18, zorder=3,
+                           color=SERIES[k % len(SERIES)], label=f"{name} ({int(on.sum())} points)")
         for m in marks:
             marker, colour = MARK_STYLE.get(m.name, ("x", "black"))
             ax.scatter(m.values[a] / ua, m.values[b] / ub, marker=marker, s=70, zorder=4,
@@ -140,7 +148,8 @@ def progress(histories, objectives, path, *, title="") -> None:
         for k, (label, (xs, ys)) in enumerate(series.items()):
             y = np.array([np.nan if v is None else v / unit[1] for v in ys], float)
             if len(xs):
-                ax.step(xs, y, where="post", label=label, color=SERIES[k % len(SERIES)], lw=1.4)
+                ax.step(xs, y, where="post", label=label, color=SERIES[k % len(SERIES)], lw=1.4,
+                        marker="o" if len(xs) == 1 else None)  # a one-shot heuristic: a dot
         ax.set_xlabel("evaluations")
         ax.set_title("hypervolume (higher is better)" if key == "hypervolume"
                      else f"best {axis_label(name, unit)}", fontsize=10)

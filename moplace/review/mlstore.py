@@ -1,0 +1,202 @@
+"""Opening an MLflow store the way moplace needs it, and what a run carries besides metrics.
+
+- `connect`: a client and the experiment's id. A tracking server that does not answer fails
+  within a few seconds with a message saying what to do (MLflow itself retries for minutes);
+  a SQLite store is opened under a file lock, so two searches started at once on a new
+  ``mlflow.db`` do not both run MLflow's schema migration (one of them would crash); the
+  experiment is created as a classic ML experiment (MLflow's UI otherwise opens the GenAI view).
+- `run_tags`, `graph_hash`: the tags of a search run.
+- `front_table`, `summary_note`: the front in units chosen for it, and the run's description.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+from ..errors import MoplaceError
+from .units import axis_label, column_unit, fmt, fmt_duration, kind_of
+
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+SCHEMES = {"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"}
+PROBE_SECONDS = 3.0
+
+
+def connect(uri: str, experiment: str):
+    """(MlflowClient, experiment id) for ``uri``, the experiment created if new."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("DO_NOT_TRACK", "true")
+    # MLflow's own retries on a dead server take minutes: a few tries within seconds instead
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    scheme = urlparse(uri).scheme.split("+")[0]
+    if scheme not in SCHEMES and len(scheme) > 1:  # one letter: a Windows drive
+        raise MoplaceError(f"tracking URI {uri!r}: unknown scheme {scheme!r} (use sqlite:///FILE, "
+                           f"a directory, http(s)://HOST:PORT or a database URL)")
+    if scheme in ("http", "https"):
+        _probe(uri)
+    import logging
+
+    for noisy in ("mlflow.store.db.utils", "alembic"):  # "Creating initial tables..." on stderr
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        with _store_lock(uri):
+            client = MlflowClient(tracking_uri=uri)
+            exp = client.get_experiment_by_name(experiment)  # creates a new store's schema
+            if exp is None:
+                exp_id = client.create_experiment(experiment, tags=dict([EXPERIMENT_KIND]))
+            elif exp.lifecycle_stage == "deleted":
+                raise MoplaceError(f"MLflow experiment {experiment!r} is deleted: restore it in "
+                                   f"the UI or pick another with --experiment")
+            else:
+                exp_id = exp.experiment_id
+                if EXPERIMENT_KIND[0] not in exp.tags:
+                    client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+    except MlflowException as exc:
+        raise MoplaceError(f"MLflow store {uri}: {str(exc).splitlines()[0]}") from None
+    return client, exp_id
+
+
+def _probe(uri: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_SECONDS) as reply:
+            reply.read(64)
+    except urllib.error.HTTPError:
+        return  # it answers; an older server may not have /health
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise MoplaceError(f"the MLflow tracking server {uri} does not answer ({reason}); start "
+                           f"one with `moplace ui`, give another --tracking-uri, or pass "
+                           f"--no-mlflow") from None
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str):
+    """An exclusive lock beside a SQLite store while it is opened (no-op for other stores)."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "sqlite" or not parsed.path or parsed.path == "/:memory:":
+        yield
+        return
+    db = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else Path(parsed.path)
+    if not db.parent.is_dir():
+        raise MoplaceError(f"tracking URI {uri}: directory {db.parent} does not exist")
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; MLflow's own handling
+        yield
+        return
+    lock = db.parent / f".{db.name}.lock"
+    try:
+        handle = open(lock, "a")
+    except OSError as exc:
+        raise MoplaceError(f"tracking URI {uri}: cannot write in {db.parent} "
+                           f"({exc.strerror or exc})") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def graph_hash(graph, source=None) -> str:
+    """Git-style short hash (blob SHA-1, 12 digits) of the graph's file, or of its content in
+    moplace's JSON format when it has no file."""
+    data = None
+    if source is not None:
+        from ..io.bundled import bundled_path, is_bundled_spec
+
+        path = bundled_path(source) if is_bundled_spec(source) else Path(source)
+        if path.is_file():
+            data = path.read_bytes()
+    if data is None:
+        from ..io.native import graph_to_dict
+
+        data = json.dumps(graph_to_dict(graph), sort_keys=True).encode()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()[:12]
+
+
+def run_tags(problem, searcher: str, ghash: str, parent_run_id=None, command=None) -> dict:
+    """The tags of a search run (status starts as running)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        __version__ = version("moplace")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        __version__ = "unknown"
+    tags = {"graph": problem.graph.name, "cluster": problem.cluster.name, "searcher": searcher,
+            "moplace_version": __version__, "graph_hash": ghash, "status": "running",
+            "mlflow.source.name": command or "moplace (Python API)",
+            "mlflow.source.type": "LOCAL"}
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    return tags
+
+
+def _front_rows(data: dict):
+    from objectives import json_key
+
+    points = data["points"] or data.get("infeasible") or []
+    units = {name: column_unit(name, [p[json_key(name)] for p in points])
+             for name in data["objectives"]}
+    return points, units
+
+
+def front_table(data: dict) -> dict:
+    """The front of a front.json as table columns, each objective in the unit chosen for its
+    column (named in the header), plus feasibility and the knee (the infeasible points when
+    nothing fits)."""
+    from objectives import json_key
+
+    from ..review.figures import front_values
+    from .marks import knee_index
+
+    points, units = _front_rows(data)
+    knee = knee_index(front_values(data)) if data["points"] else None
+    table = {"point": list(range(len(points)))}
+    if any("searcher" in p for p in points):  # a comparison's combined front
+        table["searcher"] = [p.get("searcher", "") for p in points]
+    for name, unit in units.items():
+        table[axis_label(name, unit)] = [p[json_key(name)] / unit[1] for p in points]
+    table["feasible"] = [bool(p["feasible"]) for p in points]
+    over = column_unit("peak_memory", [p["violation_bytes"] for p in points])
+    table[f"over memory ({over[0]})"] = [p["violation_bytes"] / over[1] for p in points]
+    table["knee"] = ["knee" if k == knee else "" for k in range(len(points))]
+    return table
+
+
+def summary_note(data: dict) -> str:
+    """Markdown saying how a search ended: evaluations, time, hypervolume, the best of each
+    objective and the knee, and where the figures are."""
+    from objectives import json_key
+
+    from ..review.figures import FILES, front_values
+    from .marks import knee_index
+
+    lines = [f"**Result:** {data['status']} after {data['evaluations']} evaluations in "
+             f"{fmt_duration(data['seconds'])}; hypervolume {data['hypervolume']:.4f}; "
+             f"{len(data['points'])} front points."]
+    if data["points"]:
+        best = ", ".join(f"{name} {fmt(min(p[json_key(name)] for p in data['points']), kind_of(name))}"
+                         for name in data["objectives"])
+        knee = knee_index(front_values(data))
+        at = ", ".join(f"{name} {fmt(data['points'][knee][json_key(name)], kind_of(name))}"
+                       for name in data["objectives"])
+        lines.append(f"Best of each: {best}. Knee (point {knee}): {at}.")
+    else:
+        lines.append("No strategy fits in memory; `front.json` keeps the least-violating ones.")
+    lines.append("Figures (artifacts): " + ", ".join(f"`figures/{f}`" for f in FILES)
+                 + "; the front as a table: `front_table.json`.")
+    return "\n\n".join(lines) + "\n"
