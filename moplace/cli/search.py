@@ -35,6 +35,7 @@ def add_commands(sub) -> None:
                    help="a searcher setting, e.g. --set pop_size=50 (repeatable; VALUE is JSON "
                         "or a plain word; `moplace searchers` lists the settings)")
     s.add_argument("--out", default=".", help="directory for front.json (default: here)")
+    s.add_argument("--force", action="store_true", help="replace an existing front.json")
     s.add_argument("--checkpoint", metavar="FILE",
                    help="continue from FILE if it exists; write the search's state to it while "
                         "running (Ctrl-C included)")
@@ -66,12 +67,19 @@ def _problem_and_budget(p, per: str) -> None:
 def _search(args) -> int:
     from ..core.presets import load_cluster
     from ..io import load_graph
-    from ..io.fronts import point_json, save_result
+    from ..io.fronts import point_json, save_result, sources
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
 
+    from pathlib import Path
+
+    from .output import check_output
+
     budget = _budget(args)
+    resuming = bool(args.checkpoint) and Path(args.checkpoint).is_file()
+    check_output(Path(args.out) / "front.json", force=args.force, flag="--out",
+                 replaceable=resuming)  # before any work: nothing found is lost
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
     callbacks = [] if args.json else [_Progress()]
@@ -85,7 +93,7 @@ def _search(args) -> int:
             print(resumed, flush=True)
     result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
                     checkpoint=args.checkpoint)
-    path = save_result(result, args.out)
+    path = save_result(result, args.out, sources(args.graph, args.cluster))
     if args.checkpoint and result.status == "interrupted":
         from ..optimize.checkpoint import read_meta
 
@@ -134,8 +142,11 @@ def tracker_for(args, parent_run_id=None):
     """The MLflow callback the command line asks for."""
     from ..review.tracking import MLflowCallback
 
+    from ..io.fronts import sources
+
     return MLflowCallback(args.tracking_uri, args.experiment, parent_run_id=parent_run_id,
-                          graph_file=args.graph, command=" ".join(["moplace"] + sys.argv[1:]))
+                          graph_file=args.graph, command=" ".join(["moplace"] + sys.argv[1:]),
+                          sources=sources(args.graph, args.cluster))
 
 
 def tracking_json(tracker) -> dict:
@@ -180,8 +191,11 @@ def _compare(args) -> int:
     if not args.no_mlflow:
         from ..review.tracking import ComparisonRun
 
+        from ..io.fronts import sources
+
         comparison = ComparisonRun(args.tracking_uri, args.experiment, graph_file=args.graph,
-                                   command=" ".join(["moplace"] + sys.argv[1:]))
+                                   command=" ".join(["moplace"] + sys.argv[1:]),
+                                   sources=sources(args.graph, args.cluster))
         comparison.start(problem, names, budget, args.seed)
     rows, results, children = [], {}, {}
     try:

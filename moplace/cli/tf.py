@@ -27,6 +27,7 @@ def add_commands(sub) -> None:
     p.add_argument("--parts", default="", help="also profile at batch/n for these n, e.g. 2,4, "
                    "so split parts get measured costs")
     p.add_argument("-o", "--output", required=True, help="graph JSON to write")
+    p.add_argument("--force", action="store_true", help="replace existing output files")
     p.set_defaults(run=_profile)
     a = sub.add_parser("apply", help="run a strategy for real on the profiled model and time it")
     a.add_argument("graph", help="graph JSON written by `moplace profile`")
@@ -49,9 +50,13 @@ def _profile(args) -> int:
     from ..tf.source import check_model_file
 
     check_model_file(args.model)  # a missing file is refused before TensorFlow loads
+    from .output import check_output
+
     out_dir = Path(args.output).resolve().parent
     if not out_dir.is_dir():
         raise MoplaceError(f"-o {args.output}: folder {out_dir} does not exist")
+    check_output(args.output, force=args.force, flag="-o")  # before profiling, not after
+    check_output(Path(args.output).with_suffix(".cluster.toml"), force=args.force, flag="-o")
     from ..core.presets.export import cluster_to_toml
     from ..io import save_graph
     from ..tf.devices import available_devices

@@ -9,7 +9,8 @@
      "history": {"evaluations": [...], "hypervolume": [...],
                  "best": {"runtime_s": [...], ...}}}
 
-``history`` has one entry per batch the searcher was told: evaluations so far, hypervolume and
+``graph_source`` and ``cluster_source`` (when the search came from the command line) say where
+the graph and cluster came from. ``history`` has one entry per batch the searcher was told: evaluations so far, hypervolume and
 the best feasible value of each objective (``null`` before a feasible point was found).
 
 `moplace evaluate --strategy front.json --point K` evaluates point K again.
@@ -58,9 +59,26 @@ def history_json(result) -> dict:
                      for k, name in enumerate(names)}}
 
 
-def save_result(result, directory) -> Path:
-    """Write ``front.json`` into ``directory`` (created if needed); returns its path."""
+def sources(graph_spec, cluster_spec) -> dict:
+    """Where a search's graph and cluster came from, as front.json records them
+    (``graph_source``, ``cluster_source``) so its figures can be drawn again later: a bundled
+    or preset name as given, a file as an absolute path."""
+    from ..io.bundled import is_bundled_spec
+
+    def one(spec, bundled):
+        if spec is None:
+            return None
+        path = Path(spec)
+        return str(path.resolve()) if not bundled(str(spec)) and path.is_file() else str(spec)
+
+    return {"graph_source": one(graph_spec, is_bundled_spec),
+            "cluster_source": one(cluster_spec, lambda s: not s.endswith(".toml"))}
+
+
+def save_result(result, directory, extra: dict | None = None) -> Path:
+    """Write ``front.json`` into ``directory`` (created if needed), with ``extra`` keys (such
+    as `sources`); returns its path."""
     path = Path(directory) / "front.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result_json(result), indent=1) + "\n")
+    path.write_text(json.dumps({**result_json(result), **(extra or {})}, indent=1) + "\n")
     return path

@@ -28,6 +28,31 @@ PROBE_SECONDS = 3.0
 
 def connect(uri: str, experiment: str):
     """(MlflowClient, experiment id) for ``uri``, the experiment created if new."""
+    from mlflow.exceptions import MlflowException
+
+    client = connect_client(uri)
+    try:
+        with _store_lock(uri):
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                exp_id = client.create_experiment(experiment, tags=dict([EXPERIMENT_KIND]),
+                                                  artifact_location=_artifact_root(uri))
+            elif exp.lifecycle_stage == "deleted":
+                raise MoplaceError(f"MLflow experiment {experiment!r} is deleted: restore it in "
+                                   f"the UI or pick another with --experiment")
+            else:
+                exp_id = exp.experiment_id
+                if EXPERIMENT_KIND[0] not in exp.tags:
+                    client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+    except MlflowException as exc:
+        raise MoplaceError(f"MLflow store {uri}: {str(exc).splitlines()[0]}") from None
+    return client, exp_id
+
+
+def connect_client(uri: str, *, must_exist: bool = False):
+    """An MlflowClient for ``uri`` whose store is ready (a new SQLite file gets its schema
+    under the lock); ``must_exist``: a SQLite file that is not there is an error (reading
+    commands), not a new store."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
     # MLflow's own retries on a dead server take minutes: a few tries within seconds instead
@@ -40,6 +65,10 @@ def connect(uri: str, experiment: str):
                            f"a directory, http(s)://HOST:PORT or a database URL)")
     if scheme in ("http", "https"):
         _probe(uri)
+    db = sqlite_file(uri)
+    if must_exist and db is not None and not db.is_file():
+        raise MoplaceError(f"no MLflow store at {db} (tracking URI {uri}): run a search first, "
+                           f"or give --tracking-uri")
     import logging
 
     for noisy in ("mlflow.store.db.utils", "alembic"):  # "Creating initial tables..." on stderr
@@ -50,19 +79,25 @@ def connect(uri: str, experiment: str):
     try:
         with _store_lock(uri):
             client = MlflowClient(tracking_uri=uri)
-            exp = client.get_experiment_by_name(experiment)  # creates a new store's schema
-            if exp is None:
-                exp_id = client.create_experiment(experiment, tags=dict([EXPERIMENT_KIND]))
-            elif exp.lifecycle_stage == "deleted":
-                raise MoplaceError(f"MLflow experiment {experiment!r} is deleted: restore it in "
-                                   f"the UI or pick another with --experiment")
-            else:
-                exp_id = exp.experiment_id
-                if EXPERIMENT_KIND[0] not in exp.tags:
-                    client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+            client.search_experiments(max_results=1)  # a new store's schema, under the lock
     except MlflowException as exc:
         raise MoplaceError(f"MLflow store {uri}: {str(exc).splitlines()[0]}") from None
-    return client, exp_id
+    return client
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for other stores or in-memory)."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "sqlite" or not parsed.path or parsed.path == "/:memory:":
+        return None
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else Path(parsed.path)
+
+
+def _artifact_root(uri: str) -> str | None:
+    """Artifacts of a SQLite store go in ``mlartifacts/`` beside its file, wherever the search
+    was started (MLflow's default is ``./mlruns`` of the current directory)."""
+    db = sqlite_file(uri)
+    return (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
 
 
 def _probe(uri: str) -> None:
@@ -85,11 +120,10 @@ def _probe(uri: str) -> None:
 @contextlib.contextmanager
 def _store_lock(uri: str):
     """An exclusive lock beside a SQLite store while it is opened (no-op for other stores)."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "sqlite" or not parsed.path or parsed.path == "/:memory:":
+    db = sqlite_file(uri)
+    if db is None:
         yield
         return
-    db = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else Path(parsed.path)
     if not db.parent.is_dir():
         raise MoplaceError(f"tracking URI {uri}: directory {db.parent} does not exist")
     try:

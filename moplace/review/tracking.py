@@ -65,13 +65,15 @@ class MLflowCallback(Callback):
 
     def __init__(self, tracking_uri: str | None = None, experiment: str | None = None,
                  run_name: str | None = None, *, parent_run_id: str | None = None,
-                 figures: str = "background", graph_file=None, command: str | None = None):
+                 figures: str = "background", graph_file=None, command: str | None = None,
+                 sources: dict | None = None):
         if figures not in ("background", "inline", "off"):
             raise MoplaceError(f"figures must be background, inline or off, got {figures!r}")
         self.tracking_uri = resolve_uri(tracking_uri)
         self.experiment = experiment or DEFAULT_EXPERIMENT
         self.run_name, self.parent_run_id = run_name, parent_run_id
         self.figures, self.graph_file, self.command = figures, graph_file, command
+        self.sources = sources or {}
         self.client = self.run_id = self.searcher = self.problem = None
         self.figure_job = None
         self.log_seconds = 0.0  # time spent logging (the overhead a benchmark reports)
@@ -113,7 +115,8 @@ class MLflowCallback(Callback):
         t0 = time.perf_counter()
         self.client.log_metric(self.run_id, "final_hypervolume", result.hypervolume,
                                step=result.n_evaluations)
-        self.figure_job = close_run(self.client, self.run_id, result_json(result), result.problem,
+        self.figure_job = close_run(self.client, self.run_id, {**result_json(result), **self.sources},
+                                    result.problem,
                                     self.tracking_uri, result.status, self.figures)
         self.log_seconds += time.perf_counter() - t0
 
@@ -179,10 +182,11 @@ class ComparisonRun:
     comparison figures, each searcher's search a child run (`child` gives its callback)."""
 
     def __init__(self, tracking_uri=None, experiment=None, *, figures="background",
-                 graph_file=None, command=None):
+                 graph_file=None, command=None, sources=None):
         self.tracking_uri = resolve_uri(tracking_uri)
         self.experiment = experiment or DEFAULT_EXPERIMENT
         self.figures, self.graph_file, self.command = figures, graph_file, command
+        self.sources = sources or {}
         self.client = self.run_id = self.problem = self.figure_job = None
 
     def start(self, problem, names, budget, seed) -> str:
@@ -197,13 +201,13 @@ class ComparisonRun:
     def child(self) -> MLflowCallback:
         return MLflowCallback(self.tracking_uri, self.experiment, parent_run_id=self.run_id,
                               figures=self.figures, graph_file=self.graph_file,
-                              command=self.command)
+                              command=self.command, sources=self.sources)
 
     def end(self, results: dict) -> dict:
         """Log the combined front of ``results`` (name -> SearchResult); returns it."""
         from .comparison import comparison_json
 
-        data = comparison_json(results)
+        data = {**comparison_json(results), **self.sources}
         for name, r in results.items():
             self.client.log_metric(self.run_id, f"hypervolume.{name}", r.hypervolume,
                                    step=r.n_evaluations)
