@@ -3,6 +3,10 @@
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE | --baseline NAME|all) [--json]
     moplace search GRAPH --cluster C --searcher NAME [--set K=V] [--budget N | --time 60s] [--checkpoint F] [--json]
     moplace compare GRAPH --cluster C --searchers a,b [--set NAME.K=V] [--budget N | --time 60s] [--json]
+    moplace runs [--graph G] [--json]          the searches logged to MLflow
+    moplace show RUN_ID [--point K] [--json]   one search's front and figures
+    moplace plot RUN_ID_OR_FRONT_JSON [--out DIR] [--point K]
+    moplace ui [--port 5000]                   MLflow's UI on the store
     moplace searchers
     moplace clusters
     moplace graphs
@@ -11,7 +15,7 @@
     moplace zoo
 
 User errors print one line on stderr and exit 2; no tracebacks. One module per command group:
-`evaluate`, `search` (search, compare), `catalog` (graphs, clusters, searchers) and `tf` (the
+`evaluate`, `search` (search, compare), `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers) and `tf` (the
 TensorFlow front end); each imports what its commands need only when they run.
 """
 
@@ -24,7 +28,7 @@ import sys
 
 from .. import __version__
 from ..errors import MoplaceError
-from . import catalog, evaluate, search, tf
+from . import catalog, evaluate, review, search, tf
 
 
 def main(argv=None) -> int:
@@ -52,6 +56,6 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moplace", description=__doc__.split("\n\n")[0])
     p.add_argument("--version", action="version", version=f"moplace {__version__}")
     sub = p.add_subparsers(dest="command")
-    for group in (evaluate, search, catalog, tf):  # each module registers its command group
+    for group in (evaluate, search, review, catalog, tf):  # each module registers its command group
         group.add_commands(sub)
     return p

@@ -21,6 +21,20 @@ def add_commands(sub) -> None:
     ev.set_defaults(run=_evaluate)
 
 
+def strategy_label(path, point) -> str:
+    """How output names a strategy from a file: the file, and the front point when one was
+    chosen (a one-point front's only point is named too)."""
+    if point is not None:
+        return f"{path} point {point}"
+    try:
+        data = json.loads(open(path, encoding="utf-8").read())
+    except (OSError, ValueError):
+        return str(path)  # load_strategy says what is wrong with it
+    if isinstance(data, dict) and data.get("points") and len(data["points"]) == 1:
+        return f"{path} point 0"
+    return str(path)
+
+
 def _evaluate(args) -> int:
     from ..core.baselines import BASELINES, baseline
     from ..core.presets import load_cluster
@@ -33,7 +47,8 @@ def _evaluate(args) -> int:
     graph, cluster = load_graph(args.graph), load_cluster(args.cluster)
     costs = CostModel(graph, cluster)
     if args.strategy:
-        runs = {args.strategy: load_strategy(args.strategy, graph, cluster, point=args.point)}
+        runs = {strategy_label(args.strategy, args.point):
+                load_strategy(args.strategy, graph, cluster, point=args.point)}
     elif args.baseline == "all":
         runs = {name: baseline(name, graph, cluster.n_devices) for name in BASELINES}
     else:
@@ -43,7 +58,9 @@ def _evaluate(args) -> int:
         objs = {name: ev.as_dict() for name, ev in results.items()}
         out = ({"graph": graph.name, "cluster": cluster.name, "results": objs}
                if len(objs) > 1 else {"graph": graph.name, "cluster": cluster.name,
-                                      "strategy": next(iter(objs)), **next(iter(objs.values()))})
+                                      "strategy": next(iter(objs)),
+                                      **({"point": args.point} if args.strategy else {}),
+                                      **next(iter(objs.values()))})
         print(json.dumps(out))
         return 0
     print(f"graph {graph.name} ({len(graph.ops)} ops, {len(graph.edges)} edges) on "

@@ -23,7 +23,6 @@ import time
 from ..errors import MoplaceError
 from ..optimize.driver import Budget, Callback
 
-GIB = 2.0 ** 30
 
 
 def add_commands(sub) -> None:
@@ -62,6 +61,10 @@ def _problem_and_budget(p, per: str) -> None:
                    "else sqlite:///mlflow.db here)")
     p.add_argument("--experiment", help="MLflow experiment (default: moplace; filter a graph's "
                    "runs by its tag in the UI)")
+    p.add_argument("--figures", choices=("background", "inline", "off"), default="background",
+                   help="the run's figures: drawn by a separate process once the search ends "
+                        "(default; the command returns at once), inline (there when the "
+                        "command returns), or off")
 
 
 def _search(args) -> int:
@@ -119,12 +122,7 @@ def _search(args) -> int:
     rows = result.front or result.infeasible
     if not result.front:
         print("no feasible strategy found; the least-violating ones:")
-    print(f"{'#':>3} {'runtime ms':>11} {'peak comm GiB':>14} {'peak mem GiB':>13}  feasible")
-    for k, pt in enumerate(rows):
-        v = dict(zip(problem.objectives, pt.values.tolist()))
-        print(f"{k:>3} {v.get('runtime', 0) * 1e3:>11.3f} {v.get('peak_communication', 0) / GIB:>14.3f} "
-              f"{v.get('peak_memory', 0) / GIB:>13.3f}  "
-              f"{'yes' if pt.feasible else f'no ({pt.evaluation.violation / GIB:.3f} GiB over)'}")
+    print(front_text(problem, rows))
     print(f"wrote {path} (evaluate a point with: moplace evaluate ... --strategy {path} --point K)")
     estimate = getattr(searcher, "estimated_makespan", None)
     if estimate and result.front + result.infeasible:
@@ -133,9 +131,27 @@ def _search(args) -> int:
         print(f"the scheduler's own makespan estimate: {estimate * 1e3:.3f} ms, simulated: "
               f"{simulated * 1e3:.3f} ms{flag}")
     if tracker is not None:
-        print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri} (figures are "
-              f"being drawn; `moplace show {tracker.run_id}` lists them)")
+        drawing = {"background": "being drawn", "inline": "drawn", "off": "off"}[args.figures]
+        print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri} (figures "
+              f"{drawing}; `moplace show {tracker.run_id[:8]}` lists them)")
     return 0
+
+
+def front_text(problem, points) -> str:
+    """The points as a table, each objective in the unit chosen for its column."""
+    from ..review.units import LABELS, column_unit, fmt, kind_of
+
+    objs = problem.objectives
+    units = [column_unit(o, [p.values[k] for p in points]) for k, o in enumerate(objs)]
+    heads = [f"{LABELS.get(o, o)} ({u[0]})" if u[0] else LABELS.get(o, o)
+             for o, u in zip(objs, units)]
+    lines = [f"{'#':>3} " + " ".join(f"{h:>24}" for h in heads) + "  feasible"]
+    for k, pt in enumerate(points):
+        cells = [fmt(pt.values[j], kind_of(o), units[j]).rsplit(" ", 1)[0]
+                 for j, o in enumerate(objs)]
+        ok = "yes" if pt.feasible else f"no ({fmt(pt.evaluation.violation, 'bytes')} over)"
+        lines.append(f"{k:>3} " + " ".join(f"{c:>24}" for c in cells) + f"  {ok}")
+    return "\n".join(lines)
 
 
 def tracker_for(args, parent_run_id=None):
@@ -145,7 +161,7 @@ def tracker_for(args, parent_run_id=None):
     from ..io.fronts import sources
 
     return MLflowCallback(args.tracking_uri, args.experiment, parent_run_id=parent_run_id,
-                          graph_file=args.graph, command=" ".join(["moplace"] + sys.argv[1:]),
+                          figures=args.figures, graph_file=args.graph, command=" ".join(["moplace"] + sys.argv[1:]),
                           sources=sources(args.graph, args.cluster))
 
 
@@ -193,7 +209,8 @@ def _compare(args) -> int:
 
         from ..io.fronts import sources
 
-        comparison = ComparisonRun(args.tracking_uri, args.experiment, graph_file=args.graph,
+        comparison = ComparisonRun(args.tracking_uri, args.experiment, figures=args.figures,
+                                   graph_file=args.graph,
                                    command=" ".join(["moplace"] + sys.argv[1:]),
                                    sources=sources(args.graph, args.cluster))
         comparison.start(problem, names, budget, args.seed)

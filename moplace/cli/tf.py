@@ -1,7 +1,7 @@
 """The TensorFlow commands of the CLI: ``profile``, ``apply`` and ``zoo``.
 
     moplace profile MODEL_OR_PY --batch N [--device-count K] [--steps 5] [--estimate V100,A100] -o graph.json
-    moplace apply GRAPH (--strategy FILE | --baseline NAME) [--device-count K] [--cluster C] --steps N [--json]
+    moplace apply GRAPH (--strategy FILE [--point K] | --baseline NAME) [--device-count K] [--cluster C] --steps N [--json]
 
 TensorFlow is imported only when one of these runs, and the logical devices are set up before
 anything else touches TensorFlow (it fixes its devices at first use).
@@ -34,6 +34,7 @@ def add_commands(sub) -> None:
     how = a.add_mutually_exclusive_group(required=True)
     how.add_argument("--strategy", help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin or layer-split")
+    a.add_argument("--point", type=int, help="which point of a front.json given as --strategy")
     a.add_argument("--device-count", type=int, help="devices (default: those it was profiled with)")
     a.add_argument("--cluster", help="cluster for the simulated runtime (default: the measured one)")
     a.add_argument("--steps", type=int, required=True, help="timed steps (after 2 warm-up steps)")
@@ -110,10 +111,14 @@ def _apply(args) -> int:
     cluster = cluster or _measured_cluster(graph, host_cluster(devices))
     if cluster.n_devices != count:
         raise MoplaceError(f"--cluster has {cluster.n_devices} devices but --device-count is {count}")
-    strategy = (load_strategy(args.strategy, graph, cluster) if args.strategy
+    strategy = (load_strategy(args.strategy, graph, cluster, point=args.point) if args.strategy
                 else baseline(args.baseline, graph, count))
+    from .evaluate import strategy_label
+
     result, simulated = apply_to_model(graph, strategy, cluster, steps=args.steps)
-    out = {"graph": graph.name, "strategy": args.strategy or args.baseline, "devices": devices,
+    out = {"graph": graph.name, "devices": devices,
+           "strategy": strategy_label(args.strategy, args.point) if args.strategy
+           else args.baseline, "point": args.point,
            "expressible": result.expressible, "reason": result.reason,
            "measured_step_s": result.measured_step_s, "runtime_s": simulated,
            "relative_error": (simulated - result.measured_step_s) / result.measured_step_s

@@ -1,0 +1,232 @@
+"""The review commands: the searches logged to MLflow, one run's front and figures, the
+figures drawn again, and MLflow's UI.
+
+    moplace runs [--graph G] [--experiment E] [--limit 50] [--json]
+    moplace show RUN_ID [--point K] [--json]
+    moplace plot RUN_ID_OR_FRONT_JSON [--out DIR] [--point K] [--graph G --cluster C] [--force]
+    moplace ui [--port 5000] [--host 127.0.0.1]
+
+Each takes ``--tracking-uri`` (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).
+A run id may be shortened to its first 6 or more characters.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..errors import MoplaceError
+
+
+def add_commands(sub) -> None:
+    """Register ``runs``, ``show``, ``plot`` and ``ui`` on the CLI's subparsers."""
+    r = sub.add_parser("runs", help="list the searches logged to MLflow, with their key figures")
+    r.add_argument("--graph", help="only this graph's searches (its name, e.g. resnet50)")
+    r.add_argument("--experiment", help="only this MLflow experiment's")
+    r.add_argument("--limit", type=int, default=50, help="newest N (default 50)")
+    r.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    r.set_defaults(run=_runs)
+    s = sub.add_parser("show", help="one search's front and where its figures are")
+    s.add_argument("run_id", help="MLflow run id (or its first 6+ characters)")
+    s.add_argument("--point", type=int, help="details of front point K")
+    s.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    s.set_defaults(run=_show)
+    p = sub.add_parser("plot", help="draw a search's figures (from an MLflow run or a front.json)")
+    p.add_argument("source", help="MLflow run id, or a front.json written by `moplace search`")
+    p.add_argument("--out", help="folder for the figures (default: figures-<run or file name>)")
+    p.add_argument("--point", type=int, help="front point of the Gantt and memory figures "
+                   "(default: the knee)")
+    p.add_argument("--graph", help="graph, when the front.json does not say where it came from")
+    p.add_argument("--cluster", help="cluster, when the front.json does not say")
+    p.add_argument("--force", action="store_true", help="replace existing figure files")
+    p.set_defaults(run=_plot)
+    u = sub.add_parser("ui", help="start MLflow's UI on the store and print its address")
+    u.add_argument("--port", type=int, default=5000)
+    u.add_argument("--host", default="127.0.0.1")
+    u.set_defaults(run=_ui)
+    for cmd in (r, s, p, u):
+        cmd.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
+                         "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+
+
+def _uri(args) -> str:
+    from ..review.tracking import resolve_uri
+
+    return resolve_uri(args.tracking_uri)
+
+
+def _runs(args) -> int:
+    from ..review.runs import list_runs
+    from ..review.units import column_unit, fmt, kind_of
+
+    if args.limit < 1:
+        raise MoplaceError(f"--limit must be at least 1, got {args.limit}")
+    uri = _uri(args)
+    runs = list_runs(uri, graph=args.graph, experiment=args.experiment, limit=args.limit)
+    if args.json:
+        print(json.dumps({"tracking_uri": uri, "runs": runs}))
+        return 0
+    if not runs:
+        print(f"no searches logged in {uri}" + (f" for graph {args.graph}" if args.graph else ""))
+        return 0
+    objs = ("runtime", "peak_communication", "peak_memory")
+    units = {o: column_unit(o, [r["best"][o] for r in runs if r["best"][o] is not None])
+             for o in objs}
+    heads = {"runtime": "runtime", "peak_communication": "comm", "peak_memory": "mem"}
+    print(f"{'run':<10} {'started':<16} {'searcher':<14} {'graph':<18} {'cluster':<20} "
+          f"{'evals':>6} {'HV':>7} " + " ".join(f"{heads[o] + ' ' + units[o][0]:>11}" for o in objs)
+          + f"  {'status':<11} figures")
+    for r in runs:
+        cells = [fmt(r["best"][o], kind_of(o), units[o]).rsplit(" ", 1)[0]
+                 if r["best"][o] is not None else "-" for o in objs]
+        hv = f"{r['hypervolume']:.4f}" if r["hypervolume"] is not None else "-"
+        name = ("  " if r["parent_run_id"] else "") + (r["searcher"] or "?")
+        print(f"{r['run_id'][:8]:<10} {_when(r['started']):<16} {name:<14} "
+              f"{(r['graph'] or '?')[:18]:<18} {(r['cluster'] or '?')[:20]:<20} "
+              f"{r['evaluations'] if r['evaluations'] is not None else '-':>6} {hv:>7} "
+              + " ".join(f"{c:>11}" for c in cells)
+              + f"  {r['status']:<11} {(r['figures'] or '-').split(':')[0]}")
+    print(f"({len(runs)} runs in {uri}; `moplace show RUN` for one of them)")
+    return 0
+
+
+def _when(ms) -> str:
+    import datetime
+
+    if not ms:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M")
+
+
+def _show(args) -> int:
+    from ..review.figures import front_values
+    from ..review.marks import knee_index
+    from ..review.runs import figure_paths, find_run, run_front, summary
+
+    uri = _uri(args)
+    client, run = find_run(uri, args.run_id)
+    info, data = summary(run), run_front(client, run)
+    figures = figure_paths(client, run)
+    points = data["points"]
+    knee = knee_index(front_values(data)) if points else None
+    if args.point is not None and not 0 <= args.point < len(points):
+        raise MoplaceError(f"--point {args.point}: the front has {len(points)} points "
+                           f"(0..{len(points) - 1})" if points else "the front is empty")
+    if args.json:
+        out = {**info, "tracking_uri": uri, "knee": knee, "figure_files": figures,
+               "front": [{k: v for k, v in p.items() if k != "strategy"} for p in points]}
+        if args.point is not None:
+            out["point"] = {"index": args.point, **points[args.point]}
+        print(json.dumps(out))
+        return 0
+    print(f"run {info['run_id']} ({info['run_name']}): {info['status']}, "
+          f"{data['evaluations']} evaluations, hypervolume {data['hypervolume']:.4f}")
+    if args.point is not None:
+        _print_point(points[args.point], args.point, data, knee)
+    else:
+        from ..review.mlstore import front_table
+
+        table = front_table(data)
+        cols = list(table)
+        print("  ".join(f"{c:>16}" if i else f"{c:>5}" for i, c in enumerate(cols)))
+        for k in range(len(table["point"])):
+            cells = [table[c][k] for c in cols]
+            print("  ".join((f"{v:>16.4g}" if isinstance(v, float) else f"{str(v):>16}") if i
+                            else f"{v:>5}" for i, v in enumerate(cells)))
+        if not points:
+            print("no strategy fits in memory; the rows are the least-violating ones")
+    print("figures:" if figures else f"figures: {info['figures'] or 'none'}")
+    for f in figures:
+        print(f"  {f}")
+    if points:
+        which = args.point if args.point is not None else knee
+        print(f"apply point {which}: moplace plot {info['run_id'][:8]} --point {which} (its "
+              f"Gantt chart), or save front.json from the run and `moplace evaluate GRAPH "
+              f"--cluster C --strategy front.json --point {which}`")
+    return 0
+
+
+def _print_point(p: dict, k: int, data: dict, knee) -> None:
+    import numpy as np
+    from objectives import json_key
+
+    from ..review.units import LABELS, fmt, kind_of
+
+    label = " (the knee)" if k == knee else ""
+    print(f"point {k}{label}, found by {p.get('searcher', data.get('searcher'))}: "
+          + ", ".join(f"{LABELS.get(o, o)} {fmt(p[json_key(o)], kind_of(o))}"
+                      for o in data["objectives"])
+          + ("" if p["feasible"] else f"; over memory by {fmt(p['violation_bytes'], 'bytes')}"))
+    s = p["strategy"]
+    placement = s.get("placement", {})
+    if isinstance(placement, dict):
+        per_device = {}
+        for dev in placement.values():
+            per_device[dev] = per_device.get(dev, 0) + 1
+        print("  ops per device: " + ", ".join(f"{d} {n}" for d, n in sorted(per_device.items())))
+    splits = s.get("splits") or {}
+    if splits:
+        degrees = [len(v.get("devices", [])) if isinstance(v, dict) else 0 for v in splits.values()]
+        print(f"  {len(splits)} ops split (parts: median {int(np.median(degrees))}, "
+              f"most {max(degrees)})")
+    else:
+        print("  no op is split")
+
+
+def _plot(args) -> int:
+    from ..review.figures import draw_search
+    from .output import check_folder
+
+    data, problem, name = _plot_source(args)
+    out = Path(args.out) if args.out else Path(f"figures-{name}")
+    from ..review.figures import FILES
+
+    clash = [f for f in FILES if (out / f).exists()]
+    if clash and not args.force:
+        raise MoplaceError(f"--out {out}: {', '.join(clash)} exist; pass --force to replace them")
+    check_folder(out, flag="--out")
+    drawn = draw_search(data, problem, out, point=args.point)
+    for f, (path, seconds) in drawn.items():
+        print(f"  {path}  ({seconds:.2f} s)")
+    print(f"drew {len(drawn)} figures of {data.get('searcher')} on {data['graph']} / "
+          f"{data['cluster']} in {out}/")
+    return 0
+
+
+def _plot_source(args):
+    """(front.json content, the Problem it belongs to, a short name) of ``args.source``."""
+    from ..core.presets import load_cluster
+    from ..io import load_graph
+    from ..optimize.problem import Problem
+
+    path = Path(args.source)
+    if path.suffix == ".json" or path.is_file():
+        if not path.is_file():
+            raise MoplaceError(f"{path}: no such file")
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MoplaceError(f"{path}: not a JSON front file ({exc})") from None
+        name = path.stem if path.stem != "front" else path.resolve().parent.name
+    else:
+        from ..review.runs import find_run, run_front
+
+        client, run = find_run(_uri(args), args.source)
+        data, name = run_front(client, run), run.info.run_id[:8]
+    if not isinstance(data, dict) or "points" not in data or "objectives" not in data:
+        raise MoplaceError(f"{args.source}: not a front written by moplace (no points)")
+    graph_spec = args.graph or data.get("graph_source")
+    cluster_spec = args.cluster or data.get("cluster_source")
+    if not graph_spec or not cluster_spec:
+        raise MoplaceError(f"{args.source} does not say where its graph and cluster came from: "
+                           f"pass --graph and --cluster")
+    problem = Problem(load_graph(graph_spec), load_cluster(cluster_spec),
+                      objectives=tuple(data["objectives"]))
+    return data, problem, name
+
+
+def _ui(args) -> int:
+    from ..review.ui import serve
+
+    return serve(_uri(args), args.host, args.port, out=sys.stdout)

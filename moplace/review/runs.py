@@ -1,0 +1,113 @@
+"""Finding and summarizing the searches logged to an MLflow store (for `moplace runs / show /
+plot`): each run as a plain dict of its key figures, in SI units (seconds, bytes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import MoplaceError
+from .tracking import METRIC_UNITS, metric_name
+from .units import kind_of
+
+OBJECTIVES = ("runtime", "peak_communication", "peak_memory")
+
+
+def _client(uri: str):
+    from .mlstore import connect_client
+
+    return connect_client(uri, must_exist=True)
+
+
+def list_runs(uri: str, *, graph: str | None = None, experiment: str | None = None,
+              limit: int = 50) -> list[dict]:
+    """The searches in the store, newest first (``graph``: only that graph's; ``experiment``:
+    only that experiment's)."""
+    client = _client(uri)
+    experiments = client.search_experiments()
+    if experiment is not None:
+        experiments = [e for e in experiments if e.name == experiment]
+        if not experiments:
+            raise MoplaceError(f"no MLflow experiment {experiment!r} in {uri}")
+    ids = [e.experiment_id for e in experiments]
+    if not ids:
+        return []
+    names = {e.experiment_id: e.name for e in experiments}
+    query = "tags.graph = '{}'".format(graph.replace("'", "")) if graph else ""
+    runs = client.search_runs(ids, filter_string=query, max_results=limit,
+                              order_by=["attributes.start_time DESC"])
+    return [summary(r, names.get(r.info.experiment_id, "")) for r in runs]
+
+
+def summary(run, experiment: str = "") -> dict:
+    """A run's key figures: ids, what was searched, status, evaluations, hypervolume and the
+    best of each objective (seconds / bytes)."""
+    m, tags = run.data.metrics, run.data.tags
+    best = {}
+    for name in OBJECTIVES:
+        value = m.get(metric_name(name))
+        unit = METRIC_UNITS.get(kind_of(name))
+        best[name] = None if value is None else value * (unit[1] if unit else 1.0)
+    return {"run_id": run.info.run_id, "run_name": run.info.run_name, "experiment": experiment,
+            "parent_run_id": tags.get("mlflow.parentRunId"), "graph": tags.get("graph"),
+            "cluster": tags.get("cluster"), "searcher": tags.get("searcher"),
+            "status": tags.get("status", run.info.status.lower()),
+            "mlflow_status": run.info.status, "figures": tags.get("figures"),
+            "started": run.info.start_time, "evaluations": _int(m.get("evaluations")),
+            "hypervolume": m.get("final_hypervolume", m.get("hypervolume")),
+            "best": best, "artifact_uri": run.info.artifact_uri}
+
+
+def _int(value):
+    return None if value is None else int(value)
+
+
+def find_run(uri: str, run_id: str):
+    """The run whose id is ``run_id`` or starts with it (at least 6 characters, unique)."""
+    from mlflow.exceptions import MlflowException
+
+    client = _client(uri)
+    text = run_id.strip().lower()
+    if len(text) == 32:
+        try:
+            return client, client.get_run(text)
+        except MlflowException:
+            raise MoplaceError(f"no MLflow run {run_id!r} in {uri}") from None
+    if len(text) < 6 or any(c not in "0123456789abcdef" for c in text):
+        raise MoplaceError(f"{run_id!r} is not a run id (32 hex digits, or the first 6 or more "
+                           f"of them; `moplace runs` lists them)")
+    ids = [e.experiment_id for e in client.search_experiments()]
+    found = [r for r in client.search_runs(ids, max_results=50000) if r.info.run_id.startswith(text)]
+    if not found:
+        raise MoplaceError(f"no MLflow run starts with {run_id!r} in {uri}")
+    if len(found) > 1:
+        raise MoplaceError(f"{len(found)} runs start with {run_id!r}: give more of the id")
+    return client, found[0]
+
+
+def run_front(client, run) -> dict:
+    """The front.json a run logged."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        local = client.download_artifacts(run.info.run_id, "front.json")
+    except (MlflowException, OSError):
+        raise MoplaceError(f"run {run.info.run_id} has no front.json (it is not a moplace "
+                           f"search, or it failed before its end)") from None
+    return json.loads(Path(local).read_text())
+
+
+def figure_paths(client, run) -> list[str]:
+    """Where the run's figures are: local file paths for a local store, else artifact URIs."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        files = client.list_artifacts(run.info.run_id, "figures")
+    except (MlflowException, OSError):
+        return []
+    base = run.info.artifact_uri
+    out = []
+    for f in files:
+        uri = f"{base}/{f.path}"
+        out.append(uri[len("file://"):] if uri.startswith("file://") else uri)
+    return out
