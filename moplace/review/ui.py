@@ -9,6 +9,7 @@ log to, one worker, bound to ``host:port``; its address is printed once it answe
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,11 +35,15 @@ def serve(uri: str, host: str, port: int, *, out=sys.stdout, wait_forever: bool 
                "--host", host, "--port", str(port), "--workers", "1"]
     if db is not None:
         command += ["--default-artifact-root", (db.parent.resolve() / "mlartifacts").as_uri()]
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+    # no GenAI job runners (eight more processes MLflow would start for nothing moplace logs)
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true",
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log = tempfile.NamedTemporaryFile("w", prefix="moplace-ui-", suffix=".log", delete=False)
     server = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                              stderr=subprocess.STDOUT)
+                              stderr=subprocess.STDOUT, start_new_session=True)
     address = f"http://{host}:{port}"
+    if wait_forever:  # a SIGTERM to us stops the server too (finally below runs)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         _wait_until_up(server, address, log.name)
         print(f"MLflow UI: {address}{_experiment_page(uri)}  (store {uri}; server log "
@@ -50,12 +55,22 @@ def serve(uri: str, host: str, port: int, *, out=sys.stdout, wait_forever: bool 
     except KeyboardInterrupt:
         return 0
     finally:
-        if wait_forever and server.poll() is None:
-            server.terminate()
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        if wait_forever:
+            stop(server)
+
+
+def stop(server) -> None:
+    """Stop the server and every process it started (its own process group)."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(server.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            server.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _check_port(host: str, port: int) -> None:
@@ -81,12 +96,13 @@ def _wait_until_up(server, address: str, log: str) -> None:
                     return
         except OSError:
             time.sleep(0.3)
-    server.terminate()
+    stop(server)
     raise MoplaceError(f"MLflow's server did not answer at {address} within {START_SECONDS:.0f} s")
 
 
 def _experiment_page(uri: str) -> str:
-    """``/#/experiments/<id>`` of the moplace experiment when the store has it."""
+    """The moplace experiment's page (``/#/experiments/<id>``) when the store has it, in the
+    UI's model-training view."""
     try:
         from .mlstore import connect_client
         from .tracking import DEFAULT_EXPERIMENT
@@ -94,4 +110,6 @@ def _experiment_page(uri: str) -> str:
         exp = connect_client(uri, must_exist=True).get_experiment_by_name(DEFAULT_EXPERIMENT)
     except MoplaceError:
         return ""
-    return f"/#/experiments/{exp.experiment_id}" if exp is not None else ""
+    # the UI's GenAI/model-training switch is global (the experiment's kind tag is not enough)
+    return (f"/#/experiments/{exp.experiment_id}?workflowType=machine_learning"
+            if exp is not None else "/#/?workflowType=machine_learning")
