@@ -21,7 +21,7 @@ import sys
 import time
 
 from ..errors import MoplaceError
-from ..optimize.driver import Budget, Callback
+from ..optimize.driver import Budget
 
 
 
@@ -56,6 +56,7 @@ def _problem_and_budget(p, per: str) -> None:
     how.add_argument("--time", help=f"wall time{per}, e.g. 60s, 5m")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
                    "else sqlite:///mlflow.db here)")
@@ -85,7 +86,10 @@ def _search(args) -> int:
                  replaceable=resuming)  # before any work: nothing found is lost
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
-    callbacks = [] if args.json else [_Progress()]
+    from .progress import Display
+
+    display = Display("quiet" if args.json or args.quiet else "auto")
+    callbacks = [display.search(f"{args.searcher}")]
     tracker = None
     if not args.no_mlflow:
         tracker = tracker_for(args)
@@ -94,8 +98,9 @@ def _search(args) -> int:
         resumed = _resuming(args.checkpoint, problem, searcher, args.seed, budget)
         if resumed:
             print(resumed, flush=True)
-    result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
-                    checkpoint=args.checkpoint)
+    with display:
+        result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
+                        checkpoint=args.checkpoint)
     path = save_result(result, args.out, sources(args.graph, args.cluster))
     if args.checkpoint and result.status == "interrupted":
         from ..optimize.checkpoint import read_meta
@@ -214,10 +219,14 @@ def _compare(args) -> int:
                                    command=" ".join(["moplace"] + sys.argv[1:]),
                                    sources=sources(args.graph, args.cluster))
         comparison.start(problem, names, budget, args.seed)
+    from .progress import Display
+
     rows, results, children = [], {}, {}
+    display = Display("quiet" if args.json or args.quiet else "auto")
     try:
+        display.__enter__()
         for name, searcher in zip(names, searchers):
-            callbacks = [] if args.json else [_Progress(prefix=f"{name}: ")]
+            callbacks = [display.search(name)]
             if comparison is not None:
                 children[name] = comparison.child()
                 callbacks.append(children[name])
@@ -233,9 +242,11 @@ def _compare(args) -> int:
             if r.status == "interrupted":
                 break
     except BaseException:
+        display.__exit__(None, None, None)
         if comparison is not None:
             comparison.fail()
         raise
+    display.__exit__(None, None, None)
     combined = comparison.end(results) if comparison is not None else None
     if args.json:
         print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
@@ -308,16 +319,3 @@ def parse_seconds(text: str) -> float:
     if not m:
         raise MoplaceError(f"--time must look like 60s, 5m or 1h, got {text!r}")
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-
-
-class _Progress(Callback):
-    """A line on stderr every two seconds: evaluations, front size, hypervolume."""
-
-    def __init__(self, every: float = 2.0, prefix: str = ""):
-        self.every, self.last, self.prefix = every, time.perf_counter(), prefix
-
-    def on_batch(self, result) -> None:
-        if time.perf_counter() - self.last >= self.every:
-            self.last = time.perf_counter()
-            print(f"  {self.prefix}{result.n_evaluations} evaluations, front {len(result.front)}, "
-                  f"hypervolume {result.hypervolume:.4f}", file=sys.stderr, flush=True)

@@ -1,0 +1,109 @@
+"""Progress of long commands on stderr: a live bar (rich) on a terminal, a plain line every few
+seconds otherwise (a log file, CI), nothing with ``--quiet``.
+
+A search's line shows evaluations against the budget (or seconds against a time budget),
+elapsed and remaining time, the hypervolume and the best of each objective in units a person
+reads at a glance. `moplace compare` shows one line per searcher on one display.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ..optimize.driver import Callback
+from ..review.units import LABELS, fmt, fmt_duration, kind_of
+
+PLAIN_EVERY = 5.0
+SHORT = {"runtime": "runtime", "peak_communication": "comm", "peak_memory": "mem"}
+
+
+def describe(result) -> str:
+    """Hypervolume and the best of each objective of a running search, as text."""
+    parts = [f"HV {result.hypervolume:.4f}"]
+    if result.best_history and result.front:
+        for name, v in zip(result.problem.objectives, result.best_history[-1][1]):
+            parts.append(f"{SHORT.get(name, LABELS.get(name, name))} {fmt(v, kind_of(name))}")
+    else:
+        parts.append("nothing fits yet")
+    return "  ".join(parts)
+
+
+class Display:
+    """One progress display for a command (several searches share it in a comparison)."""
+
+    def __init__(self, mode: str = "auto", stream=None, width: int | None = None):
+        self.stream, self.width = stream or sys.stderr, width
+        if mode == "auto":
+            mode = "live" if getattr(self.stream, "isatty", lambda: False)() else "plain"
+        self.mode = mode  # "live", "plain" or "quiet"
+        self.progress = None
+
+    def __enter__(self):
+        if self.mode == "live":
+            from rich.console import Console
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
+                MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("left"),
+                TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
+                console=Console(file=self.stream, width=self.width), transient=False, refresh_per_second=4)
+            self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.__exit__(*exc)
+            self.progress = None
+
+    def search(self, label: str) -> "SearchProgress":
+        """The callback that shows one search on this display."""
+        return SearchProgress(self, label)
+
+
+class SearchProgress(Callback):
+    """A driver callback showing one search (see `Display`)."""
+
+    def __init__(self, display: Display, label: str):
+        self.display, self.label = display, label
+        self.task = None
+        self.last_plain = 0.0
+        self.budget = None
+        self.t0 = time.perf_counter()
+
+    def on_start(self, problem, searcher, budget, seed) -> None:
+        self.budget, self.t0 = budget, time.perf_counter()
+        p = self.display.progress
+        if p is not None:
+            total = budget.evaluations if budget.evaluations is not None else budget.seconds
+            self.task = p.add_task(self.label, total=total, status="starting")
+
+    def on_batch(self, result) -> None:
+        text = describe(result)
+        p = self.display.progress
+        if p is not None:
+            done = (result.n_evaluations if self.budget.evaluations is not None
+                    else min(result.seconds, self.budget.seconds))
+            p.update(self.task, completed=done, status=f"{result.n_evaluations} evals  {text}")
+        elif self.display.mode == "plain" and time.perf_counter() - self.last_plain >= PLAIN_EVERY:
+            self.last_plain = time.perf_counter()
+            print(f"  {self.label}: {self._of_budget(result)}, {fmt_duration(result.seconds)}; "
+                  f"{text}", file=self.display.stream, flush=True)
+
+    def on_end(self, result) -> None:
+        p = self.display.progress
+        if p is not None and self.task is not None:
+            total = next(t.total for t in p.tasks if t.id == self.task)
+            done = {"completed": total} if result.status == "finished" else {}
+            p.update(self.task, **done, status=f"{result.status}: {result.n_evaluations} evals  {describe(result)}")
+        elif self.display.mode == "plain":
+            print(f"  {self.label}: {result.status}, {self._of_budget(result)} in "
+                  f"{fmt_duration(result.seconds)}; {describe(result)}",
+                  file=self.display.stream, flush=True)
+
+    def _of_budget(self, result) -> str:
+        if self.budget is not None and self.budget.evaluations is not None:
+            return f"{result.n_evaluations}/{self.budget.evaluations} evaluations"
+        return f"{result.n_evaluations} evaluations"
