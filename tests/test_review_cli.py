@@ -18,12 +18,13 @@ def store(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("review")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     ids = []
-    for searcher, graph in (("random", "pipedream:alexnet"), ("heft", "pipedream:gnmt")):
-        ids.append(_search(graph, searcher, uri, tmp / searcher))
+    for searcher, graph, figures in (("random", "pipedream:alexnet", "inline"),
+                                     ("heft", "pipedream:gnmt", "off")):
+        ids.append(_search(graph, searcher, uri, tmp / searcher, figures))
     return tmp, uri, ids
 
 
-def _search(graph, searcher, uri, out):
+def _search(graph, searcher, uri, out, figures):
     import contextlib
     import io
 
@@ -31,7 +32,7 @@ def _search(graph, searcher, uri, out):
     with contextlib.redirect_stdout(buffer):  # inline: the figures are there when it returns
         assert main(["search", graph, "--cluster", "4xV100-NVLink", "--searcher", searcher,
                      "--budget", "30", "--tracking-uri", uri, "--out", str(out), "--json",
-                     "--figures", "inline"]) == 0
+                     "--figures", figures]) == 0
     return json.loads(buffer.getvalue())["mlflow_run_id"]
 
 
@@ -43,6 +44,7 @@ def test_runs_lists_every_search_with_its_key_figures(store, capsys):
     by = {r["searcher"]: r for r in runs}
     assert by["random"]["evaluations"] == 30 and by["heft"]["evaluations"] == 1
     assert by["random"]["status"] == "finished" and by["random"]["figures"].startswith("ready")
+    assert by["heft"]["figures"] == "off"
     assert 0 < by["random"]["best"]["runtime"] < 10 and by["random"]["hypervolume"] > 0
     assert main(["runs", "--tracking-uri", uri, "--graph", "gnmt", "--json"]) == 0
     assert [r["searcher"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["heft"]

@@ -139,14 +139,16 @@ def wait_for_figures(client, run_id, timeout=120):
     return "timed out"
 
 
-def test_compare_is_one_parent_run_with_a_child_per_searcher(tmp_path, capsys):
+@pytest.mark.parametrize("figures", [
+    "off", pytest.param("background", marks=pytest.mark.slow)])  # three runs' figures: slow
+def test_compare_is_one_parent_run_with_a_child_per_searcher(tmp_path, capsys, figures):
     from mlflow.tracking import MlflowClient
 
     from moplace.cli import main
 
     code = main(["compare", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--searchers",
                  "heft,random", "--budget", "30", "--json", "--tracking-uri", uri(tmp_path),
-                 "--experiment", "cmp"])
+                 "--experiment", "cmp", "--figures", figures])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["tracking_uri"] == uri(tmp_path)
     client = MlflowClient(uri(tmp_path))
@@ -162,6 +164,9 @@ def test_compare_is_one_parent_run_with_a_child_per_searcher(tmp_path, capsys):
     assert {p["searcher"] for p in combined["points"]} <= {"heft", "random"}
     assert combined["hypervolume"] == pytest.approx(out["combined_hypervolume"])
     assert combined["hypervolume"] >= max(r["hypervolume"] for r in out["results"]) - 1e-12
+    if figures == "off":
+        assert parent.data.tags["figures"] == "off"
+        return
     assert wait_for_figures(client, parent.info.run_id).startswith("ready: 6 files")
     for child in children.values():
         assert wait_for_figures(client, child.info.run_id).startswith("ready")
