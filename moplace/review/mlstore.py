@@ -67,6 +67,8 @@ def connect_client(uri: str, *, must_exist: bool = False):
     if scheme in ("http", "https"):
         _probe(uri)
     db = sqlite_file(uri)
+    if db is not None and not db.parent.is_dir():  # before importing mlflow: fail at once
+        raise MoplaceError(f"tracking URI {uri}: directory {db.parent} does not exist")
     if must_exist and db is not None and not db.is_file():
         raise MoplaceError(f"no MLflow store at {db} (tracking URI {uri}): run a search first, "
                            f"or give --tracking-uri")
