@@ -14,7 +14,7 @@ from moplace.optimize.problem import Problem
 from moplace.review.figures import FILES, draw_search, front_values
 from moplace.review.figures.timeline import busy_fraction, gantt
 from moplace.review.marks import knee_index, reference_marks
-from moplace.review.units import axis_label, column_unit, fmt, fmt_bytes, fmt_duration, fmt_time
+from moplace.review.units import axis_label, column_unit, fmt, fmt_duration, number
 from moplace.simulator.engine import simulate
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -99,19 +99,19 @@ def test_a_trace_without_its_record_is_refused(tmp_path):
     (0.6936, "693.6 ms"), (6.936e-4, "693.6 µs"), (12.5, "12.50 s"), (3.2e-7, "320.0 ns"),
     (0.0, "0 s")])
 def test_times_read_at_a_glance(value, text):
-    assert fmt_time(value) == text
+    assert fmt(value, "time") == text
 
 
 @pytest.mark.parametrize("value, text", [
     (0, "0 B"), (512, "512 B"), (1536, "1.500 KiB"), (15.21 * 2 ** 30, "15.21 GiB")])
 def test_sizes_read_at_a_glance(value, text):
-    assert fmt_bytes(value) == text
+    assert fmt(value, "bytes") == text
 
 
 def test_a_column_shares_one_unit():
     unit = column_unit("runtime", [0.0004, 0.09, 0.2])
     assert unit == ("ms", 1e-3)
-    assert fmt(0.0004, "time", unit) == "0.4000 ms"
+    assert fmt(0.0004, "time", unit) == "0.4000 ms" and number(0.0004, "time", unit) == "0.4000"
     assert axis_label("peak_memory", column_unit("peak_memory", [3e9])) == "peak memory (GiB)"
     assert fmt(float("nan"), "time") == "–" and fmt(float("inf"), "bytes") == "inf"
     assert fmt_duration(185) == "3 min 05 s"

@@ -22,7 +22,6 @@ TensorFlow front end); each imports what its commands need only when they run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 

@@ -12,10 +12,9 @@ import sys
 import time
 
 from ..optimize.driver import Callback
-from ..review.units import LABELS, fmt, fmt_duration, kind_of
+from ..review.units import LABELS, SHORT, fmt, fmt_duration, kind_of
 
 PLAIN_EVERY = 5.0
-SHORT = {"runtime": "runtime", "peak_communication": "comm", "peak_memory": "mem"}
 
 
 def describe(result) -> str:
@@ -70,15 +69,14 @@ class SearchProgress(Callback):
         self.display, self.label = display, label
         self.task = None
         self.last_plain = 0.0
-        self.budget = None
-        self.t0 = time.perf_counter()
+        self.budget = self.total = None
 
     def on_start(self, problem, searcher, budget, seed) -> None:
-        self.budget, self.t0 = budget, time.perf_counter()
+        self.budget = budget
+        self.total = budget.evaluations if budget.evaluations is not None else budget.seconds
         p = self.display.progress
         if p is not None:
-            total = budget.evaluations if budget.evaluations is not None else budget.seconds
-            self.task = p.add_task(self.label, total=total, status="starting")
+            self.task = p.add_task(self.label, total=self.total, status="starting")
 
     def on_batch(self, result) -> None:
         text = describe(result)
@@ -95,8 +93,7 @@ class SearchProgress(Callback):
     def on_end(self, result) -> None:
         p = self.display.progress
         if p is not None and self.task is not None:
-            total = next(t.total for t in p.tasks if t.id == self.task)
-            done = {"completed": total} if result.status == "finished" else {}
+            done = {"completed": self.total} if result.status == "finished" else {}
             p.update(self.task, **done, status=f"{result.status}: {result.n_evaluations} evals  {describe(result)}")
         elif self.display.mode == "plain":
             print(f"  {self.label}: {result.status}, {self._of_budget(result)} in "

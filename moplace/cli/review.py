@@ -58,7 +58,7 @@ def _uri(args) -> str:
 
 def _runs(args) -> int:
     from ..review.runs import list_runs
-    from ..review.units import column_unit, fmt, kind_of
+    from ..review.units import SHORT, column_unit, kind_of, number
 
     if args.limit < 1:
         raise MoplaceError(f"--limit must be at least 1, got {args.limit}")
@@ -73,12 +73,11 @@ def _runs(args) -> int:
     objs = ("runtime", "peak_communication", "peak_memory")
     units = {o: column_unit(o, [r["best"][o] for r in runs if r["best"][o] is not None])
              for o in objs}
-    heads = {"runtime": "runtime", "peak_communication": "comm", "peak_memory": "mem"}
     print(f"{'run':<10} {'started':<16} {'searcher':<14} {'graph':<18} {'cluster':<20} "
-          f"{'evals':>6} {'HV':>7} " + " ".join(f"{heads[o] + ' ' + units[o][0]:>11}" for o in objs)
+          f"{'evals':>6} {'HV':>7} " + " ".join(f"{SHORT[o] + ' ' + units[o][0]:>11}" for o in objs)
           + f"  {'status':<11} figures")
     for r in runs:
-        cells = [fmt(r["best"][o], kind_of(o), units[o]).rsplit(" ", 1)[0]
+        cells = [number(r["best"][o], kind_of(o), units[o])
                  if r["best"][o] is not None else "-" for o in objs]
         hv = f"{r['hypervolume']:.4f}" if r["hypervolume"] is not None else "-"
         name = ("  " if r["parent_run_id"] else "") + (r["searcher"] or "?")
@@ -100,8 +99,7 @@ def _when(ms) -> str:
 
 
 def _show(args) -> int:
-    from ..review.figures import front_values
-    from ..review.marks import knee_index
+    from ..review.marks import front_knee
     from ..review.runs import figure_paths, find_run, run_front, summary
 
     uri = _uri(args)
@@ -109,7 +107,7 @@ def _show(args) -> int:
     info, data = summary(run), run_front(client, run)
     figures = figure_paths(client, run)
     points = data["points"]
-    knee = knee_index(front_values(data)) if points else None
+    knee = front_knee(data)
     if args.point is not None and not 0 <= args.point < len(points):
         raise MoplaceError(f"--point {args.point}: the front has {len(points)} points "
                            f"(0..{len(points) - 1})" if points else "the front is empty")
@@ -175,13 +173,11 @@ def _print_point(p: dict, k: int, data: dict, knee) -> None:
 
 
 def _plot(args) -> int:
-    from ..review.figures import draw_search
+    from ..review.figures import FILES, draw_search
     from .output import check_folder
 
     data, problem, name = _plot_source(args)
     out = Path(args.out) if args.out else Path(f"figures-{name}")
-    from ..review.figures import FILES
-
     clash = [f for f in FILES if (out / f).exists()]
     if clash and not args.force:
         raise MoplaceError(f"--out {out}: {', '.join(clash)} exist; pass --force to replace them")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 
 from ..errors import MoplaceError
 from ..optimize.driver import Budget
@@ -71,14 +70,14 @@ def _problem_and_budget(p, per: str) -> None:
 def _search(args) -> int:
     from ..core.presets import load_cluster
     from ..io import load_graph
+    from pathlib import Path
+
     from ..io.fronts import point_json, save_result, sources
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
-
-    from pathlib import Path
-
     from .output import check_output
+    from .progress import Display
 
     budget = _budget(args)
     resuming = bool(args.checkpoint) and Path(args.checkpoint).is_file()
@@ -86,13 +85,13 @@ def _search(args) -> int:
                  replaceable=resuming)  # before any work: nothing found is lost
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
-    from .progress import Display
-
     display = Display("quiet" if args.json or args.quiet else "auto")
     callbacks = [display.search(f"{args.searcher}")]
     tracker = None
     if not args.no_mlflow:
-        tracker = tracker_for(args)
+        from ..review.tracking import MLflowCallback
+
+        tracker = MLflowCallback(args.tracking_uri, args.experiment, **tracking_options(args))
         callbacks.append(tracker)
     if args.checkpoint and not args.json:
         resumed = _resuming(args.checkpoint, problem, searcher, args.seed, budget)
@@ -144,30 +143,26 @@ def _search(args) -> int:
 
 def front_text(problem, points) -> str:
     """The points as a table, each objective in the unit chosen for its column."""
-    from ..review.units import LABELS, column_unit, fmt, kind_of
+    from ..review.units import axis_label, column_unit, fmt, kind_of, number
 
     objs = problem.objectives
     units = [column_unit(o, [p.values[k] for p in points]) for k, o in enumerate(objs)]
-    heads = [f"{LABELS.get(o, o)} ({u[0]})" if u[0] else LABELS.get(o, o)
-             for o, u in zip(objs, units)]
-    lines = [f"{'#':>3} " + " ".join(f"{h:>24}" for h in heads) + "  feasible"]
+    lines = [f"{'#':>3} " + " ".join(f"{axis_label(o, u):>24}" for o, u in zip(objs, units))
+             + "  feasible"]
     for k, pt in enumerate(points):
-        cells = [fmt(pt.values[j], kind_of(o), units[j]).rsplit(" ", 1)[0]
-                 for j, o in enumerate(objs)]
+        cells = [number(pt.values[j], kind_of(o), units[j]) for j, o in enumerate(objs)]
         ok = "yes" if pt.feasible else f"no ({fmt(pt.evaluation.violation, 'bytes')} over)"
         lines.append(f"{k:>3} " + " ".join(f"{c:>24}" for c in cells) + f"  {ok}")
     return "\n".join(lines)
 
 
-def tracker_for(args, parent_run_id=None):
-    """The MLflow callback the command line asks for."""
-    from ..review.tracking import MLflowCallback
-
+def tracking_options(args) -> dict:
+    """The options of the MLflow run(s) the command line asks for (`MLflowCallback`,
+    `ComparisonRun`)."""
     from ..io.fronts import sources
 
-    return MLflowCallback(args.tracking_uri, args.experiment, parent_run_id=parent_run_id,
-                          figures=args.figures, graph_file=args.graph, command=" ".join(["moplace"] + sys.argv[1:]),
-                          sources=sources(args.graph, args.cluster))
+    return {"figures": args.figures, "command": " ".join(["moplace"] + sys.argv[1:]),
+            "sources": sources(args.graph, args.cluster)}
 
 
 def tracking_json(tracker) -> dict:
@@ -200,6 +195,7 @@ def _compare(args) -> int:
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
+    from .progress import Display
 
     names = [n.strip() for n in args.searchers.split(",") if n.strip()]
     if not names:
@@ -212,41 +208,32 @@ def _compare(args) -> int:
     if not args.no_mlflow:
         from ..review.tracking import ComparisonRun
 
-        from ..io.fronts import sources
-
-        comparison = ComparisonRun(args.tracking_uri, args.experiment, figures=args.figures,
-                                   graph_file=args.graph,
-                                   command=" ".join(["moplace"] + sys.argv[1:]),
-                                   sources=sources(args.graph, args.cluster))
+        comparison = ComparisonRun(args.tracking_uri, args.experiment, **tracking_options(args))
         comparison.start(problem, names, budget, args.seed)
-    from .progress import Display
-
     rows, results, children = [], {}, {}
-    display = Display("quiet" if args.json or args.quiet else "auto")
     try:
-        display.__enter__()
-        for name, searcher in zip(names, searchers):
-            callbacks = [display.search(name)]
-            if comparison is not None:
-                children[name] = comparison.child()
-                callbacks.append(children[name])
-            r = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
-            results[name] = r
-            best = [min(p.values[k] for p in r.front) if r.front else None
-                    for k in range(len(problem.objectives))]
-            rows.append({"searcher": name, "evaluations": r.n_evaluations, "seconds": r.seconds,
-                         "front_size": len(r.front), "hypervolume": r.hypervolume,
-                         "status": r.status,
-                         **{f"best_{o}": b for o, b in zip(problem.objectives, best)},
-                         "mlflow_run_id": children[name].run_id if name in children else None})
-            if r.status == "interrupted":
-                break
+        with Display("quiet" if args.json or args.quiet else "auto") as display:
+            for name, searcher in zip(names, searchers):
+                callbacks = [display.search(name)]
+                if comparison is not None:
+                    children[name] = comparison.child()
+                    callbacks.append(children[name])
+                r = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
+                results[name] = r
+                best = [min(p.values[k] for p in r.front) if r.front else None
+                        for k in range(len(problem.objectives))]
+                rows.append({"searcher": name, "evaluations": r.n_evaluations,
+                             "seconds": r.seconds, "front_size": len(r.front),
+                             "hypervolume": r.hypervolume, "status": r.status,
+                             **{f"best_{o}": b for o, b in zip(problem.objectives, best)},
+                             "mlflow_run_id": children[name].run_id if name in children
+                             else None})
+                if r.status == "interrupted":
+                    break
     except BaseException:
-        display.__exit__(None, None, None)
         if comparison is not None:
             comparison.fail()
         raise
-    display.__exit__(None, None, None)
     combined = comparison.end(results) if comparison is not None else None
     if args.json:
         print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
@@ -264,18 +251,17 @@ def _compare(args) -> int:
 
 
 def _compare_table(problem, budget, seed, rows) -> None:
-    from ..review.units import column_unit, fmt, fmt_duration, kind_of
+    from ..review.units import SHORT, column_unit, fmt_duration, kind_of, number
 
     print(f"{problem.graph.name} on {problem.cluster.name}, budget "
           f"{budget.evaluations or f'{budget.seconds:g} s'} per searcher, seed {seed}")
     units = {o: column_unit(o, [r[f"best_{o}"] for r in rows if r[f"best_{o}"] is not None])
              for o in problem.objectives}
-    heads = {"runtime": "runtime", "peak_communication": "comm", "peak_memory": "mem"}
-    cols = [(o, f"{heads.get(o, o)} {units[o][0]}".strip()) for o in problem.objectives]
+    cols = [(o, f"{SHORT.get(o, o)} {units[o][0]}".strip()) for o in problem.objectives]
     print(f"{'searcher':<14} {'evals':>6} {'front':>6} {'hypervolume':>12} "
           + " ".join(f"{h:>12}" for _, h in cols) + f" {'time':>10}")
     for r in rows:
-        cells = [fmt(r[f"best_{o}"], kind_of(o), units[o]).rsplit(" ", 1)[0]
+        cells = [number(r[f"best_{o}"], kind_of(o), units[o])
                  if r[f"best_{o}"] is not None else "-" for o, _ in cols]
         took = fmt_duration(r["seconds"]) if r["seconds"] >= 60 else f"{r['seconds']:.2f} s"
         print(f"{r['searcher']:<14} {r['evaluations']:>6} {r['front_size']:>6} "

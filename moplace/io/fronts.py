@@ -63,16 +63,14 @@ def sources(graph_spec, cluster_spec) -> dict:
     """Where a search's graph and cluster came from, as front.json records them
     (``graph_source``, ``cluster_source``) so its figures can be drawn again later: a bundled
     or preset name as given, a file as an absolute path."""
-    from ..io.bundled import is_bundled_spec
 
-    def one(spec, bundled):
+    def one(spec):
         if spec is None:
             return None
-        path = Path(spec)
-        return str(path.resolve()) if not bundled(str(spec)) and path.is_file() else str(spec)
+        path = Path(spec)  # a bundled graph or a preset is no file: kept as given
+        return str(path.resolve()) if path.is_file() else str(spec)
 
-    return {"graph_source": one(graph_spec, is_bundled_spec),
-            "cluster_source": one(cluster_spec, lambda s: not s.endswith(".toml"))}
+    return {"graph_source": one(graph_spec), "cluster_source": one(cluster_spec)}
 
 
 def save_result(result, directory, extra: dict | None = None) -> Path:

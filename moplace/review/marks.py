@@ -1,5 +1,5 @@
 """What a front is read against: the baselines' and the list schedulers' points, and the
-front's knee.
+front's knee (of values, or of a front.json's points).
 
 The reference strategies are found by name through the searcher registry (the baselines and
 HEFT/DPOS are registered searchers), so this module imports no searcher.
@@ -58,3 +58,16 @@ def knee_index(values) -> int | None:
     lo, hi = v.min(axis=0), v.max(axis=0)
     span = np.where(hi > lo, hi - lo, 1.0)
     return int(np.argmin(np.linalg.norm((v - lo) / span, axis=1)))
+
+
+def front_values(data: dict) -> np.ndarray:
+    """The objective values of a front.json's points, one row per point."""
+    from objectives import json_key
+
+    keys = [json_key(name) for name in data["objectives"]]
+    return np.array([[p[k] for k in keys] for p in data["points"]], float).reshape(-1, len(keys))
+
+
+def front_knee(data: dict) -> int | None:
+    """The knee (`knee_index`) of a front.json's points; None when it has none."""
+    return knee_index(front_values(data))

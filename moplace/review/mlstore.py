@@ -197,11 +197,10 @@ def front_table(data: dict) -> dict:
     nothing fits)."""
     from objectives import json_key
 
-    from ..review.figures import front_values
-    from .marks import knee_index
+    from .marks import front_knee
 
     points, units = _front_rows(data)
-    knee = knee_index(front_values(data)) if data["points"] else None
+    knee = front_knee(data)
     table = {"point": list(range(len(points)))}
     if any("searcher" in p for p in points):  # a comparison's combined front
         table["searcher"] = [p.get("searcher", "") for p in points]
@@ -219,8 +218,8 @@ def summary_note(data: dict) -> str:
     objective and the knee, and where the figures are."""
     from objectives import json_key
 
-    from ..review.figures import FILES, front_values
-    from .marks import knee_index
+    from .figures import FILES
+    from .marks import front_knee
 
     lines = [f"**Result:** {data['status']} after {data['evaluations']} evaluations in "
              f"{fmt_duration(data['seconds'])}; hypervolume {data['hypervolume']:.4f}; "
@@ -228,7 +227,7 @@ def summary_note(data: dict) -> str:
     if data["points"]:
         best = ", ".join(f"{name} {fmt(min(p[json_key(name)] for p in data['points']), kind_of(name))}"
                          for name in data["objectives"])
-        knee = knee_index(front_values(data))
+        knee = front_knee(data)
         at = ", ".join(f"{name} {fmt(data['points'][knee][json_key(name)], kind_of(name))}"
                        for name in data["objectives"])
         lines.append(f"Best of each: {best}. Knee (point {knee}): {at}.")

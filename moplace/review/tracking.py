@@ -54,39 +54,62 @@ def metric_value(objective: str, value: float) -> float:
     return float(value) / unit[1] if unit else float(value)
 
 
-class MLflowCallback(Callback):
-    """Logs one search as one MLflow run (see module docstring).
+class _Tracked:
+    """What a search run and a comparison run share: where they log, how figures are drawn,
+    the command line and where the graph and cluster came from (`moplace.io.fronts.sources`;
+    the graph's hash is taken from its file when it has one)."""
 
-    ``parent_run_id`` makes it a child run (`moplace compare`); ``figures``: "background" (a
-    separate process draws them after the search), "inline" (drawn before `on_end` returns)
-    or "off"; ``graph_file`` the file the graph came from (its hash is tagged; default: the
-    graph's content); ``command`` the command line, shown as the run's source.
-    """
-
-    def __init__(self, tracking_uri: str | None = None, experiment: str | None = None,
-                 run_name: str | None = None, *, parent_run_id: str | None = None,
-                 figures: str = "background", graph_file=None, command: str | None = None,
+    def __init__(self, tracking_uri: str | None = None, experiment: str | None = None, *,
+                 figures: str = "background", command: str | None = None,
                  sources: dict | None = None):
         if figures not in ("background", "inline", "off"):
             raise MoplaceError(f"figures must be background, inline or off, got {figures!r}")
         self.tracking_uri = resolve_uri(tracking_uri)
         self.experiment = experiment or DEFAULT_EXPERIMENT
-        self.run_name, self.parent_run_id = run_name, parent_run_id
-        self.figures, self.graph_file, self.command = figures, graph_file, command
-        self.sources = sources or {}
-        self.client = self.run_id = self.searcher = self.problem = None
-        self.figure_job = None
+        self.figures, self.command, self.sources = figures, command, sources or {}
+        self.client = self.run_id = self.figure_job = None
+
+    def _open(self, name, problem, searcher_name, budget, seed, extra_params,
+              parent_run_id=None) -> None:
+        self.client, self.run_id = open_run(
+            self.tracking_uri, self.experiment, name, problem, searcher_name, budget, seed,
+            extra_params, parent_run_id=parent_run_id, source=self.sources.get("graph_source"),
+            command=self.command, figures=self.figures)
+
+    def _close(self, data, problem, status) -> None:
+        self.figure_job = close_run(self.client, self.run_id, {**data, **self.sources}, problem,
+                                    self.tracking_uri, status, self.figures)
+
+    def wait_figures(self, timeout: float = 120.0) -> str:
+        """Wait for the figures of this run (background drawing); returns the ``figures`` tag."""
+        from .figurejob import wait
+
+        return wait(self.figure_job, self.client, self.run_id, timeout)
+
+
+class MLflowCallback(_Tracked, Callback):
+    """Logs one search as one MLflow run (see module docstring).
+
+    ``parent_run_id`` makes it a child run (`moplace compare`); ``figures``: "background" (a
+    separate process draws them after the search), "inline" (drawn before `on_end` returns)
+    or "off"; ``command`` the command line, shown as the run's source; ``sources`` where the
+    graph and cluster came from (kept in the run's front.json; the graph file's hash is tagged,
+    else the hash of the graph's content).
+    """
+
+    def __init__(self, tracking_uri: str | None = None, experiment: str | None = None,
+                 run_name: str | None = None, *, parent_run_id: str | None = None, **options):
+        super().__init__(tracking_uri, experiment, **options)
+        self.run_name, self.parent_run_id, self.searcher = run_name, parent_run_id, None
         self.log_seconds = 0.0  # time spent logging (the overhead a benchmark reports)
 
     def on_start(self, problem, searcher, budget, seed) -> None:
         t0 = time.perf_counter()
-        self.searcher, self.problem = searcher, problem
+        self.searcher = searcher
         name = self.run_name or f"{searcher.name} on {problem.graph.name} / {problem.cluster.name}"
-        self.client, self.run_id = open_run(
-            self.tracking_uri, self.experiment, name, problem, searcher.name, budget, seed,
-            {f"searcher.{k}": v for k, v in searcher.settings().items()},
-            parent_run_id=self.parent_run_id, graph_file=self.graph_file, command=self.command,
-            figures=self.figures)
+        self._open(name, problem, searcher.name, budget, seed,
+                   {f"searcher.{k}": v for k, v in searcher.settings().items()},
+                   parent_run_id=self.parent_run_id)
         self.log_seconds += time.perf_counter() - t0
 
     def on_batch(self, result) -> None:
@@ -115,16 +138,8 @@ class MLflowCallback(Callback):
         t0 = time.perf_counter()
         self.client.log_metric(self.run_id, "final_hypervolume", result.hypervolume,
                                step=result.n_evaluations)
-        self.figure_job = close_run(self.client, self.run_id, {**result_json(result), **self.sources},
-                                    result.problem,
-                                    self.tracking_uri, result.status, self.figures)
+        self._close(result_json(result), result.problem, result.status)
         self.log_seconds += time.perf_counter() - t0
-
-    def wait_figures(self, timeout: float = 120.0) -> str:
-        """Wait for the figures of this run (background drawing); returns the ``figures`` tag."""
-        from .figurejob import wait
-
-        return wait(self.figure_job, self.client, self.run_id, timeout)
 
 
 def resolve_uri(tracking_uri: str | None) -> str:
@@ -133,14 +148,14 @@ def resolve_uri(tracking_uri: str | None) -> str:
 
 
 def open_run(uri, experiment, name, problem, searcher_name, budget, seed, extra_params, *,
-             parent_run_id=None, graph_file=None, command=None, figures="background"):
+             parent_run_id=None, source=None, command=None, figures="background"):
     """Create a run with moplace's tags, description and parameters; (client, run id)."""
     from mlflow.entities import Param
 
     from .mlstore import connect, graph_hash, run_tags
 
     client, exp_id = connect(uri, experiment)
-    tags = run_tags(problem, searcher_name, graph_hash(problem.graph, graph_file),
+    tags = run_tags(problem, searcher_name, graph_hash(problem.graph, source),
                     parent_run_id, command)
     tags["figures"] = "not drawn yet" if figures != "off" else "off"
     tags["mlflow.note.content"] = _description(problem, searcher_name, budget, seed)
@@ -177,54 +192,39 @@ def close_run(client, run_id, data, problem, uri, status, figures):
     return job
 
 
-class ComparisonRun:
+class ComparisonRun(_Tracked):
     """A `moplace compare` in MLflow: one parent run holding the combined front and the
-    comparison figures, each searcher's search a child run (`child` gives its callback)."""
+    comparison figures, each searcher's search a child run (`child` gives its callback).
+    Takes the options of `MLflowCallback` but ``run_name`` and ``parent_run_id``."""
 
-    def __init__(self, tracking_uri=None, experiment=None, *, figures="background",
-                 graph_file=None, command=None, sources=None):
-        self.tracking_uri = resolve_uri(tracking_uri)
-        self.experiment = experiment or DEFAULT_EXPERIMENT
-        self.figures, self.graph_file, self.command = figures, graph_file, command
-        self.sources = sources or {}
-        self.client = self.run_id = self.problem = self.figure_job = None
+    problem = None
 
     def start(self, problem, names, budget, seed) -> str:
         self.problem = problem
-        self.client, self.run_id = open_run(
-            self.tracking_uri, self.experiment,
-            f"compare {', '.join(names)} on {problem.graph.name} / {problem.cluster.name}",
-            problem, "compare", budget, seed, {"searchers": ",".join(names)},
-            graph_file=self.graph_file, command=self.command, figures=self.figures)
+        self._open(f"compare {', '.join(names)} on {problem.graph.name} / {problem.cluster.name}",
+                   problem, "compare", budget, seed, {"searchers": ",".join(names)})
         return self.run_id
 
     def child(self) -> MLflowCallback:
         return MLflowCallback(self.tracking_uri, self.experiment, parent_run_id=self.run_id,
-                              figures=self.figures, graph_file=self.graph_file,
-                              command=self.command, sources=self.sources)
+                              figures=self.figures, command=self.command, sources=self.sources)
 
     def end(self, results: dict) -> dict:
         """Log the combined front of ``results`` (name -> SearchResult); returns it."""
         from .comparison import comparison_json
 
-        data = {**comparison_json(results), **self.sources}
+        data = comparison_json(results)
         for name, r in results.items():
             self.client.log_metric(self.run_id, f"hypervolume.{name}", r.hypervolume,
                                    step=r.n_evaluations)
         self.client.log_metric(self.run_id, "final_hypervolume", data["hypervolume"])
-        self.figure_job = close_run(self.client, self.run_id, data, self.problem,
-                                    self.tracking_uri, data["status"], self.figures)
+        self._close(data, self.problem, data["status"])
         return data
 
     def fail(self, status: str = "failed") -> None:
         if self.run_id is not None:
             self.client.set_tag(self.run_id, "status", status)
             self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED"))
-
-    def wait_figures(self, timeout: float = 120.0) -> str:
-        from .figurejob import wait
-
-        return wait(self.figure_job, self.client, self.run_id, timeout)
 
 
 def _description(problem, searcher, budget, seed) -> str:

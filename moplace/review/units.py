@@ -15,6 +15,7 @@ BYTE_UNITS = (("TiB", 2.0 ** 40), ("GiB", 2.0 ** 30), ("MiB", 2.0 ** 20), ("KiB"
               ("B", 1.0))
 LABELS = {"runtime": "runtime", "peak_communication": "peak communication",
           "peak_memory": "peak memory"}
+SHORT = {"runtime": "runtime", "peak_communication": "comm", "peak_memory": "mem"}  # narrow columns
 
 
 def kind_of(objective: str) -> str:
@@ -58,19 +59,9 @@ def fmt(value: float, kind: str, unit: tuple[str, float] | None = None, digits: 
     return f"{x:.{decimals}f} {name}".rstrip()
 
 
-def fmt_time(seconds: float) -> str:
-    """Seconds as text in the unit that suits them (``1.25 ms``)."""
-    return fmt(seconds, "time")
-
-
-def fmt_bytes(nbytes: float) -> str:
-    """Bytes as text in the unit that suits them (``3.5 GiB``)."""
-    return fmt(nbytes, "bytes")
-
-
-def fmt_objective(name: str, value: float) -> str:
-    """An objective's value in the unit that suits it."""
-    return fmt(value, kind_of(name))
+def number(value: float, kind: str, unit: tuple[str, float]) -> str:
+    """``value`` in ``unit`` without the unit's name: a table cell under a header that names it."""
+    return fmt(value, kind, unit).rsplit(" ", 1)[0]
 
 
 def column_unit(name: str, values) -> tuple[str, float]:

@@ -19,31 +19,23 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
+from ..marks import front_values
 
 FILES = ("front_pairs.png", "front_3d.png", "front_3d.html", "progress.png", "gantt.png",
          "memory.png")
 
 
-def front_values(data: dict) -> np.ndarray:
-    """The objective values of a front.json's points, one row per point."""
-    from objectives import json_key
-
-    keys = [json_key(name) for name in data["objectives"]]
-    return np.array([[p[k] for k in keys] for p in data["points"]], float).reshape(-1, len(keys))
-
-
-def draw_search(data: dict, problem, out_dir, *, point: int | None = None, marks=None,
-                html: bool = True, histories: dict | None = None) -> dict[str, tuple[Path, float]]:
+def draw_search(data: dict, problem, out_dir, *, point: int | None = None,
+                html: bool = True) -> dict[str, tuple[Path, float]]:
     """Draw every figure of the search in ``data`` (a front.json's content) for ``problem``
     into ``out_dir``; returns name -> (path, seconds it took). ``point`` picks the front point
     of the Gantt and memory figures (default: the knee; the least-violating infeasible point
-    when nothing fits); ``marks`` the reference points (default: baselines and heuristics);
-    ``histories`` the progress lines (default: the comparison's, else this search's own).
-    A comparison's front.json (`moplace.review.comparison`) colours points by searcher."""
+    when nothing fits); ``html`` the interactive 3-D front too. The baselines, HEFT and DPOS
+    are marked; a comparison's front.json (`moplace.review.comparison`) colours points by
+    searcher and draws one progress line per searcher."""
     from ...io.strategies import strategy_from_json
     from ...simulator.engine import simulate
-    from ..marks import knee_index, reference_marks
+    from ..marks import front_knee, reference_marks
     from . import fronts, timeline
 
     out = Path(out_dir)
@@ -57,10 +49,9 @@ def draw_search(data: dict, problem, out_dir, *, point: int | None = None, marks
 
     objectives = list(data["objectives"])
     values = front_values(data)
-    knee = knee_index(values)
+    knee = front_knee(data)
     chosen, label = _chosen(data, point, knee)  # a wrong --point fails before any drawing
-    if marks is None:
-        marks = reference_marks(problem)
+    marks = reference_marks(problem)
     title = f"{data.get('searcher', '')} on {data['graph']} / {data['cluster']}"
     common = dict(marks=marks, knee=knee, title=title)
     labels = [p.get("searcher") for p in data["points"]] if data.get("histories") else None
@@ -69,7 +60,7 @@ def draw_search(data: dict, problem, out_dir, *, point: int | None = None, marks
         timed("front_3d.png", fronts.front_3d, values, objectives, **common)
         if html:
             timed("front_3d.html", fronts.front_3d_html, values, objectives, **common)
-    hist = histories if histories is not None else data.get("histories") or (
+    hist = data.get("histories") or (
         {data.get("searcher", "search"): data["history"]} if data.get("history") else {})
     if hist:
         timed("progress.png", fronts.progress, hist, objectives, title=title)

@@ -29,16 +29,15 @@ def _lanes(trace):
     split = np.zeros(len(dev), bool)
     split[compute] = counts[trace.task_op[compute]] > 1
     x = trace.transfers
-    coll = np.flatnonzero(~compute)
+    coll = np.flatnonzero(~compute)  # the c-th collective's task, c in collective_ptr's order
+    members = np.repeat(coll, np.diff(trace.collective_ptr))  # one entry per (collective, device)
     for d in range(n_dev):
         on = dev == d
         yield d, 0, "compute", trace.task_start[on & ~split], trace.task_end[on & ~split]
         yield d, 0, "split part", trace.task_start[on & split], trace.task_end[on & split]
         into = x[:, 2] == d
         yield d, 1, "transfer in", x[into, 4], x[into, 5]
-        member = [c for c in range(len(coll)) if d in
-                  trace.collective_dev[trace.collective_ptr[c]:trace.collective_ptr[c + 1]]]
-        idx = coll[member] if member else np.zeros(0, np.int64)
+        idx = members[trace.collective_dev == d]
         yield d, 1, "all-reduce", trace.task_start[idx], trace.task_end[idx]
 
 
