@@ -20,9 +20,11 @@ import time
 
 import numpy as np
 
+from moplace.cli.progress import Display
 from moplace.optimize.driver import Budget, search
+from moplace.optimize.exact import exact_front
 from moplace.optimize.plugins import make_searcher
-from moplace.optimize.tiny import hv_ratio, tiny_benchmark
+from moplace.optimize.tiny import hv_ratio, tiny_instance
 
 
 def main(argv=None) -> None:
@@ -34,9 +36,30 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", nargs="*", type=int, default=[0])
     ap.add_argument("--evaluations", type=int, default=2000)
     ap.add_argument("--json", default=None, help="write the rows to this file")
+    ap.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     args = ap.parse_args(argv)
-    bench = tiny_benchmark(args.instances, args.instance_seed)
-    which = args.only if args.only is not None else range(len(bench))
+    which = args.only if args.only is not None else range(args.instances)
+    with Display("quiet" if args.quiet else "auto") as display:
+        bench = exact_fronts(which, args.instance_seed, display)
+        run(args, which, bench, display)
+
+
+def exact_fronts(which, instance_seed: int, display) -> dict:
+    """The tiny instances ``which`` with their exact fronts, shown on ``display`` as one bar
+    of 1,000 units per instance (each instance's share filled as its candidates are done)."""
+    job, bench, n = display.job("exact fronts"), {}, len(which)
+
+    for k, i in enumerate(which):
+        def progress(stage, done, total, k=k, i=i):
+            job(f"instance {i} ({k + 1}/{n}): {stage}", 1000 * k + 1000 * done // max(total, 1),
+                1000 * n)
+
+        problem = tiny_instance(instance_seed, i)
+        bench[i] = problem, exact_front(problem, progress=progress)
+    return bench
+
+
+def run(args, which, bench: dict, display) -> None:
     rows = []
     for name in args.searchers:
         for seed in args.seeds:
@@ -45,7 +68,8 @@ def main(argv=None) -> None:
                 problem, exact = bench[i]
                 t0 = time.perf_counter()
                 result = search(problem, make_searcher(name), seed=seed,
-                                budget=Budget(evaluations=args.evaluations))
+                                budget=Budget(evaluations=args.evaluations),
+                                callbacks=[display.search(f"{name} seed {seed} instance {i}")])
                 seconds = time.perf_counter() - t0
                 front = np.array([p.values for p in result.front]).reshape(-1, len(problem.objectives))
                 ratio = hv_ratio(front, exact)

@@ -12,7 +12,7 @@ from importgraph import ROOT, cycles, import_graph, imports, modules
 
 #: The flow, first to last: a module may import its own layer and the layers before it.
 LAYERS = [
-    ["moplace.errors", "moplace.registry", "moplace.arrays"],  # true utilities
+    ["moplace.errors", "moplace.registry", "moplace.arrays", "moplace.progress"],  # utilities
     ["moplace.core"],          # graph, cluster + presets, strategy, genome, baselines
     ["moplace.costs"],         # measured, fitted and roofline costs
     ["objectives"],            # plain functions of a trace, and their JSON names
@@ -28,7 +28,7 @@ LAYERS = [
 MAX_LINES = 400
 #: the searchers' modules that import TensorFlow (the RL policies)
 TENSORFLOW_SEARCHERS = {"searchers.rl.policy"}
-TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "registry.py", "arrays.py"}
+TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "registry.py", "arrays.py", "progress.py"}
 
 
 def layer_of(module: str) -> int:

@@ -33,3 +33,53 @@ def test_a_live_display_shows_budget_time_and_best_values(vgg):
     text = stream.getvalue()
     assert "random on vgg16" in text and "48/48" in text
     assert "finished: 48 evals" in text and "runtime" in text and "mem" in text
+
+
+def test_a_ticker_reports_every_stage_and_its_units_up_to_the_total():
+    from moplace.progress import Ticker
+
+    reports = []
+    t = Ticker(lambda *r: reports.append(r), 10, every=4)
+    t.stage("a")
+    for _ in range(10):
+        t.tick()
+    t.prefix = "b: "
+    t.stage("c")
+    assert reports == [("a", 0, 10), ("a", 4, 10), ("a", 8, 10), ("a", 10, 10), ("b: c", 10, 10)]
+    Ticker(None, 3).tick()  # no report function: counts, reports nothing
+
+
+def test_a_job_shows_its_stage_live_or_as_plain_lines():
+    stream = io.StringIO()
+    with Display("live", stream=stream, width=120) as display:
+        job = display.job("profile mlp")
+        for k in range(4):
+            job("timed steps", k, 3)
+    text = stream.getvalue()
+    assert "profile mlp" in text and "3/3" in text and "timed steps" in text
+    stream = io.StringIO()
+    with Display("plain", stream=stream) as display:
+        job = display.job("apply")
+        job("warm-up", 0, 4)
+        job("warm-up", 1, 4)  # same stage, too soon: no line
+        job("timed", 2, 4)
+        job("timed", 4, 4)  # the end always gets a line
+    assert stream.getvalue().splitlines() == ["  apply: warm-up (0/4)", "  apply: timed (2/4)",
+                                              "  apply: timed (4/4)"]
+    stream = io.StringIO()
+    with Display("quiet", stream=stream) as display:
+        display.job("x")("y", 1, 1)
+    assert stream.getvalue() == ""
+
+
+def test_an_exact_front_reports_its_candidates():
+    from moplace.optimize.exact import enumeration_size, exact_front
+    from moplace.optimize.tiny import tiny_instance
+
+    problem = tiny_instance(0, 0, n_devices=2, n_ops=5)
+    reports = []
+    front = exact_front(problem, progress=lambda *r: reports.append(r))
+    total = enumeration_size(problem)
+    done = [d for _, d, _ in reports]
+    assert done == sorted(done) and done[-1] == total and {t for *_, t in reports} == {total}
+    assert front.n_orders == total and reports[0][0].startswith("enumerating ")

@@ -196,8 +196,21 @@ class TestCommandLine:
                        "-o", str(graph))
         assert out.returncode == 0, out.stderr[-2000:]
         assert graph.exists() and (tmp_path / "mlp.cluster.toml").exists()
+        # stderr is no terminal: a plain progress line at each stage, the last one complete
+        lines = [ln for ln in out.stderr.splitlines() if ln.startswith("  profile mlp: ")]
+        stages = [ln.split(": ", 1)[1].rsplit(" (", 1)[0] for ln in lines]
+        for stage in ("tracing at batch 4", "warm-up steps", "timed steps", "traced steps",
+                      "link 0 -> 1", "link 1 -> 0"):
+            assert stage in stages, out.stderr[-2000:]
+        done, total = lines[-1].rsplit("(", 1)[1].rstrip(")").split("/")
+        assert done == total == str(1 + 2 + 2 * 2 + 2)  # trace, warm-up, timed + traced, links
+        out = self.run("apply", str(graph), "--baseline", "round-robin", "--steps", "2")
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "  apply to " in out.stderr and "timed steps (" in out.stderr
+        assert out.stderr.rstrip().endswith("(5/5)")  # 2 warm-up, 2 timed, 1 memory step
         out = self.run("apply", str(graph), "--baseline", "round-robin", "--steps", "2", "--json")
         assert out.returncode == 0, out.stderr[-2000:]
+        assert "apply to" not in out.stderr  # --json is quiet
         import json
         result = json.loads(out.stdout)
         assert result["measured_step_s"] > 0 and result["runtime_s"] > 0 and result["trained"]
@@ -221,7 +234,15 @@ class TestCommandLine:
 
 
 def test_part_profiles_give_split_parts_measured_costs():
-    pm = profile_model("cnn", 8, steps=2, warmup=1, part_counts=(2,))
+    reports = []
+    pm = profile_model("cnn", 8, steps=2, warmup=1, part_counts=(2,),
+                       progress=lambda *r: reports.append(r))
+    # two traced profiles (3 traces with the final one) of 1 + 2 * 2 steps each, every unit
+    # counted once, in order, up to the total
+    done = [d for _, d, _ in reports]
+    assert done == sorted(done) and done[-1] == reports[-1][2] == 3 + 2 * 5
+    stages = {s for s, _, _ in reports}
+    assert {"batch 8: timed steps", "batch 4: traced steps", "tracing at batch 4"} <= stages
     splittable = [op for op in pm.graph.ops if op.splittable]
     assert splittable and all(2 in op.part_compute and op.part_compute[2]["cpu"] > 0
                               for op in splittable)

@@ -3,7 +3,9 @@ seconds otherwise (a log file, CI), nothing with ``--quiet``.
 
 A search's line shows evaluations against the budget (or seconds against a time budget),
 elapsed and remaining time, the hypervolume and the best of each objective in units a person
-reads at a glance. `moplace compare` shows one line per searcher on one display.
+reads at a glance. `moplace compare` shows one line per searcher on one display. Other long
+jobs (profiling, running a strategy for real, an exact front) show their stage and units done
+(`Display.job`, fed by `moplace.progress.Ticker`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,33 @@ class Display:
     def search(self, label: str) -> "SearchProgress":
         """The callback that shows one search on this display."""
         return SearchProgress(self, label)
+
+    def job(self, label: str) -> "JobProgress":
+        """The ``progress(stage, done, total)`` function that shows one job on this display."""
+        return JobProgress(self, label)
+
+
+class JobProgress:
+    """Shows a job's ``(stage, done, total)`` reports (see `moplace.progress`): a bar on a
+    terminal, else a line at each new stage and every few seconds within one."""
+
+    def __init__(self, display: Display, label: str):
+        self.display, self.label = display, label
+        self.task, self.stage, self.last_plain = None, None, 0.0
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        p = self.display.progress
+        if p is not None:
+            if self.task is None:
+                self.task = p.add_task(self.label, total=total, status=stage)
+            p.update(self.task, completed=done, total=total, status=stage)
+        elif self.display.mode == "plain":
+            now = time.perf_counter()
+            if stage != self.stage or now - self.last_plain >= PLAIN_EVERY or done == total:
+                self.last_plain = now
+                print(f"  {self.label}: {stage} ({done}/{total})", file=self.display.stream,
+                      flush=True)
+        self.stage = stage
 
 
 class SearchProgress(Callback):

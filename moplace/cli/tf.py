@@ -28,6 +28,7 @@ def add_commands(sub) -> None:
                    "so split parts get measured costs")
     p.add_argument("-o", "--output", required=True, help="graph JSON to write")
     p.add_argument("--force", action="store_true", help="replace existing output files")
+    p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.set_defaults(run=_profile)
     a = sub.add_parser("apply", help="run a strategy for real on the profiled model and time it")
     a.add_argument("graph", help="graph JSON written by `moplace profile`")
@@ -39,6 +40,7 @@ def add_commands(sub) -> None:
     a.add_argument("--cluster", help="cluster for the simulated runtime (default: the measured one)")
     a.add_argument("--steps", type=int, required=True, help="timed steps (after 2 warm-up steps)")
     a.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    a.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     a.set_defaults(run=_apply)
     z = sub.add_parser("zoo", help="list the models `moplace profile` knows by name")
     z.set_defaults(run=_zoo)
@@ -69,8 +71,12 @@ def _profile(args) -> int:
         parts = [int(n) for n in args.parts.split(",") if n.strip()]
     except ValueError:
         raise MoplaceError(f"--parts must be comma-separated integers, got {args.parts!r}") from None
-    pm = profile_model(args.model, args.batch, device_count=args.device_count, steps=args.steps,
-                       estimate_kinds=kinds, part_counts=parts)
+    from .progress import Display
+
+    with Display("quiet" if args.quiet else "auto") as display:
+        pm = profile_model(args.model, args.batch, device_count=args.device_count,
+                           steps=args.steps, estimate_kinds=kinds, part_counts=parts,
+                           progress=display.job(f"profile {args.model}"))
     graph = _with_links(pm.graph, pm.cluster)
     save_graph(graph, args.output)
     cluster_path = Path(args.output).with_suffix(".cluster.toml")
@@ -115,7 +121,11 @@ def _apply(args) -> int:
                 else baseline(args.baseline, graph, count))
     from .evaluate import strategy_label
 
-    result, simulated = apply_to_model(graph, strategy, cluster, steps=args.steps)
+    from .progress import Display
+
+    with Display("quiet" if args.json or args.quiet else "auto") as display:
+        result, simulated = apply_to_model(graph, strategy, cluster, steps=args.steps,
+                                           progress=display.job(f"apply to {graph.name}"))
     out = {"graph": graph.name, "devices": devices,
            "strategy": strategy_label(args.strategy, args.point) if args.strategy
            else args.baseline, "point": args.point,

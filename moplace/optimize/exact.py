@@ -60,6 +60,7 @@ import numpy as np
 
 from ..core.strategy import Strategy
 from ..errors import MoplaceError
+from ..progress import Report, Ticker
 from .archive import ParetoArchive
 from .hypervolume import normalized_hypervolume
 from .problem import Problem
@@ -106,12 +107,13 @@ class ExactFront:
 
 
 def exact_front(problem: Problem, *, max_evaluations: int = 2_000_000, method: str = "smart",
-                dedupe: bool = False) -> ExactFront:
+                dedupe: bool = False, progress: Report | None = None) -> ExactFront:
     """Every strategy that can give a distinct trace, evaluated; the exact feasible front.
 
     ``method``: ``"smart"`` (per-device linear extensions, memory pruning; see the module
     docstring) or ``"brute"`` (all placements x all n! priority permutations, the reference).
     Raises `MoplaceError` when more than ``max_evaluations`` simulations would be needed.
+    ``progress(stage, done, total)`` (see `moplace.progress`) hears of the candidates done.
     """
     if method not in METHODS:
         raise MoplaceError(f"unknown method {method!r} (known: {', '.join(METHODS)})")
@@ -128,9 +130,12 @@ def exact_front(problem: Problem, *, max_evaluations: int = 2_000_000, method: s
             f"more than max_evaluations={max_evaluations}; use a smaller graph or cluster")
     archive = ParetoArchive(len(problem.objectives), max_infeasible=0)
     stats = {"evaluations": 0, "feasible": 0, "orders": 0}
+    ticker = Ticker(progress, n_orders, every=max(n_orders // 400, 1))
+    ticker.stage(f"enumerating {enum.n_placements} placements")
 
     def offer(strategy: Strategy):
         ev = problem.evaluate(strategy)
+        ticker.tick(stats["orders"] - ticker.done)
         stats["evaluations"] += 1
         if ev.feasible:
             stats["feasible"] += 1
@@ -141,6 +146,7 @@ def exact_front(problem: Problem, *, max_evaluations: int = 2_000_000, method: s
         enum.run_smart(offer, dedupe, stats)
     else:
         enum.run_brute(offer, stats)
+    ticker.tick(n_orders - ticker.done)
     entries = archive.front
     values = (np.array([e.values for e in entries]) if entries
               else np.empty((0, len(problem.objectives))))

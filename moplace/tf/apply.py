@@ -18,6 +18,7 @@ import numpy as np
 from ..core.graph import OpGraph
 from ..core.strategy import Strategy
 from ..errors import MoplaceError
+from ..progress import Report, Ticker
 from ..simulator.engine import Trace
 from .profile import quiet_stderr
 from .session import StepRunner, session_config
@@ -49,8 +50,11 @@ class ApplyResult:
 
 
 def apply_strategy(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace: Trace,
-                   devices: list[str], *, steps: int = 10, warmup: int = 2) -> ApplyResult:
-    """Place and order ``traced`` as ``strategy`` says (``trace`` is its simulation) and run it."""
+                   devices: list[str], *, steps: int = 10, warmup: int = 2,
+                   progress: Report | None = None) -> ApplyResult:
+    """Place and order ``traced`` as ``strategy`` says (``trace`` is its simulation) and run it.
+
+    ``progress(stage, done, total)`` (see `moplace.progress`) hears of every step run."""
     if steps < 1:
         raise ApplyError(f"steps must be at least 1, got {steps}")
     if strategy.splits:
@@ -60,15 +64,23 @@ def apply_strategy(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace
     placed = placed_graph_def(traced, graph, strategy, trace, devices)
     config = session_config(inter_op_threads=max(len(set(strategy.placement.tolist())), 1))
     result = ApplyResult(True)
+    ticker = Ticker(progress, warmup + steps + 1)
+    ticker.stage("starting the session")
     with StepRunner(traced, placed, config=config) as runner:
+        ticker.stage("warm-up steps")
         for _ in range(warmup):
             result.losses.append(runner.step().loss)
+            ticker.tick()
+        ticker.stage("timed steps")
         for _ in range(steps):
             step = runner.step()
             result.step_seconds.append(step.seconds)
             result.losses.append(step.loss)
+            ticker.tick()
+        ticker.stage("memory step")
         with quiet_stderr():
             result.peak_memory_bytes = _peak_memory(runner.step(trace=True).metadata)
+        ticker.tick()
     return result
 
 

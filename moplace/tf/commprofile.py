@@ -27,6 +27,7 @@ import warnings
 
 from ..core.cluster import Cluster
 from ..costs.linkfit import LinkFit, LinkFitError, fit_link
+from ..progress import Ticker
 from ._tf import tf
 from .devices import DeviceSetupError, host_cluster
 
@@ -40,13 +41,14 @@ Pair = tuple[int, int]
 
 def measure_transfers(devices: list[str], sizes=DEFAULT_SIZES, repeats: int = 5,
                       pairs: list[Pair] | None = None, *, inner: int = 10,
-                      subtract_local: bool = True) -> dict[Pair, list[tuple[int, float]]]:
+                      subtract_local: bool = True, ticker: Ticker | None = None
+                      ) -> dict[Pair, list[tuple[int, float]]]:
     """``(bytes, seconds)`` per size for copying a float32 tensor from ``devices[i]`` to ``[j]``.
 
     ``pairs`` defaults to every ordered pair. Each of ``repeats`` timings averages ``inner``
     runs (one run is too short for the timer's and scheduler's noise); the sample is the
     median over repeats of transfer minus local time, floored at 0, or the raw transfer run
-    time when ``subtract_local`` is False.
+    time when ``subtract_local`` is False. ``ticker`` counts one unit per pair measured.
     """
     n = len(devices)
     pairs = [(i, j) for i in range(n) for j in range(n) if i != j] if pairs is None else pairs
@@ -67,6 +69,8 @@ def measure_transfers(devices: list[str], sizes=DEFAULT_SIZES, repeats: int = 5,
     with tf.compat.v1.Session(graph=graph, config=_config()) as sess:
         sess.run(init)
         for i, j in pairs:
+            if ticker is not None:
+                ticker.stage(f"link {i} -> {j}")
             _check_placement(sess, move[i, j, elems[-1]], devices[j])
             out[i, j] = []
             for e in elems:
@@ -77,6 +81,8 @@ def measure_transfers(devices: list[str], sizes=DEFAULT_SIZES, repeats: int = 5,
                     ta = _time(sess, a, inner)
                     diffs.append(ta - _time(sess, b, inner) if subtract_local else ta)
                 out[i, j].append((4 * e, max(0.0, statistics.median(diffs))))
+            if ticker is not None:
+                ticker.tick()
     return out
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..core.graph import OpGraph
 from ..core.strategy import Strategy
 from ..errors import MoplaceError
+from ..progress import Report, Ticker
 from ..simulator.engine import simulate
 from .apply import ApplyResult, apply_strategy
 from .devices import available_devices, device_kind, host_cluster
@@ -51,11 +52,13 @@ def trace_model(model_or_path: str, batch_size: int) -> TracedStep:
 
 def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1, steps: int = 5,
                   warmup: int = 2, estimate_kinds=(), measure_links: bool = True,
-                  part_counts=()) -> ProfiledModel:
+                  part_counts=(), progress: Report | None = None) -> ProfiledModel:
     """Trace, profile and convert ``model_or_path``; see the module docstring.
 
     ``part_counts``: also profile at batch / n for each n, so that batch splits of the
     splittable ops get measured part costs (n must divide the batch size).
+    ``progress(stage, done, total)`` (see `moplace.progress`) hears of every trace, step run
+    and link measured.
     """
     for n in part_counts:
         if n < 2 or batch_size % n:
@@ -63,17 +66,37 @@ def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1,
     from .convert import to_op_graph
 
     devices = available_devices(device_count)
-    t0 = time.perf_counter()
-    traced = trace_model(model_or_path, batch_size)
-    t1 = time.perf_counter()
-    profile = profile_step(traced, steps=steps, warmup=warmup,
+    links = len(devices) * (len(devices) - 1) if measure_links and len(devices) > 1 else 0
+    per_profile = 1 + warmup + 2 * steps  # a trace and its steps
+    ticker = Ticker(progress, per_profile * (1 + len(part_counts)) + bool(part_counts)
+                    + bool(estimate_kinds) + links)
+
+    def traced_at(batch: int) -> TracedStep:
+        ticker.stage(f"tracing at batch {batch}")
+        traced = trace_model(model_or_path, batch)
+        ticker.tick()
+        return traced
+
+    def profiled(traced: TracedStep, batch: int):
+        ticker.prefix = f"batch {batch}: " if part_counts else ""
+        out = profile_step(traced, steps=steps, warmup=warmup, ticker=ticker,
                            config=session_config(inter_op_threads=1))
+        ticker.prefix = ""
+        return out
+
+    t0 = time.perf_counter()
+    traced = traced_at(batch_size)
+    t1 = time.perf_counter()
+    profile = profiled(traced, batch_size)
     kind = device_kind(devices[0])
-    extra = _estimates(traced, estimate_kinds) if estimate_kinds else None
-    parts = {n: profile_step(trace_model(model_or_path, batch_size // n), steps=steps,
-                             warmup=warmup, config=session_config(inter_op_threads=1)).node_seconds
+    extra = None
+    if estimate_kinds:
+        ticker.stage(f"estimating {', '.join(estimate_kinds)}")
+        extra = _estimates(traced, estimate_kinds)
+        ticker.tick()
+    parts = {n: profiled(traced_at(batch_size // n), batch_size // n).node_seconds
              for n in part_counts}
-    traced = trace_model(model_or_path, batch_size) if parts else traced  # names as profiled
+    traced = traced_at(batch_size) if parts else traced  # names as profiled
     # what a step costs beyond its ops (session.run, feeding, fetching): not simulated, so
     # recorded for reports that want to compare absolute step times
     overhead = max(profile.step_median_s - sum(profile.node_seconds.values()), 0.0)
@@ -88,19 +111,24 @@ def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1,
     cluster = host_cluster(devices)
     if measure_links and len(devices) > 1:
         from .commprofile import profile_cluster
-        cluster, _ = profile_cluster(devices)
+        cluster, _ = profile_cluster(devices, ticker=ticker)
     return ProfiledModel(graph, cluster, traced, t1 - t0, time.perf_counter() - t1)
 
 
 def apply_to_model(graph: OpGraph, strategy: Strategy, cluster, *, steps: int = 10,
-                   warmup: int = 2, traced: TracedStep | None = None) -> tuple[ApplyResult, float]:
+                   warmup: int = 2, traced: TracedStep | None = None,
+                   progress: Report | None = None) -> tuple[ApplyResult, float]:
     """Run ``strategy`` for real on the model ``graph`` was profiled from; returns the result
-    and the simulator's runtime for the same strategy on ``cluster``."""
-    traced = traced or rebuild_traced(graph)
+    and the simulator's runtime for the same strategy on ``cluster``. ``progress``: see
+    `apply_strategy`."""
+    if traced is None:
+        if progress is not None:
+            progress("tracing the model", 0, warmup + steps + 1)
+        traced = rebuild_traced(graph)
     devices = available_devices(cluster.n_devices)
     trace = simulate(graph, cluster, strategy)
     return apply_strategy(traced, graph, strategy, trace, devices, steps=steps,
-                          warmup=warmup), trace.makespan
+                          warmup=warmup, progress=progress), trace.makespan
 
 
 def rebuild_traced(graph: OpGraph) -> TracedStep:

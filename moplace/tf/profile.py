@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import MoplaceError
+from ..progress import Ticker
 from .session import StepRunner, session_config
 from .trace import TracedStep
 
@@ -46,8 +47,11 @@ class StepProfile:
 
 
 def profile_step(traced: TracedStep, *, steps: int = 5, warmup: int = 2, graph_def=None,
-                 config=None) -> StepProfile:
-    """Profile ``traced`` (optionally a placed ``graph_def``) over ``steps`` traced steps."""
+                 config=None, ticker: Ticker | None = None) -> StepProfile:
+    """Profile ``traced`` (optionally a placed ``graph_def``) over ``steps`` traced steps.
+
+    ``ticker`` counts ``warmup + 2 * steps`` units: every step run, timed or traced."""
+    ticker = ticker or Ticker(None, 0)
     names = {n.name for n in (graph_def or traced.graph_def).node}
     owners: dict[str, str | None] = {}
     samples: dict[str, list[float]] = {}
@@ -55,16 +59,22 @@ def profile_step(traced: TracedStep, *, steps: int = 5, warmup: int = 2, graph_d
     walls, losses = [], []
     nested = 0
     with StepRunner(traced, graph_def, config=config or session_config()) as runner:
+        ticker.stage("warm-up steps")
         for _ in range(warmup):
             losses.append(runner.step().loss)
+            ticker.tick()
+        ticker.stage("timed steps")
         for _ in range(steps):  # untraced: tracing itself slows a step down
             step = runner.step()
             walls.append(step.seconds)
             losses.append(step.loss)
+            ticker.tick()
+        ticker.stage("traced steps")
         for _ in range(steps):
             with quiet_stderr():
                 result = runner.step(trace=True)
             losses.append(result.loss)
+            ticker.tick()
             this_step: dict[str, list[tuple[int, int]]] = {}
             for dev in result.metadata.step_stats.dev_stats:
                 for ns in dev.node_stats:
