@@ -12,7 +12,8 @@ from importgraph import ROOT, cycles, import_graph, imports, modules
 
 #: The flow, first to last: a module may import its own layer and the layers before it.
 LAYERS = [
-    ["moplace.errors", "moplace.registry", "moplace.arrays", "moplace.progress"],  # utilities
+    ["moplace.errors", "moplace.registry", "moplace.arrays", "moplace.progress",
+     "moplace.strictjson"],  # the true utilities
     ["moplace.core"],          # graph, cluster + presets, strategy, genome, baselines
     ["moplace.costs"],         # measured, fitted and roofline costs
     ["objectives"],            # plain functions of a trace, and their JSON names
@@ -28,7 +29,8 @@ LAYERS = [
 MAX_LINES = 400
 #: the searchers' modules that import TensorFlow (the RL policies)
 TENSORFLOW_SEARCHERS = {"searchers.rl.policy"}
-TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "registry.py", "arrays.py", "progress.py"}
+TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "registry.py", "arrays.py", "progress.py",
+             "strictjson.py"}
 
 
 def layer_of(module: str) -> int:

@@ -318,3 +318,23 @@ def test_the_resumed_searcher_works_on_the_problem_it_is_given(problem, tmp_path
     assert space is again.genome
     whole = search(problem, make(name), budget=BUDGET, seed=6)
     assert np.array_equal(front_values(resumed), front_values(whole))
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_loses_at_most_the_checkpoint_interval():
+    """experiments/kill_resume.py: a worker killed with SIGKILL at a random moment, resumed
+    here: exactly the rest of the budget evaluated, the uninterrupted result, and at most 500
+    evaluations (the default interval) done again."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "experiments" / "kill_resume.py"
+    out = subprocess.run([sys.executable, str(script), "--kills", "3", "--searchers", "mcmc",
+                          "random", "nsga2", "--graph", "pipedream:alexnet", "--budget", "1500",
+                          "--json", "-"], capture_output=True, text=True, timeout=600)
+    report = json.loads(out.stdout)
+    assert out.returncode == 0 and report["failed"] == 0, out.stderr
+    assert len(report["rows"]) == 3
+    for row in report["rows"]:
+        assert row["counted_once"] and row["identical"] and 0 <= row["lost"] <= 500, row

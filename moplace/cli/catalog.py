@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
+
+from .. import strictjson
 
 
 def add_commands(sub) -> None:
@@ -48,7 +49,7 @@ def _searchers(args) -> int:
 
     infos = [SEARCHERS.info(name) for name in SEARCHERS.names()]
     if args.json:
-        print(json.dumps({"searchers": [
+        print(strictjson.dumps({"searchers": [
             {"name": i.name, "origin": i.origin, "target": i.target, "summary": i.summary,
              "settings": [{"name": s.name, "type": s.type, "required": s.default is REQUIRED,
                            "default": None if s.default is REQUIRED else _jsonable(s.default),

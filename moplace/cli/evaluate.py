@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+from .. import strictjson
+
 
 def add_commands(sub) -> None:
     """Register ``evaluate`` on the CLI's subparsers."""
@@ -61,7 +63,7 @@ def _evaluate(args) -> int:
                                       "strategy": next(iter(objs)),
                                       **({"point": args.point} if args.strategy else {}),
                                       **next(iter(objs.values()))})
-        print(json.dumps(out))
+        print(strictjson.dumps(out))
         return 0
     print(f"graph {graph.name} ({len(graph.ops)} ops, {len(graph.edges)} edges) on "
           f"{cluster.name} ({cluster.n_devices} devices)")

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import strictjson
 from ..errors import MoplaceError
 
 
@@ -65,7 +66,7 @@ def _runs(args) -> int:
     uri = _uri(args)
     runs = list_runs(uri, graph=args.graph, experiment=args.experiment, limit=args.limit)
     if args.json:
-        print(json.dumps({"tracking_uri": uri, "runs": runs}))
+        print(strictjson.dumps({"tracking_uri": uri, "runs": runs}))
         return 0
     if not runs:
         print(f"no searches logged in {uri}" + (f" for graph {args.graph}" if args.graph else ""))
@@ -116,7 +117,7 @@ def _show(args) -> int:
                "front": [{k: v for k, v in p.items() if k != "strategy"} for p in points]}
         if args.point is not None:
             out["point"] = {"index": args.point, **points[args.point]}
-        print(json.dumps(out))
+        print(strictjson.dumps(out))
         return 0
     print(f"run {info['run_id']} ({info['run_name']}): {info['status']}, "
           f"{data['evaluations']} evaluations, hypervolume {data['hypervolume']:.4f}")
@@ -147,6 +148,7 @@ def _show(args) -> int:
 
 def _print_point(p: dict, k: int, data: dict, knee) -> None:
     import numpy as np
+
     from objectives import json_key
 
     from ..review.units import LABELS, fmt, kind_of

@@ -7,10 +7,12 @@
 ``--set KEY=VALUE`` (``--set NAME.KEY=VALUE`` in compare) passes a setting to a searcher, e.g.
 ``--set pop_size=50`` for nsga2; a setting the searcher does not have is refused with its list.
 
-``--checkpoint FILE`` writes the search's state to FILE while it runs (every 30 s and at the
-end, Ctrl-C included); when FILE exists the search continues from it (same graph, cluster,
-searcher and seed; the budget counts every run's evaluations and seconds together), so
-running the same command again after Ctrl-C finishes the search without losing a point.
+``--checkpoint FILE`` writes the search's state to FILE while it runs (every 500 evaluations
+or 30 s, whichever comes first, and at the end, Ctrl-C included); when FILE exists the search
+continues from it (same graph, cluster, searcher and seed; the budget counts every run's
+evaluations and seconds together), so running the same command again after Ctrl-C finishes
+the search exactly as if it had never stopped, and after a crash or SIGKILL loses at most
+the evaluations since the last write.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import json
 import re
 import sys
 
+from .. import strictjson
 from ..errors import MoplaceError
 from ..optimize.driver import Budget
-
 
 
 def add_commands(sub) -> None:
@@ -35,8 +37,8 @@ def add_commands(sub) -> None:
     s.add_argument("--out", default=".", help="directory for front.json (default: here)")
     s.add_argument("--force", action="store_true", help="replace an existing front.json")
     s.add_argument("--checkpoint", metavar="FILE",
-                   help="continue from FILE if it exists; write the search's state to it while "
-                        "running (Ctrl-C included)")
+                   help="continue from FILE if it exists; write the search's state to it every "
+                        "500 evaluations or 30 s and at the end (Ctrl-C included)")
     s.set_defaults(run=_search)
     c = sub.add_parser("compare", help="run several searchers on the same budget, one table")
     _problem_and_budget(c, per=" per searcher")
@@ -68,10 +70,10 @@ def _problem_and_budget(p, per: str) -> None:
 
 
 def _search(args) -> int:
-    from ..core.presets import load_cluster
-    from ..io import load_graph
     from pathlib import Path
 
+    from ..core.presets import load_cluster
+    from ..io import load_graph
     from ..io.fronts import point_json, save_result, sources
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
@@ -100,7 +102,8 @@ def _search(args) -> int:
     with display:
         result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
                         checkpoint=args.checkpoint)
-    path = save_result(result, args.out, sources(args.graph, args.cluster))
+    notes = searcher.notes()
+    path = save_result(result, args.out, {**sources(args.graph, args.cluster), "notes": notes})
     if args.checkpoint and result.status == "interrupted":
         from ..optimize.checkpoint import read_meta
 
@@ -111,11 +114,12 @@ def _search(args) -> int:
     if args.json:
         extra = {"checkpoint": args.checkpoint, "resumed_from": result.resumed_from} \
             if args.checkpoint else {}
-        print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
+        print(strictjson.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
                           "searcher": result.searcher, "settings": searcher.settings(),
                           "seed": result.seed, "status": result.status, **extra,
                           "evaluations": result.n_evaluations, "seconds": result.seconds,
                           "hypervolume": result.hypervolume, "feasible_found": result.feasible_found,
+                          "notes": notes,
                           "front": [{k: v for k, v in point_json(pt, problem).items() if k != "strategy"}
                                     for pt in result.front], "front_file": str(path),
                           **tracking_json(tracker)}))
@@ -128,8 +132,10 @@ def _search(args) -> int:
         print("no feasible strategy found; the least-violating ones:")
     print(front_text(problem, rows))
     print(f"wrote {path} (evaluate a point with: moplace evaluate ... --strategy {path} --point K)")
+    for note in notes:
+        print(f"note: {note}")
     estimate = getattr(searcher, "estimated_makespan", None)
-    if estimate and result.front + result.infeasible:
+    if estimate and result.front + result.infeasible and not getattr(searcher, "fell_back", None):
         simulated = (result.front + result.infeasible)[0].values[0]
         flag = "" if abs(simulated / estimate - 1) <= 0.05 else "  (they disagree by more than 5%)"
         print(f"the scheduler's own makespan estimate: {estimate * 1e3:.3f} ms, simulated: "
@@ -236,7 +242,7 @@ def _compare(args) -> int:
         raise
     combined = comparison.end(results) if comparison is not None else None
     if args.json:
-        print(json.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
+        print(strictjson.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
                           "budget_evaluations": budget.evaluations, "budget_seconds": budget.seconds,
                           "seed": args.seed, "results": rows,
                           "combined_hypervolume": combined["hypervolume"] if combined else None,

@@ -9,9 +9,9 @@ anything else touches TensorFlow (it fixes its devices at first use).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from .. import strictjson
 from ..errors import MoplaceError
 
 
@@ -120,7 +120,6 @@ def _apply(args) -> int:
     strategy = (load_strategy(args.strategy, graph, cluster, point=args.point) if args.strategy
                 else baseline(args.baseline, graph, count))
     from .evaluate import strategy_label
-
     from .progress import Display
 
     with Display("quiet" if args.json or args.quiet else "auto") as display:
@@ -137,7 +136,7 @@ def _apply(args) -> int:
            "losses": result.losses, "step_seconds": result.step_seconds,
            "peak_memory_bytes": result.peak_memory_bytes}
     if args.json:
-        print(json.dumps(out))
+        print(strictjson.dumps(out))
     elif not result.expressible:
         print(f"{out['strategy']}: not expressible: {result.reason}")
         print(f"  simulated {simulated * 1e3:.3f} ms")

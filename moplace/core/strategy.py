@@ -55,6 +55,11 @@ class Strategy:
         #: the simulator to patch a neighbour's task graph instead of building one
         self.delta = None
 
+    def __getstate__(self) -> dict:
+        # the delta hint is not part of the strategy: a pickled one (a checkpoint's pending
+        # batch) is evaluated from scratch, to the same trace
+        return {**self.__dict__, "delta": None}
+
     def derive(self, placement=None, priority=None) -> "Strategy":
         """This strategy with another placement and/or priorities and the same splits (shared,
         with their table): the cheap way to make a neighbour that moves unsplit ops only."""

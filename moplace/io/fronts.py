@@ -18,11 +18,11 @@ the best feasible value of each objective (``null`` before a feasible point was 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from objectives import json_key
 
+from .. import strictjson
 from .strategies import FRONT_FORMAT as FORMAT
 from .strategies import strategy_to_json
 
@@ -78,5 +78,5 @@ def save_result(result, directory, extra: dict | None = None) -> Path:
     as `sources`); returns its path."""
     path = Path(directory) / "front.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**result_json(result), **(extra or {})}, indent=1) + "\n")
+    path.write_text(strictjson.dumps({**result_json(result), **(extra or {})}, indent=1) + "\n")
     return path

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import strictjson
 from ..core.baselines import topological_priority
 from ..core.graph import OpGraph
 from ..core.strategy import Split, Strategy
@@ -43,7 +44,7 @@ def strategy_to_json(graph: OpGraph, strategy: Strategy, cluster=None) -> dict:
 
 def save_strategy(path, graph: OpGraph, strategy: Strategy, cluster=None) -> None:
     """Write ``strategy`` to ``path`` as JSON."""
-    Path(path).write_text(json.dumps(strategy_to_json(graph, strategy, cluster), indent=1) + "\n")
+    Path(path).write_text(strictjson.dumps(strategy_to_json(graph, strategy, cluster), indent=1) + "\n")
 
 
 def load_strategy(path, graph: OpGraph, cluster, *, point: int | None = None) -> Strategy:

@@ -25,7 +25,8 @@ the caller holds see the restored searcher.
 Pickle runs code while loading: continue only checkpoints you wrote. A file that is not a
 checkpoint, is truncated or corrupt (checked by length and SHA-256 before unpickling), or was
 written by another version, gives a `MoplaceError` naming it. Writes are atomic (`write`:
-a temporary file in the same directory, then ``os.replace``): a crash leaves the old file.
+a temporary file in the same directory, fsync, ``os.replace``, fsync of the directory): a
+crash leaves the old file or the new one, never a mix.
 """
 
 from __future__ import annotations
@@ -200,12 +201,27 @@ def write(path, meta: dict, payload: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_folder(directory)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
+
+
+def _fsync_folder(directory) -> None:
+    """Make the rename durable (the folder's entry), where the system allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a folder: the rename still happened
+        pass
+    finally:
+        os.close(fd)
 
 
 def _header(f, path) -> dict:

@@ -5,29 +5,34 @@
 simulator, keeps the Pareto archive, records the hypervolume after every batch and calls the
 callbacks. A search stopped by Ctrl-C, or whose searcher fails, still returns or reports what
 it had found: callbacks see how it ended (``finished``, ``interrupted`` or ``failed``). Ctrl-C
-in the middle of a batch tells the searcher the evaluations already done, as when the time
-budget runs out mid-batch, so nothing evaluated is lost.
+in the middle of a batch keeps every evaluation already done in the result (the rest of the
+batch is left for a resumed search); when the time budget runs out mid-batch the searcher is
+told the evaluations done.
 
 **Checkpoints.** With ``checkpoint=PATH`` the search's state (the searcher object with its
 internals and random generator, the archive of every point kept, the hypervolume history, the
-elapsed seconds; see `moplace.optimize.checkpoint`) is written to PATH atomically right after setup,
-after a batch when ``checkpoint_every`` seconds have passed since the last write (0: after
-every batch), and at the end (finished, interrupted, or failed when the state is consistent).
-When PATH exists the search continues from it instead of starting afresh: it must be the same
-problem, searcher, settings and seed (else a `MoplaceError` names the file and the field), the
+elapsed seconds, and the batch being evaluated with the evaluations done of it; see
+`moplace.optimize.checkpoint`) is written to PATH right after setup, whenever
+``checkpoint_every`` seconds (default 30) or ``checkpoint_every_evaluations`` evaluations
+(default 500) have passed since the last write, whichever comes first (also inside a batch),
+and at the end (finished, interrupted, or failed when the state is known). Writes are atomic
+(temporary file, fsync, rename, fsync of the folder): a search killed outright (SIGKILL, power
+loss) keeps the last file written and loses at most the evaluations since. When PATH exists
+the search continues from it instead of starting afresh: it must be the same problem,
+searcher, settings and seed (else a `MoplaceError` names the file and the field), the
 searcher passed in is restored in place and works on the problem passed in, and the budget
 counts the evaluations and the seconds of all the runs together (a larger budget extends a
-search; a spent one returns at once). Resuming from a batch boundary gives the same result as
-an uninterrupted search with the same seed.
+search; a spent one returns at once). A batch stopped half-way is finished first, then told
+whole, so a resumed search is the uninterrupted search with the same seed, point for point.
 
-A saved state is always *consistent*: what the searcher was told is exactly what the archive
-holds. While checkpointing (in the main thread) Ctrl-C during the searcher's ``ask`` or
-``tell``, an archive update or a write is held until it returns: after an ``ask`` the batch
-is told with no evaluation, after a ``tell`` the search stops at the batch boundary. A second
-Ctrl-C while one is held, or a KeyboardInterrupt raised inside ``ask``/``tell`` by other means,
-stops at once; the searcher's state is then unknown, nothing is written at the end, and the
-file keeps the last state written (at most ``checkpoint_every`` seconds old; resuming from it
-evaluates the points found since then again, it never counts them twice).
+**Ctrl-C.** The driver takes SIGINT over (in the main thread, where Python's default handler
+is installed) and raises it only at safe points: after the searcher's ``ask`` (the whole batch
+left to evaluate), after each evaluation (the rest of the batch left), after ``tell``. It is
+never raised inside the simulator's compiled code, not even a second Ctrl-C (an exception
+there surfaces as a SystemError); a second Ctrl-C during ``ask``, ``tell`` or a write stops at
+once, the searcher's state is then unknown, nothing is written at the end, and the file keeps
+the last state written. Either way nothing is counted twice: a resumed search evaluates
+exactly the rest of its budget.
 """
 
 from __future__ import annotations
@@ -124,18 +129,26 @@ class Callback:
 
 def search(problem: Problem, searcher: Searcher, *, budget: Budget | int = 1000, seed: int = 0,
            callbacks: Sequence[Callback] = (), checkpoint=None,
-           checkpoint_every: float = 30.0) -> SearchResult:
+           checkpoint_every: float = 30.0, checkpoint_every_evaluations: int = 500
+           ) -> SearchResult:
     """Run ``searcher`` on ``problem`` within ``budget``; same seed, same result.
 
-    ``checkpoint``: None, or a file (str or Path) to continue from when it exists and to write
-    the state to while running, at most every ``checkpoint_every`` seconds and at the end (see
-    the module docstring)."""
+    ``seed``: a non-negative integer. ``checkpoint``: None, or a file (str or Path) to continue
+    from when it exists and to write the state to while running, whenever
+    ``checkpoint_every`` seconds or ``checkpoint_every_evaluations`` evaluations have passed
+    since the last write, whichever comes first, and at the end (see the module docstring)."""
     budget = budget if isinstance(budget, Budget) else Budget(evaluations=budget)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise MoplaceError(f"the seed must be a non-negative integer, got {seed!r}")
     every = checkpoint_every
     if isinstance(every, bool) or not isinstance(every, (int, float)) \
             or not (np.isfinite(every) and every >= 0):
         raise MoplaceError(f"checkpoint_every must be a number of seconds >= 0, got {every!r}")
-    run = _Run(problem, searcher, budget, seed, callbacks, checkpoint, float(every))
+    every_n = checkpoint_every_evaluations
+    if isinstance(every_n, bool) or not isinstance(every_n, (int, np.integer)) or every_n < 1:
+        raise MoplaceError("checkpoint_every_evaluations must be a positive integer, got "
+                           f"{every_n!r}")
+    run = _Run(problem, searcher, budget, seed, callbacks, checkpoint, float(every), int(every_n))
     with run.sigint:
         try:
             run.loop()
@@ -149,13 +162,15 @@ def search(problem: Problem, searcher: Searcher, *, budget: Budget | int = 1000,
 
 class _HeldSigint:
     """While `held`, a Ctrl-C (SIGINT) is remembered instead of raised, and `check` raises it at
-    a safe point; a second one while one is pending raises at once. Active only when asked
-    for, in the main thread, and when SIGINT has Python's default handler."""
+    a safe point; a second one while one is pending raises at once, except while `shielded`
+    (the simulator's compiled code runs then: an exception raised inside it surfaces as a
+    SystemError, so every Ctrl-C waits for it to return). Active in the main thread when
+    SIGINT has Python's default handler."""
 
-    def __init__(self, active: bool):
-        self.active = (active and threading.current_thread() is threading.main_thread()
+    def __init__(self):
+        self.active = (threading.current_thread() is threading.main_thread()
                        and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-        self.held = self.pending = False
+        self.held = self.shielded = self.pending = False
         self._old = None
 
     def __enter__(self):
@@ -169,7 +184,7 @@ class _HeldSigint:
         self.pending = False  # held during the last write: the search is over anyway
 
     def _handle(self, signum, frame) -> None:
-        if self.held and not self.pending:
+        if self.shielded or (self.held and not self.pending):
             self.pending = True
             return
         self.pending = False
@@ -183,6 +198,14 @@ class _HeldSigint:
         finally:
             self.held = before
 
+    @contextmanager
+    def shield(self):
+        before, self.shielded = self.shielded, True
+        try:
+            yield
+        finally:
+            self.shielded = before
+
     def check(self) -> None:
         if self.pending:
             self.pending = False
@@ -191,7 +214,7 @@ class _HeldSigint:
 
 class _Run:
     def __init__(self, problem, searcher, budget, seed, callbacks, checkpoint=None,
-                 checkpoint_every=30.0):
+                 checkpoint_every=30.0, checkpoint_every_evaluations=500):
         self.problem, self.searcher, self.budget = problem, searcher, budget
         self.seed, self.callbacks = int(seed), list(callbacks)
         self.archive = ParetoArchive(len(problem.objectives))
@@ -200,7 +223,10 @@ class _Run:
         self.elapsed_before, self.resumed_from = 0.0, 0
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         self.checkpoint_every = checkpoint_every
-        self.sigint = _HeldSigint(self.checkpoint is not None)
+        self.checkpoint_every_evaluations = checkpoint_every_evaluations
+        self.sigint = _HeldSigint()
+        #: the batch asked and not yet told, with the evaluations done of it so far
+        self.pending: tuple[list, list] | None = None
         state = None
         if self.checkpoint is not None:
             if self.checkpoint.is_dir():
@@ -219,8 +245,11 @@ class _Run:
             self.best_history = list(state.get("best_history", []))
             self.elapsed_before = float(state["elapsed"])
             self.resumed_from = self.archive.n_added
-        self.consistent = True  # the searcher was told exactly what the archive holds
-        self.last_save = time.perf_counter()
+            self.pending = state.get("pending")
+        # the searcher was told exactly what the archive holds, or `pending` says what it was
+        # asked and which of those the archive holds: either way the state can be saved
+        self.consistent = True
+        self.last_save, self.saved_at = time.perf_counter(), self.archive.n_added
         self.fresh = state is None
 
     def loop(self) -> None:
@@ -229,54 +258,61 @@ class _Run:
             with hold():
                 self._save("running")  # also finds an unpicklable searcher before any work
             check()
+        if self.pending is not None:  # stopped inside a batch: finish it first
+            self._finish_batch()
         while not self._spent():
-            self.consistent = False
+            self.consistent = False  # inside ask, the searcher's state is unknown
             with hold():
                 batch = list(self.searcher.ask())
-            if not batch:
+                if self.budget.evaluations is not None:
+                    batch = batch[:self.budget.evaluations - self.archive.n_added]
+                self.pending = (batch, [])
                 self.consistent = True
+            if not batch:
+                self.pending = None
                 break
-            if self.budget.evaluations is not None:
-                batch = batch[:self.budget.evaluations - self.archive.n_added]
-            evaluations = []
-            stop = None
-            try:
-                check()  # a Ctrl-C held during ask: tell the batch with nothing evaluated
-                for strategy in batch:
-                    ev = self.problem.evaluate(strategy)
-                    with hold():
-                        self.archive.add(ev.values, ev.violation, Point(strategy, ev))
-                        evaluations.append(ev)
-                    check()
-                    if self._out_of_time():
-                        break
-            except BaseException as exc:  # Ctrl-C or a failed evaluation: keep what was done
-                stop = exc
-            try:
-                with hold():
-                    self.searcher.tell(batch[:len(evaluations)], evaluations)
-                    for strategy in batch:  # a delta hint holds task graphs: not kept
-                        strategy.delta = None
-                    if evaluations:
-                        self.history.append((self.archive.n_added, self._hv()))
-                        self.best_history.append((self.archive.n_added, self._best()))
-                    self.consistent = True
-            except BaseException:
-                if stop is None:
-                    raise
-            if stop is not None:
-                raise stop
-            if self.checkpoint is not None and \
-                    time.perf_counter() - self.last_save >= self.checkpoint_every:
+            check()  # a Ctrl-C held during ask: stop with the whole batch pending
+            self._finish_batch()
+
+    def _finish_batch(self) -> None:
+        """Evaluate the rest of the pending batch (until the time runs out), then tell it."""
+        hold, check = self.sigint.hold, self.sigint.check
+        batch, evaluations = self.pending
+        while len(evaluations) < len(batch) and not self._out_of_time():
+            strategy = batch[len(evaluations)]
+            with self.sigint.shield():  # every Ctrl-C waits for the compiled simulator
+                ev = self.problem.evaluate(strategy)
+                self.archive.add(ev.values, ev.violation, Point(strategy, ev))
+                evaluations.append(ev)
+            if self._checkpoint_due():
                 with hold():
                     self._save("running")
             check()
-            for cb in self.callbacks:
-                cb.on_batch(self.result("running"))
+        self.consistent = False
+        with hold():
+            self.searcher.tell(batch[:len(evaluations)], evaluations)
+            for strategy in batch:  # a delta hint holds task graphs: not kept
+                strategy.delta = None
+            if evaluations:
+                self.history.append((self.archive.n_added, self._hv()))
+                self.best_history.append((self.archive.n_added, self._best()))
+            self.pending = None
+            self.consistent = True
+            if self._checkpoint_due():
+                self._save("running")
+        check()
+        for cb in self.callbacks:
+            cb.on_batch(self.result("running"))
+
+    def _checkpoint_due(self) -> bool:
+        return self.checkpoint is not None and (
+            time.perf_counter() - self.last_save >= self.checkpoint_every
+            or self.archive.n_added - self.saved_at >= self.checkpoint_every_evaluations)
 
     def _save(self, status: str) -> None:
         state = {"archive": self.archive, "history": self.history,
-                 "best_history": self.best_history, "elapsed": self.elapsed()}
+                 "best_history": self.best_history, "elapsed": self.elapsed(),
+                 "pending": self.pending}
         payload = _ckpt.state_bytes(self.problem, self.searcher, state)
         meta = {"key": self.key, "status": status, "n_evaluations": self.archive.n_added,
                 "elapsed": state["elapsed"],
@@ -287,7 +323,7 @@ class _Run:
         except OSError as exc:
             raise MoplaceError(f"cannot write checkpoint {self.checkpoint}: "
                                f"{exc.strerror or exc}") from None
-        self.last_save = time.perf_counter()
+        self.last_save, self.saved_at = time.perf_counter(), self.archive.n_added
 
     def elapsed(self) -> float:
         """Seconds of this search, earlier runs continued from a checkpoint included."""

@@ -28,6 +28,8 @@ claim the same name are refused, naming both.
 from __future__ import annotations
 
 import inspect
+import json
+import math
 import re
 from dataclasses import dataclass
 from importlib import metadata
@@ -133,9 +135,98 @@ class SearcherRegistry:
         if unknown:
             raise MoplaceError(f"searcher {name!r} has no setting {unknown[0]!r}; its settings: "
                                f"{', '.join(known) or 'none'}")
-        searcher = cls(**settings)
+        declared = {s.name: s for s in settings_of(cls)}
+        settings = {k: convert_setting(name, declared[k], v) for k, v in settings.items()}
+        try:
+            searcher = cls(**settings)
+        except (ValueError, TypeError, OverflowError) as exc:  # a searcher's own range check
+            raise MoplaceError(f"searcher {name!r}: bad settings {settings}: {exc}") from None
         searcher.name = name
         return searcher
+
+
+#: The largest magnitude a number setting may have: no count or rate comes near it, and a
+#: larger one (1e308, 10**40) overflows the searchers' arithmetic instead of meaning something.
+SETTING_LIMIT = 1e12
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def convert_setting(searcher: str, setting: Setting, value):
+    """``value`` converted to ``setting``'s declared type (as `moplace searchers` shows it:
+    ``int``, ``float``, ``bool``, ``str``, ``X | None``, ``tuple[float, ...]``...): text from
+    the command line is read as JSON or, for ``bool``, as yes/no; numbers must be finite and
+    within `SETTING_LIMIT`. A value of none of the declared types raises `MoplaceError`
+    naming the setting and the types; a type moplace does not know is passed through."""
+    kinds = [k.strip() for k in setting.type.split("|")] if setting.type else []
+    if not kinds or any(k not in _CONVERTERS and not k.startswith("tuple[") for k in kinds):
+        return value  # a type moplace cannot check: the searcher checks it
+    candidates = [value]
+    if isinstance(value, str) and _json_or_text(value) is not value:
+        candidates.append(_json_or_text(value))
+    elif "str" in kinds and isinstance(value, (int, float)) and not isinstance(value, bool):
+        candidates.append(repr(value))  # --set policy=123 was read as a number
+    for kind in kinds:
+        for v in candidates:
+            ok, out = _convert(kind, v)
+            if ok:
+                return out
+    shown = value if not isinstance(value, str) or len(value) < 60 else value[:57] + "..."
+    numbers = " (numbers finite, at most 1e12 in size)" if {"int", "float"} & set(kinds) else ""
+    raise MoplaceError(f"setting {setting.name} of searcher {searcher!r} must be "
+                       f"{setting.type}{numbers}, got {shown!r}")
+
+
+def _convert(kind: str, v):
+    if kind.startswith("tuple["):
+        inner = [k.strip() for k in kind[len("tuple["):-1].split(",")]
+        if isinstance(v, str):  # --set restarts=best,random
+            v = [_json_or_text(x.strip()) for x in v.split(",")]
+        if not isinstance(v, (list, tuple)):
+            return False, None
+        if len(inner) == 2 and inner[1] == "...":
+            inner = [inner[0]] * len(v)
+        if len(inner) != len(v):
+            return False, None
+        out = [_convert(k, x) for k, x in zip(inner, v)]
+        return all(ok for ok, _ in out), tuple(x for _, x in out)
+    return _CONVERTERS[kind](v) if kind in _CONVERTERS else (False, None)
+
+
+def _json_or_text(text: str):
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+
+
+def _number(v, integral: bool):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False, None
+    try:
+        if not math.isfinite(v) or abs(v) > SETTING_LIMIT:
+            return False, None
+    except OverflowError:  # an int too large for a float
+        return False, None
+    if integral:
+        return (True, int(v)) if float(v).is_integer() else (False, None)
+    return True, float(v)
+
+
+def _bool(v):
+    if isinstance(v, bool):
+        return True, v
+    if isinstance(v, str) and v.strip().lower() in _TRUE + _FALSE:
+        return True, v.strip().lower() in _TRUE
+    if isinstance(v, int) and v in (0, 1):
+        return True, bool(v)
+    return False, None
+
+
+_CONVERTERS = {
+    "int": lambda v: _number(v, True), "float": lambda v: _number(v, False), "bool": _bool,
+    "str": lambda v: (isinstance(v, str), v), "None": lambda v: (v is None, None),
+    "object": lambda v: (True, v), "dict": lambda v: (isinstance(v, dict), v),
+}
 
 
 def origin(ep: metadata.EntryPoint) -> str:

@@ -1,7 +1,9 @@
 """The searcher contract: propose strategies, learn from their evaluations.
 
-A searcher never simulates, logs or keeps the budget: `moplace.search` asks it for strategies,
-evaluates them on the shared `Problem`, and tells it the results. This is the ask/tell shape
+A searcher never logs or keeps the budget and does not simulate for itself: `moplace.search`
+asks it for strategies, evaluates them on the shared `Problem`, and tells it the results. (The
+one exception: a list-scheduling heuristic simulates its one schedule to check it against the
+no-split baselines, which the problem has simulated already, and returns the faster.) This is the ask/tell shape
 of optuna's samplers and pymoo's algorithms, and it is what makes searchers interchangeable
 and their fronts comparable point by point.
 
@@ -44,6 +46,11 @@ class Searcher(ABC):
     def settings(self) -> dict:
         """The searcher's settings, for logs and reports."""
         return {}
+
+    def notes(self) -> list[str]:
+        """What the user should know about how this search went, one sentence each (a
+        heuristic that fell back to a baseline, say); printed by the command line."""
+        return []
 
     def progress(self) -> dict[str, float]:
         """Numbers about the searcher's own learning after the last `tell` (a learning

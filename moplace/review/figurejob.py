@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import strictjson
+
 
 def start_figures(data: dict, problem, tracking_uri: str, run_id: str, *, inline=False):
     """Draw and log the figures of run ``run_id``; returns the drawing process (None inline)."""
@@ -30,7 +32,7 @@ def start_figures(data: dict, problem, tracking_uri: str, run_id: str, *, inline
     from ..io.native import save_graph
 
     folder = Path(tempfile.mkdtemp(prefix="moplace-figures-"))
-    (folder / "front.json").write_text(json.dumps(data))
+    (folder / "front.json").write_text(strictjson.dumps(data))
     save_graph(problem.graph, folder / "graph.json")
     with open(folder / "problem.pkl", "wb") as f:
         pickle.dump({"cluster": problem.cluster, "objectives": problem.objectives,

@@ -8,6 +8,7 @@ be compared with the simulator's makespan for the same strategy.
 
 from __future__ import annotations
 
+from moplace.core.baselines import baseline
 from moplace.core.strategy import Strategy
 from moplace.optimize.searcher import OneShot
 
@@ -15,15 +16,45 @@ from .schedule import ListSchedInput, dpos, heft
 from .metf import metf
 
 
+#: The baselines that split nothing: a list schedule must beat them to be returned.
+NO_SPLIT_BASELINES = ("single", "round-robin", "layer-split")
+
+
 class _ListScheduler(OneShot):
+    """A list schedule, or the fastest no-split baseline when that is faster (FastT keeps the
+    current strategy when a new one is slower): a user who trusts the heuristic never gets a
+    plan slower than one of the plain ones. `notes` says when it fell back."""
+
     schedule = None  # the scheduling function
     estimated_makespan = None
+    fell_back = None  # the baseline returned instead of the schedule, if any
 
     def propose(self) -> Strategy:
         p = self.problem
         result = type(self).schedule(ListSchedInput.from_problem(p.graph, p.cluster, p.costs))
         self.estimated_makespan = result.makespan
-        return Strategy(result.placement, result.priority())
+        scheduled = Strategy(result.placement, result.priority())
+        self.fell_back, self._note = None, None
+        # the baselines are simulated once per problem (they fix the hypervolume reference);
+        # the schedule's own simulation is the one check a one-shot heuristic makes
+        own = p.evaluate(scheduled)
+        rivals = [(ev.values[0], name) for name, ev in p.baselines.items()
+                  if name in NO_SPLIT_BASELINES and ev.feasible]
+        if not rivals:
+            return scheduled
+        runtime, name = min(rivals)
+        if own.feasible and own.values[0] <= runtime:
+            return scheduled
+        self.fell_back = name
+        why = (f"is slower ({own.values[0] * 1e3:.4g} ms)" if own.feasible
+               else "does not fit in memory")
+        self._note = (f"{self.name}'s schedule {why} than the {name} baseline "
+                      f"({runtime * 1e3:.4g} ms): returned {name} instead (FastT's rule: keep "
+                      "the current plan when a new one is slower)")
+        return baseline(name, p.graph, p.n_devices)
+
+    def notes(self) -> list[str]:
+        return [self._note] if getattr(self, "_note", None) else []
 
 
 class HeftSearcher(_ListScheduler):

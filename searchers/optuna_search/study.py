@@ -8,6 +8,8 @@ imported inside the functions that need it, never at import time.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from moplace.core.strategy import Strategy
@@ -100,12 +102,26 @@ def check_study(study, problem, priorities: bool) -> None:
 def open_storage(storage):
     """An optuna storage: None (in memory), a database URL (``sqlite:///study.db``), a file
     name ending in ``.log`` or ``.journal`` (optuna's journal file storage), or a storage."""
-    if isinstance(storage, str) and storage.endswith((".log", ".journal")) and "://" not in storage:
+    if not isinstance(storage, str):
+        return storage
+    if storage.endswith((".log", ".journal")) and "://" not in storage:
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
+        folder = os.path.dirname(os.path.abspath(storage))
+        if not os.path.isdir(folder):
+            raise MoplaceError(f"storage {storage!r}: folder {folder} does not exist")
         return JournalStorage(JournalFileBackend(storage))
-    return storage
+    if "://" not in storage:
+        raise MoplaceError(f"storage {storage!r} is neither a database URL (sqlite:///study.db, "
+                           "postgresql://...) nor a journal file ending in .log or .journal")
+    import optuna
+
+    try:
+        return optuna.storages.RDBStorage(storage)
+    except Exception as exc:  # SQLAlchemy's errors for unknown dialects, bad URLs, no server
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MoplaceError(f"storage {storage!r} cannot be opened: {detail}") from None
 
 
 def make_sampler(kind: str, seed: int, population_size: int, n_startup_trials: int,
