@@ -79,3 +79,14 @@ def test_json_out_is_strict():
              "e": [{"f": np.int64(3)}]}
     text = strictjson.dumps(value)
     assert strict(text) == {"a": None, "b": None, "c": [0, 1], "d": [1.5, None], "e": [{"f": 3}]}
+
+
+@pytest.mark.parametrize("argv", [["zoo"], ["profile", "mlp", "--batch", "2", "-o", "x.json"],
+                                  ["apply", "g.json", "--baseline", "single", "--steps", "1"]])
+def test_the_tensorflow_commands_say_how_to_install_it(monkeypatch, capsys, argv):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # as if it were not installed
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs TensorFlow" in err and "pip install 'moplace[tf]'" in err

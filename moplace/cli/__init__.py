@@ -24,13 +24,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from .. import __version__
 from ..errors import MoplaceError
 from . import catalog, evaluate, review, search, tf
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings as one line each, like errors (Python's default adds a source line that looks
+    like a traceback)."""
+    kind = "" if category is UserWarning else f" ({category.__name__})"
+    return f"moplace: warning{kind}: {message}\n"
+
+
 def main(argv=None) -> int:
+    warnings.formatwarning = _one_line_warning
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

@@ -46,7 +46,18 @@ def add_commands(sub) -> None:
     z.set_defaults(run=_zoo)
 
 
+def _require_tensorflow(command: str) -> None:
+    """A clear line, not a ModuleNotFoundError, where TensorFlow or Keras is not installed."""
+    import importlib.util
+
+    for module in ("tensorflow", "keras"):
+        if importlib.util.find_spec(module) is None:
+            raise MoplaceError(f"`moplace {command}` needs TensorFlow (Keras 3), and {module} is "
+                               "not installed: pip install 'moplace[tf]' (or tensorflow-cpu)")
+
+
 def _profile(args) -> int:
+    _require_tensorflow("profile")
     for flag, value in (("--batch", args.batch), ("--device-count", args.device_count),
                         ("--steps", args.steps)):
         _positive(flag, value)
@@ -95,6 +106,7 @@ def _profile(args) -> int:
 
 
 def _apply(args) -> int:
+    _require_tensorflow("apply")
     _positive("--steps", args.steps)
     from ..core.presets import load_cluster
     from ..io import load_graph
@@ -148,6 +160,7 @@ def _apply(args) -> int:
 
 
 def _zoo(args) -> int:
+    _require_tensorflow("zoo")
     from ..tf.zoo import ZOO
 
     print("\n".join(ZOO.names()))

@@ -22,6 +22,14 @@ from ..errors import GraphError
 ROLES = ("forward", "backward", "update", "other")
 SPLIT_DIMS = ("batch", "channel")
 
+#: Limits no real training step comes near; a value beyond them is a damaged file, and keeping
+#: them makes every sum the simulator forms fit an int64 of bytes and a finite float of seconds.
+MAX_OPS = 2_000_000
+MAX_EDGES = 20_000_000
+MAX_TENSOR_BYTES = 2**40  # 1 TiB: one output, parameter or gradient tensor, or one edge
+MAX_OP_SECONDS = 1e5  # about 28 hours for one op
+MAX_NAME_CHARS = 4096
+
 
 def _frozen_mapping(value) -> Mapping:
     return MappingProxyType(dict(value or {}))
@@ -61,26 +69,37 @@ class Op:
             raise GraphError(f"op {self.name!r}: splittable must be a list of dimension names "
                              f"such as ('batch',), got the string {self.splittable!r}")
         set_(self, "splittable", tuple(self.splittable))
-        set_(self, "part_compute", MappingProxyType(
-            {int(n): _frozen_mapping(t) for n, t in (self.part_compute or {}).items()}))
+        try:
+            set_(self, "part_compute", MappingProxyType(
+                {_part_count(n): _frozen_mapping(t) for n, t in (self.part_compute or {}).items()}))
+        except (TypeError, ValueError, AttributeError):
+            raise GraphError(f"op {_shown(self.name)}: part_compute must map part counts to "
+                             f"{{device kind: seconds}}, got {_shown(self.part_compute)}") from None
         self._check()
 
     def _check(self):
         where = f"op {self.name!r}"
-        if not isinstance(self.name, str) or not self.name:
-            raise GraphError(f"an op has an empty or non-string name: {self.name!r}")
+        if not isinstance(self.name, str) or not self.name or len(self.name) > MAX_NAME_CHARS:
+            raise GraphError(f"an op has an empty, non-string or too long name: "
+                             f"{_shown(self.name)}")
+        if not isinstance(self.type, str):
+            raise GraphError(f"{where}: type must be a string, got {_shown(self.type)}")
+        if self.colocation is not None and not isinstance(self.colocation, str):
+            raise GraphError(f"{where}: colocation must be a group name, got "
+                             f"{_shown(self.colocation)}")
         for key in ("output_bytes", "param_bytes", "grad_bytes"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise GraphError(f"{where}: {key} must be a non-negative integer, got {value!r}")
+            _check_bytes(f"{where}: {key}", getattr(self, key))
         for kind, seconds in self.compute.items():
+            if not isinstance(kind, str):
+                raise GraphError(f"{where}: compute keys are device kinds, got {_shown(kind)}")
             _check_seconds(f"{where}: compute[{kind!r}]", seconds)
         for n, times in self.part_compute.items():
-            if n < 2:
-                raise GraphError(f"{where}: part_compute keys are part counts >= 2, got {n}")
+            if not 2 <= n <= 1 << 20:
+                raise GraphError(f"{where}: part_compute keys are part counts >= 2 (and at most "
+                                 f"{1 << 20}), got {_shown(n)}")
             for kind, seconds in times.items():
                 _check_seconds(f"{where}: part_compute[{n}][{kind!r}]", seconds)
-        bad = [d for d in self.splittable if d not in SPLIT_DIMS]
+        bad = [d for d in self.splittable if not isinstance(d, str) or d not in SPLIT_DIMS]
         if bad:
             raise GraphError(f"{where}: unknown split dimension {bad[0]!r} (known: {SPLIT_DIMS})")
         if self.role not in ROLES:
@@ -89,9 +108,33 @@ class Op:
 
 def _check_seconds(where: str, seconds) -> None:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.floating, np.integer)):
-        raise GraphError(f"{where} must be a number of seconds, got {seconds!r}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise GraphError(f"{where} must be finite and non-negative, got {seconds!r}")
+        raise GraphError(f"{where} must be a number of seconds, got {_shown(seconds)}")
+    try:
+        ok = math.isfinite(seconds) and 0 <= seconds <= MAX_OP_SECONDS
+    except OverflowError:  # an int too large for a float
+        ok = False
+    if not ok:
+        raise GraphError(f"{where} must be between 0 and {MAX_OP_SECONDS:g} seconds, got "
+                         f"{_shown(seconds)}")
+
+
+def _part_count(n) -> int:
+    if isinstance(n, bool) or (isinstance(n, float) and not n.is_integer()):
+        raise ValueError(n)
+    return int(n)  # "4" from a JSON key is 4
+
+
+def _check_bytes(where: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not 0 <= value <= MAX_TENSOR_BYTES:
+        raise GraphError(f"{where} must be a non-negative integer number of bytes, at most "
+                         f"{MAX_TENSOR_BYTES} (1 TiB), got {_shown(value)}")
+
+
+def _shown(value, width: int = 60) -> str:
+    """``repr(value)``, cut to ``width`` characters (a 10,000-digit number stays readable)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else f"a {len(str(value))}-digit number"
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -135,6 +178,8 @@ class OpGraph:
     def __init__(self, ops: Iterable[Op], edges: Iterable[Edge | tuple] = (), *,
                  name: str = "graph", metadata: Mapping | None = None):
         self.ops: tuple[Op, ...] = tuple(ops)
+        if len(self.ops) > MAX_OPS:
+            raise GraphError(f"{len(self.ops)} ops: more than the {MAX_OPS} a graph may have")
         self.name = name
         self.metadata = MappingProxyType(dict(metadata or {}))
         self.index: Mapping[str, int] = MappingProxyType(self._index_ops())
@@ -157,15 +202,15 @@ class OpGraph:
         for edge in edges:
             edge = edge if isinstance(edge, Edge) else _edge_from_tuple(edge)
             src, dst = (self._resolve(edge.src), self._resolve(edge.dst))
+            _check_bytes(f"edge {self.ops[src].name!r} -> {self.ops[dst].name!r}: bytes", edge.bytes)
             nbytes = edge.bytes
-            if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
-                raise GraphError(f"edge {self.ops[src].name!r} -> {self.ops[dst].name!r}: "
-                                 f"bytes must be a non-negative integer, got {nbytes!r}")
             if src == dst:
                 raise GraphError(f"op {self.ops[src].name!r} has an edge to itself (a cycle)")
             if (src, dst) in out:
                 raise GraphError(f"duplicate edge {self.ops[src].name!r} -> {self.ops[dst].name!r}")
             out[(src, dst)] = Edge(src, dst, int(nbytes))
+            if len(out) > MAX_EDGES:
+                raise GraphError(f"more than the {MAX_EDGES} edges a graph may have")
         return tuple(out[k] for k in sorted(out))
 
     def _resolve(self, ref) -> int:
