@@ -34,3 +34,13 @@ class ClusterError(MoplaceError):
 
 class StrategyError(MoplaceError):
     """A strategy does not fit its graph or cluster."""
+
+
+def shown(value, width: int = 60) -> str:
+    """``repr(value)`` for an error message, cut to ``width`` characters (a 10,000-digit number
+    or a megabyte of text stays one readable line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"a {int(abs(value).bit_length() * 0.30103) + 1}-digit number"  # str() of one
+        # over 4300 digits raises
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."

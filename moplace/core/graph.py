@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 import networkx as nx
 import numpy as np
 
-from ..errors import GraphError
+from ..errors import GraphError, shown
 
 ROLES = ("forward", "backward", "update", "other")
 SPLIT_DIMS = ("batch", "channel")
@@ -73,30 +73,30 @@ class Op:
             set_(self, "part_compute", MappingProxyType(
                 {_part_count(n): _frozen_mapping(t) for n, t in (self.part_compute or {}).items()}))
         except (TypeError, ValueError, AttributeError):
-            raise GraphError(f"op {_shown(self.name)}: part_compute must map part counts to "
-                             f"{{device kind: seconds}}, got {_shown(self.part_compute)}") from None
+            raise GraphError(f"op {shown(self.name)}: part_compute must map part counts to "
+                             f"{{device kind: seconds}}, got {shown(self.part_compute)}") from None
         self._check()
 
     def _check(self):
         where = f"op {self.name!r}"
         if not isinstance(self.name, str) or not self.name or len(self.name) > MAX_NAME_CHARS:
             raise GraphError(f"an op has an empty, non-string or too long name: "
-                             f"{_shown(self.name)}")
+                             f"{shown(self.name)}")
         if not isinstance(self.type, str):
-            raise GraphError(f"{where}: type must be a string, got {_shown(self.type)}")
+            raise GraphError(f"{where}: type must be a string, got {shown(self.type)}")
         if self.colocation is not None and not isinstance(self.colocation, str):
             raise GraphError(f"{where}: colocation must be a group name, got "
-                             f"{_shown(self.colocation)}")
+                             f"{shown(self.colocation)}")
         for key in ("output_bytes", "param_bytes", "grad_bytes"):
             _check_bytes(f"{where}: {key}", getattr(self, key))
         for kind, seconds in self.compute.items():
             if not isinstance(kind, str):
-                raise GraphError(f"{where}: compute keys are device kinds, got {_shown(kind)}")
+                raise GraphError(f"{where}: compute keys are device kinds, got {shown(kind)}")
             _check_seconds(f"{where}: compute[{kind!r}]", seconds)
         for n, times in self.part_compute.items():
             if not 2 <= n <= 1 << 20:
                 raise GraphError(f"{where}: part_compute keys are part counts >= 2 (and at most "
-                                 f"{1 << 20}), got {_shown(n)}")
+                                 f"{1 << 20}), got {shown(n)}")
             for kind, seconds in times.items():
                 _check_seconds(f"{where}: part_compute[{n}][{kind!r}]", seconds)
         bad = [d for d in self.splittable if not isinstance(d, str) or d not in SPLIT_DIMS]
@@ -108,14 +108,14 @@ class Op:
 
 def _check_seconds(where: str, seconds) -> None:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.floating, np.integer)):
-        raise GraphError(f"{where} must be a number of seconds, got {_shown(seconds)}")
+        raise GraphError(f"{where} must be a number of seconds, got {shown(seconds)}")
     try:
         ok = math.isfinite(seconds) and 0 <= seconds <= MAX_OP_SECONDS
     except OverflowError:  # an int too large for a float
         ok = False
     if not ok:
         raise GraphError(f"{where} must be between 0 and {MAX_OP_SECONDS:g} seconds, got "
-                         f"{_shown(seconds)}")
+                         f"{shown(seconds)}")
 
 
 def _part_count(n) -> int:
@@ -128,13 +128,7 @@ def _check_bytes(where: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
             or not 0 <= value <= MAX_TENSOR_BYTES:
         raise GraphError(f"{where} must be a non-negative integer number of bytes, at most "
-                         f"{MAX_TENSOR_BYTES} (1 TiB), got {_shown(value)}")
-
-
-def _shown(value, width: int = 60) -> str:
-    """``repr(value)``, cut to ``width`` characters (a 10,000-digit number stays readable)."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else f"a {len(str(value))}-digit number"
-    return text if len(text) <= width else text[:width - 3] + "..."
+                         f"{MAX_TENSOR_BYTES} (1 TiB), got {shown(value)}")
 
 
 @dataclass(frozen=True)

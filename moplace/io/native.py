@@ -8,12 +8,11 @@ Unknown keys are errors, so a typo is reported instead of silently becoming a de
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from types import MappingProxyType
 
-from ..core.graph import ROLES, SPLIT_DIMS, Edge, Op, OpGraph
-from ..errors import FormatError, GraphError
+from ..core.graph import MAX_OP_SECONDS, MAX_TENSOR_BYTES, ROLES, SPLIT_DIMS, Edge, Op, OpGraph
+from ..errors import FormatError, GraphError, shown
 
 FORMAT = "moplace-graph"
 VERSION = 1
@@ -30,10 +29,14 @@ def read_json(path):
     except (OSError, UnicodeDecodeError) as exc:
         raise FormatError(path, f"cannot read the file: {exc}") from None
     try:
-        return json.loads(text)
+        return json.loads(text)  # NaN/Infinity parse; the field checks refuse them by name
     except json.JSONDecodeError as exc:
         raise FormatError(path, f"invalid JSON: {exc.msg} (column {exc.colno})",
                           line=exc.lineno) from None
+    except RecursionError:
+        raise FormatError(path, "invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of over 4300 digits
+        raise FormatError(path, f"invalid JSON: {exc}") from None
 
 
 # -- saving --------------------------------------------------------------------------------------
@@ -110,14 +113,16 @@ class _Reader:
         return value
 
     def integer(self, value, field):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            self.fail(field, f"must be a non-negative integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TENSOR_BYTES:
+            self.fail(field, f"must be a non-negative integer, at most {MAX_TENSOR_BYTES} (1 TiB), "
+                             f"got {shown(value)}")
         return value
 
     def seconds(self, value, field):
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value < 0:
-            self.fail(field, f"must be a finite non-negative number of seconds, got {value!r}")
+                or not 0 <= value <= MAX_OP_SECONDS:  # also refuses nan
+            self.fail(field, f"must be a finite non-negative number of seconds, at most "
+                             f"{MAX_OP_SECONDS:g}, got {shown(value)}")
         return value
 
     def string(self, value, field, allow_none=False):
@@ -146,11 +151,12 @@ def _read_op(r: _Reader, rec, at: str) -> Op:
         kw["colocation"] = r.string(rec["colocation"], f"{at}.colocation", allow_none=True)
     if "splittable" in rec:
         dims = rec["splittable"]
-        if not isinstance(dims, list) or any(d not in SPLIT_DIMS for d in dims):
+        if not isinstance(dims, list) or any(not isinstance(d, str) or d not in SPLIT_DIMS
+                                             for d in dims):
             r.fail(f"{at}.splittable", f"must be a list drawn from {list(SPLIT_DIMS)}, got {dims!r}")
         kw["splittable"] = tuple(dims)
     if "role" in rec:
-        if rec["role"] not in ROLES:
+        if not isinstance(rec["role"], str) or rec["role"] not in ROLES:
             r.fail(f"{at}.role", f"must be one of {list(ROLES)}, got {rec['role']!r}")
         kw["role"] = rec["role"]
     if "part_compute" in rec:
@@ -165,7 +171,7 @@ def _read_parts(r: _Reader, value, field) -> dict[int, dict]:
     r.obj(value, field)
     parts = {}
     for key, times in value.items():
-        if not key.isdigit() or int(key) < 2:
+        if not (key.isascii() and key.isdigit()) or not 2 <= int(key) <= 1 << 20:
             r.fail(f"{field}.{key}", "keys are part counts >= 2 written as strings, e.g. \"2\"")
         parts[int(key)] = r.times(times, f"{field}.{key}")
     return parts
@@ -179,8 +185,8 @@ def _read_edges(r: _Reader, records, names: set[str]) -> list[Edge]:
         at = f"edges[{i}]"
         r.obj(rec, at, EDGE_KEYS, required=("src", "dst"))
         for end in ("src", "dst"):
-            if rec[end] not in names:
-                r.fail(f"{at}.{end}", f"names no op: {rec[end]!r}")
+            if not isinstance(rec[end], str) or rec[end] not in names:
+                r.fail(f"{at}.{end}", f"names no op: {shown(rec[end])}")
         edges.append(Edge(rec["src"], rec["dst"], r.integer(rec.get("bytes", 0), f"{at}.bytes")))
     return edges
 
@@ -207,6 +213,5 @@ def load_native(path) -> OpGraph:
     metadata = r.obj(data.get("metadata", {}), "metadata")
     try:
         return OpGraph(ops, edges, name=name, metadata=metadata)
-    except GraphError as exc:
-        # duplicate edges or a cycle: name the file as well
-        raise GraphError(f"{path}: {exc}") from None
+    except GraphError as exc:  # duplicate edges, a cycle, too many: name the file as well
+        raise GraphError(f"{path}, field 'edges': {exc}") from None

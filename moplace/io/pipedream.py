@@ -12,8 +12,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.graph import Edge, Op, OpGraph
-from ..errors import FormatError
+import networkx as nx
+
+from ..core.graph import MAX_OP_SECONDS, MAX_TENSOR_BYTES, Edge, Op, OpGraph
+from ..errors import FormatError, GraphError, shown
 from .bundled import bundled_source
 
 KEYS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
@@ -61,13 +63,20 @@ def splittable(type_: str) -> tuple[str, ...]:
     return _SPLIT_BY_TYPE.get(type_, ("batch",))
 
 
+#: the largest value each key may have: op times of at most MAX_OP_SECONDS (in ms here) and
+#: tensors of at most MAX_TENSOR_BYTES, as every op graph
+_MAX = {"forward_compute_time": MAX_OP_SECONDS * 1e3, "backward_compute_time": MAX_OP_SECONDS * 1e3,
+        "activation_size": MAX_TENSOR_BYTES, "parameter_size": MAX_TENSOR_BYTES}
+
+
 def _number(text: str, path, line: int, key: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise FormatError(path, f"{key}={text!r} is not a number", line=line) from None
-    if not math.isfinite(value) or value < 0:
-        raise FormatError(path, f"{key}={text!r} must be finite and non-negative", line=line)
+        raise FormatError(path, f"{key}={shown(text)} is not a number", line=line) from None
+    if not (math.isfinite(value) and 0 <= value <= _MAX[key]):
+        raise FormatError(path, f"{key}={shown(text)} must be finite and non-negative, at most "
+                          f"{_MAX[key]:g}", line=line)
     return value
 
 
@@ -75,7 +84,11 @@ def _size(text: str, path, line: int, key: str) -> int:
     # multi-output layers (GNMT's LSTMs) list one size per output: "[6291456.0; 131072.0]"
     if text.startswith("[") and text.endswith("]"):
         parts = [p.strip() for p in text[1:-1].split(";") if p.strip()]
-        return sum(round(_number(p, path, line, key)) for p in parts)
+        total = sum(round(_number(p, path, line, key)) for p in parts)
+        if total > _MAX[key]:
+            raise FormatError(path, f"{key}: the sizes add up to more than {_MAX[key]:g} bytes",
+                              line=line)
+        return total
     return round(_number(text, path, line, key))
 
 
@@ -150,7 +163,13 @@ def _check_edges(layers, edges, path) -> list[tuple[str, str]]:
             raise FormatError(path, f"edge {src} -> {dst} repeated (first on line "
                               f"{seen[(src, dst)]})", line=n)
         seen[(src, dst)] = n
-    return list(seen)
+    try:
+        cycle = nx.find_cycle(nx.DiGraph(list(seen)))
+    except nx.NetworkXNoCycle:
+        return list(seen)
+    lines = sorted(seen[(a, b)] for a, b in cycle)
+    raise FormatError(path, "the edges form a cycle: " + " -> ".join([a for a, _ in cycle] + [cycle[0][0]])
+                      + f" (edges on lines {', '.join(map(str, lines))})", line=lines[0])
 
 
 def update_seconds(param_bytes: int) -> float:
@@ -222,6 +241,10 @@ def load_pipedream(path, *, device_kind: str = "V100", optimizer_state_factor: f
     if not (math.isfinite(optimizer_state_factor) and optimizer_state_factor >= 0):
         raise ValueError(f"optimizer_state_factor must be >= 0, got {optimizer_state_factor!r}")
     layers, fwd_edges = parse_pipedream(path)
-    ops, edges = _ops_and_edges(layers, fwd_edges, device_kind, optimizer_state_factor)
-    return OpGraph(ops, edges, name=name or Path(path).parent.name or Path(path).stem,
-                   metadata=_metadata(path, device_kind, optimizer_state_factor))
+    try:
+        ops, edges = _ops_and_edges(layers, fwd_edges, device_kind, optimizer_state_factor)
+        return OpGraph(ops, edges, name=name or Path(path).parent.name or Path(path).stem,
+                       metadata=_metadata(path, device_kind, optimizer_state_factor))
+    except GraphError as exc:  # a value the graph refuses (a gradient over 1 TiB...): which line
+        line = next((L.line for L in layers.values() if repr(L.name) in str(exc)), None)
+        raise FormatError(path, str(exc), line=line) from None
