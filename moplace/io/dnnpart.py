@@ -10,8 +10,8 @@ import re
 import statistics
 from pathlib import Path
 
-from ..core.graph import Edge, Op, OpGraph
-from ..errors import FormatError
+from ..core.graph import MAX_TENSOR_BYTES, Edge, Op, OpGraph
+from ..errors import FormatError, GraphError, shown
 from .bundled import bundled_source
 from .native import read_json
 
@@ -20,6 +20,9 @@ DEFAULT_BYTES_PER_COST = 2**31 / 1000
 OPTIMIZER_MARK = "Optimizer"  # BERT/ResNet operator graphs name optimizer steps AdamOptimizer_*
 
 _NUM, _INT, _FLAG = "number", "integer", "boolean or 0/1"
+#: no number of the format (bytes, ms, costs) is larger than a 1 TiB tensor in bytes
+NUM_LIMIT = float(MAX_TENSOR_BYTES)
+INT_LIMIT = 2**63
 NODE_FIELDS = {"id": _INT, "supportedOnFpga": _FLAG, "cpuLatency": _NUM, "fpgaLatency": _NUM,
                "isBackwardNode": _FLAG, "size": _NUM}
 EDGE_FIELDS = {"sourceId": _INT, "destId": _INT, "cost": _NUM}
@@ -34,15 +37,15 @@ def _value(path, record: dict, key: str, kind: str, field: str, optional=False):
         raise FormatError(path, "missing", field=field)
     v = record[key]
     if kind == _INT:
-        ok = isinstance(v, int) and not isinstance(v, bool)
+        ok = isinstance(v, int) and not isinstance(v, bool) and -INT_LIMIT <= v < INT_LIMIT
     elif kind == _FLAG:
         ok = isinstance(v, bool) or v in (0, 1) and isinstance(v, int)
-    else:
-        ok = (isinstance(v, (int, float)) and not isinstance(v, bool)
-              and math.isfinite(v) and v >= 0)
+    else:  # comparisons, not math.isfinite: 10**400 is refused, not an OverflowError
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= NUM_LIMIT
     if not ok:
+        limits = {_NUM: f" (at most {NUM_LIMIT:g})", _INT: " (64-bit)"}.get(kind, "")
         raise FormatError(path, f"must be a {'finite non-negative ' if kind == _NUM else ''}"
-                          f"{kind}, got {v!r}", field=field)
+                          f"{kind}{limits}, got {shown(v)}", field=field)
     return bool(v) if kind == _FLAG else v
 
 
@@ -63,8 +66,9 @@ def _read_nodes(path, nodes) -> list[dict]:
         if not isinstance(name, str) or not name:
             raise FormatError(path, f"must be a non-empty string, got {name!r}", field=f"{at}.name")
         color = raw.get("colorClass")
-        if color is not None and (isinstance(color, bool) or not isinstance(color, (int, str))):
-            raise FormatError(path, f"must be an integer or null, got {color!r}",
+        if color is not None and (isinstance(color, bool) or not isinstance(color, (int, str))
+                                  or isinstance(color, int) and not -INT_LIMIT <= color < INT_LIMIT):
+            raise FormatError(path, f"must be a 64-bit integer or null, got {shown(color)}",
                               field=f"{at}.colorClass")
         if node["id"] in ids:
             raise FormatError(path, f"id {node['id']} already used by nodes[{ids[node['id']]}]",
@@ -222,6 +226,12 @@ def load_dnn_partitioning(path, *, device_kind: str = "V100", name: str | None =
             raise FormatError(path, "missing" if key not in data else "must be a list", field=key)
     nodes = _read_nodes(path, data["nodes"])
     edges = _read_edges(path, data["edges"], {n["id"] for n in nodes})
-    ops, op_edges = _build(nodes, edges, device_kind)
-    return OpGraph(ops, op_edges, name=name or Path(path).stem,
-                   metadata=_metadata(path, device_kind, data, nodes, edges))
+    try:
+        ops, op_edges = _build(nodes, edges, device_kind)
+        return OpGraph(ops, op_edges, name=name or Path(path).stem,
+                       metadata=_metadata(path, device_kind, data, nodes, edges))
+    except GraphError as exc:  # a cycle, a latency over the limit...: name the node
+        names = unique_names(nodes)
+        at = next((f"nodes[{i}]" for i, n in enumerate(nodes) if repr(names[n["id"]]) in str(exc)),
+                  None)
+        raise FormatError(path, str(exc), field=at) from None

@@ -13,7 +13,6 @@ applies to the whole co-location group of the op it names.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +21,14 @@ from .. import strictjson
 from ..core.baselines import topological_priority
 from ..core.graph import OpGraph
 from ..core.strategy import Split, Strategy
-from ..errors import FormatError, StrategyError
+from ..errors import FormatError, StrategyError, shown
+from .native import read_json
 
 FORMAT = "moplace-strategy"
 #: A search's front file (`moplace.io.fronts`): its points hold strategies in this format.
 FRONT_FORMAT = "moplace-front"
+#: priorities only order ops; beyond this size a value is damaged (and 10**400 is no float)
+MAX_PRIORITY = 1e300
 
 
 def strategy_to_json(graph: OpGraph, strategy: Strategy, cluster=None) -> dict:
@@ -52,14 +54,7 @@ def load_strategy(path, graph: OpGraph, cluster, *, point: int | None = None) ->
 
     A search's ``front.json`` is accepted too: ``point`` chooses which of its points.
     """
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FormatError(path, f"cannot read strategy file: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise FormatError(path, f"cannot read strategy file: not UTF-8 text ({exc.reason})") from None
-    except json.JSONDecodeError as exc:
-        raise FormatError(path, f"invalid JSON: {exc.msg}", line=exc.lineno) from None
+    data = read_json(path)
     if isinstance(data, dict) and data.get("format") == FRONT_FORMAT:
         data = front_strategy(data, point, path)
     try:
@@ -93,12 +88,14 @@ def strategy_from_json(data, graph: OpGraph, cluster) -> Strategy:
         raise StrategyError("field 'splits' must be an object mapping op names to splits")
     for name, spec in (data.get("splits") or {}).items():
         g = _group_of(graph, name, "splits")
-        if not isinstance(spec, dict) or "dim" not in spec or not isinstance(spec.get("devices"), list):
-            raise StrategyError(f"splits.{name}: needs 'dim' and a list of 'devices'")
+        if not isinstance(spec, dict) or not isinstance(spec.get("dim"), str) \
+                or not isinstance(spec.get("devices"), list):
+            raise StrategyError(f"splits.{name}: needs 'dim' and a list of 'devices' (dim a "
+                                "dimension name)")
         if len(spec["devices"]) < 2:
             raise StrategyError(f"splits.{name}: a split needs at least 2 devices, "
-                                f"got {spec['devices']!r}")
-        split = Split(str(spec["dim"]), tuple(_device(devices, d, name) for d in spec["devices"]))
+                                f"got {shown(spec['devices'])}")
+        split = Split(spec["dim"], tuple(_device(devices, d, name) for d in spec["devices"]))
         if split.devices and placement[_group_head(graph, g)] != split.devices[0]:
             raise StrategyError(f"splits.{name}: the first part's device must be the op's "
                                 f"placement ({int(placement[_group_head(graph, g)])}), got {split.devices[0]}")
@@ -117,8 +114,9 @@ def _priority(spec, graph: OpGraph) -> np.ndarray:
     seen = np.zeros(len(graph.ops), bool)
     for name, p in spec.items():
         i = _op_index(graph, name, "priority")
-        if isinstance(p, bool) or not isinstance(p, (int, float)):
-            raise StrategyError(f"priority.{name}: must be a number, got {p!r}")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not -MAX_PRIORITY <= p <= MAX_PRIORITY:
+            raise StrategyError(f"priority.{name}: must be a number, finite and at most "
+                                f"{MAX_PRIORITY:g} in size, got {shown(p)}")
         prio[i], seen[i] = p, True
     if not seen.all():
         raise StrategyError(f"priority: op {graph.ops[int(np.argmin(seen))].name!r} has no priority "
@@ -148,16 +146,20 @@ def _device_lookup(cluster) -> dict:
 def _device(lookup: dict, d, op: str) -> int:
     if isinstance(d, str):
         if d not in lookup:
-            raise StrategyError(f"op {op!r}: unknown device {d!r} (devices: {', '.join(lookup)})")
+            raise StrategyError(f"op {op!r}: unknown device {shown(d)} (devices: "
+                                f"{', '.join(lookup)})")
         return lookup[d]
     if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < len(lookup):
-        raise StrategyError(f"op {op!r}: device {d!r} out of range 0..{len(lookup) - 1}")
+        raise StrategyError(f"op {op!r}: device {shown(d)} out of range 0..{len(lookup) - 1}")
     return d
 
 
 def front_strategy(data: dict, point: int | None, path) -> dict:
     """The strategy dict of point ``point`` of a front file's dict (see `moplace.io.fronts`)."""
     points = data.get("points") or []
+    if not isinstance(points, list):
+        raise FormatError(path, f"must be a list of points, got {type(points).__name__}",
+                          field="points")
     if not points:
         raise FormatError(path, "the front holds no feasible point (see its 'infeasible' list)")
     if point is None and len(points) > 1:
@@ -166,4 +168,7 @@ def front_strategy(data: dict, point: int | None, path) -> dict:
     k = 0 if point is None else point
     if not 0 <= k < len(points):
         raise FormatError(path, f"--point {k} is out of range 0..{len(points) - 1}")
+    if not isinstance(points[k], dict) or not isinstance(points[k].get("strategy"), dict):
+        raise FormatError(path, "must be an object with a 'strategy' object",
+                          field=f"points[{k}]")
     return points[k]["strategy"]

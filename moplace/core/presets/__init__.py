@@ -13,7 +13,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from ...errors import ClusterError, FormatError
+from ...errors import ClusterError, FormatError, shown
 from ..cluster import KIND_SPEED, Cluster, Device, kind_speed
 
 if sys.version_info >= (3, 11):
@@ -24,6 +24,13 @@ else:  # pragma: no cover
 __all__ = ["KIND_SPEED", "kind_speed", "list_presets", "load_cluster", "parse_cluster"]
 
 SHARING = ("dedicated", "port", "bus")
+#: Limits no real cluster comes near; beyond them a file is damaged (and a count of 10**9
+#: would take the memory of the machine reading it). The simulator's tables grow with the
+#: square of the device count.
+MAX_DEVICES = 1024
+_RANGE = {"size": (1.0, 2.0**50, "1 B to 1 PiB"), "rate": (1.0, 1e15, "1 B/s to 1 PB/s"),
+          "time": (0.0, 1e4, "0 to 10000 s")}
+MAX_SPEED = 1e6
 _PREFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9}
@@ -46,7 +53,14 @@ def load_cluster(preset_or_path) -> Cluster:
     if path.suffix == ".toml" or path.exists() or ("/" in text and text not in names):
         if not path.is_file():
             raise ClusterError(f"no cluster file {text}; presets are: {', '.join(names)}")
-        return parse_cluster(path.read_text(encoding="utf-8"), path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError(path, f"not UTF-8 text (TOML files are UTF-8): byte {exc.start} "
+                              "cannot be read") from None
+        except OSError as exc:
+            raise FormatError(path, f"cannot read the file: {exc.strerror or exc}") from None
+        return parse_cluster(text, path)
     match = [n for n in names if n == text] or [n for n in names if n.lower() == text.lower()]
     if not match:
         raise ClusterError(f"unknown cluster preset {text!r}; presets are: {', '.join(names)} "
@@ -96,6 +110,8 @@ class _Builder:
         n = len(self.devices)
         grid = lambda figures, diag: [[figures.get((i, j), diag) for j in range(n)] for i in range(n)]
         name = self.doc.get("name", Path(str(self.path)).stem)
+        if not isinstance(name, str) or not name:
+            self.fail("name", f"need a non-empty string, got {shown(name)}")
         try:
             return Cluster(name, self.devices, grid(self.bw, math.inf), grid(self.lat, 0.0),
                            resource_names=[r for r, _ in self.resources], routes=self.routes,
@@ -126,6 +142,9 @@ class _Builder:
         spec = self.table(spec, field)
         self.keys(spec, field, {"name", "count", "repeat", "kind", "memory", "speed", "interconnect"})
         count, repeat = self.integer(spec, "count", field), self.integer(spec, "repeat", field, 1)
+        if len(self.devices) + count * repeat > MAX_DEVICES:
+            self.fail(f"{field}.count", f"{count} x {repeat} devices take the cluster past the "
+                      f"{MAX_DEVICES} devices it may have")
         kind = spec.get("kind")
         if not isinstance(kind, str) or not kind:
             self.fail(f"{field}.kind", "need a device kind string, e.g. \"V100\"")
@@ -133,8 +152,10 @@ class _Builder:
         speed = spec.get("speed", kind_speed(kind))
         if speed is None:
             self.fail(f"{field}.speed", f"kind {kind!r} has no known speed; give speed = ...")
-        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0:
-            self.fail(f"{field}.speed", f"need a number > 0, got {speed!r}")
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) \
+                or not 0 < speed <= MAX_SPEED:
+            self.fail(f"{field}.speed", f"need a number > 0 and at most {MAX_SPEED:g}, got "
+                      f"{shown(speed)}")
         links = None
         if count > 1:
             links = self.link(spec.get("interconnect"), f"{field}.interconnect", sharing=True)
@@ -150,8 +171,9 @@ class _Builder:
 
     def integer(self, spec: dict, key: str, field: str, default=None) -> int:
         value = spec.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            self.fail(f"{field}.{key}", f"need an integer >= 1, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEVICES:
+            self.fail(f"{field}.{key}", f"need an integer from 1 to {MAX_DEVICES}, got "
+                      f"{shown(value)}")
         return value
 
     def link(self, spec, field: str, sharing=False) -> dict:
@@ -160,10 +182,12 @@ class _Builder:
         self.keys(spec, field, {"bandwidth", "latency", "label"} | ({"sharing"} if sharing else set()))
         out = {"bw": quantity(spec.get("bandwidth"), "rate", self.path, f"{field}.bandwidth"),
                "lat": quantity(spec.get("latency"), "time", self.path, f"{field}.latency"),
-               "label": str(spec.get("label", ""))}
+               "label": spec.get("label", "")}
+        if not isinstance(out["label"], str):
+            self.fail(f"{field}.label", f"need a string, got {shown(out['label'])}")
         if sharing:
             out["sharing"] = spec.get("sharing", "dedicated")
-            if out["sharing"] not in SHARING:
+            if not isinstance(out["sharing"], str) or out["sharing"] not in SHARING:
                 self.fail(f"{field}.sharing", f"need one of {', '.join(SHARING)}")
         return out
 
@@ -211,8 +235,8 @@ class _Builder:
         index = {d.name: k for k, d in enumerate(self.devices)}
         ends = []
         for key in ("from", "to"):
-            if spec.get(key) not in index:
-                self.fail(f"{field}.{key}", f"unknown device {spec.get(key)!r}; devices are "
+            if not isinstance(spec.get(key), str) or spec.get(key) not in index:
+                self.fail(f"{field}.{key}", f"unknown device {shown(spec.get(key))}; devices are "
                           f"{self.devices[0].name}..{self.devices[-1].name}")
             ends.append(index[spec[key]])
         if ends[0] == ends[1]:
@@ -231,18 +255,22 @@ def quantity(value, unit: str, path, field: str) -> float:
     if value is None:
         raise FormatError(path, "missing value", field=field)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float
+            number = math.inf
     elif isinstance(value, str):
         number = _parse_unit(value, unit)
         if number is None:
             example = {"size": '"16GiB"', "rate": '"100Gb/s" or "12.5GB/s"', "time": '"5us"'}
-            raise FormatError(path, f"cannot read {value!r} as a {unit}, e.g. {example[unit]}",
-                              field=field)
+            raise FormatError(path, f"cannot read {shown(value)} as a {unit}, e.g. "
+                              f"{example[unit]}", field=field)
     else:
-        raise FormatError(path, f"expected a number or a string, got {value!r}", field=field)
-    if not math.isfinite(number) or number < 0 or (number == 0 and unit != "time"):
+        raise FormatError(path, f"expected a number or a string, got {shown(value)}", field=field)
+    low, high, words = _RANGE[unit]
+    if not low <= number <= high:  # also refuses nan
         raise FormatError(path, f"need a finite {unit} {'>= 0' if unit == 'time' else '> 0'}, "
-                          f"got {value!r}", field=field)
+                          f"from {words}, got {shown(value)}", field=field)
     return number
 
 
