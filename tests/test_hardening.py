@@ -2,6 +2,7 @@
 baseline, and every --json output and JSON file is strict JSON."""
 
 import json
+import re
 
 import pytest
 
@@ -29,13 +30,18 @@ SEARCH = ["search", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--budget
     (["--searcher", "mcmc", "--set", "move_weights=[1,2]"], "must be tuple[float, float, float]"),
     (["--searcher", "optuna-tpe", "--set", "storage=foo://bar"], "storage 'foo://bar' cannot be opened"),
     (["--searcher", "optuna-tpe", "--set", "storage=nowhere"], "neither a database URL"),
-    (["--searcher", "random", "--seed", "-1"], "the seed must be a non-negative integer"),
+    (["--searcher", "random", "--seed", "-1"], "argument --seed: must be from 0 to"),
+    (["--searcher", "random", "--budget", "1" + "0" * 5000], "argument --budget: must be a whole"),
     (["--searcher", "random", "--checkpoint", "/proc/nope/x.ckpt"], "cannot write checkpoint"),
 ])
 def test_a_bad_argument_is_one_clear_line(tmp_path, capsys, extra, message):
-    assert main(SEARCH + ["--out", str(tmp_path / "out")] + extra) == 2
+    try:
+        code = main(SEARCH + ["--out", str(tmp_path / "out")] + extra)
+    except SystemExit as exc:  # argparse refused it
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("moplace: error: ") and message in err and "\n" not in err, err
+    assert re.match(r"moplace( search)?: error: ", err) and message in err and "\n" not in err, err
 
 
 @pytest.mark.parametrize("value, expected", [("50", 50), ("5e1", 50), ("50.0", 50)])

@@ -104,7 +104,7 @@ def test_cli_front_without_point_lists_the_choice(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--searcher", "nope"], "unknown searcher 'nope'"),
-    (["--searcher", "random", "--budget", "0"], "evaluation budget must be a positive integer"),
+    (["--searcher", "random", "--budget", "0"], "argument --budget: must be from 1 to"),
     (["--searcher", "random", "--time", "soon"], "--time must look like"),
 ])
 def test_cli_bad_input(capsys, args, message):

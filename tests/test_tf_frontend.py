@@ -221,7 +221,7 @@ class TestCommandLine:
 
     @pytest.mark.parametrize("args, message", [
         (("profile", "no_such_model.py", "--batch", "2", "-o", "x.json"), "no_such_model.py"),
-        (("profile", "mlp", "--batch", "0", "-o", "x.json"), "--batch must be at least 1"),
+        (("profile", "mlp", "--batch", "0", "-o", "x.json"), "argument --batch: must be from 1 to"),
         (("profile", "mlp", "--batch", "2", "-o", "no_such_dir/x.json"), "does not exist"),
         (("apply", "pipedream:vgg16", "--baseline", "single", "--steps", "1"),
          "does not say which model"),

@@ -29,6 +29,7 @@ import warnings
 from .. import __version__
 from ..errors import MoplaceError
 from . import catalog, evaluate, review, search, tf
+from .args import Parser
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
@@ -41,7 +42,10 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 def main(argv=None) -> int:
     warnings.formatwarning = _one_line_warning
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a bad argument (one line printed), --help or --version
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
@@ -61,7 +65,7 @@ def main(argv=None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="moplace", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="moplace", description=__doc__.split("\n\n")[0])
     p.add_argument("--version", action="version", version=f"moplace {__version__}")
     sub = p.add_subparsers(dest="command")
     for group in (evaluate, search, review, catalog, tf):  # each module registers its command group

@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-import json
-
 from .. import strictjson
+from ..errors import MoplaceError
+from .args import integer
 
 
 def add_commands(sub) -> None:
@@ -18,7 +18,7 @@ def add_commands(sub) -> None:
     how = ev.add_mutually_exclusive_group(required=True)
     how.add_argument("--strategy", help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin, layer-split, or all")
-    ev.add_argument("--point", type=int, help="which point of a front.json given as --strategy")
+    ev.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object")
     ev.set_defaults(run=_evaluate)
 
@@ -28,11 +28,13 @@ def strategy_label(path, point) -> str:
     chosen (a one-point front's only point is named too)."""
     if point is not None:
         return f"{path} point {point}"
+    from ..io.native import read_json
+
     try:
-        data = json.loads(open(path, encoding="utf-8").read())
-    except (OSError, ValueError):
+        data = read_json(path)
+    except MoplaceError:
         return str(path)  # load_strategy says what is wrong with it
-    if isinstance(data, dict) and data.get("points") and len(data["points"]) == 1:
+    if isinstance(data, dict) and isinstance(data.get("points"), list) and len(data["points"]) == 1:
         return f"{path} point 0"
     return str(path)
 
@@ -49,8 +51,8 @@ def _evaluate(args) -> int:
     graph, cluster = load_graph(args.graph), load_cluster(args.cluster)
     costs = CostModel(graph, cluster)
     if args.strategy:
-        runs = {strategy_label(args.strategy, args.point):
-                load_strategy(args.strategy, graph, cluster, point=args.point)}
+        strategy = load_strategy(args.strategy, graph, cluster, point=args.point)
+        runs = {strategy_label(args.strategy, args.point): strategy}
     elif args.baseline == "all":
         runs = {name: baseline(name, graph, cluster.n_devices) for name in BASELINES}
     else:

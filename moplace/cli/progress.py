@@ -43,8 +43,14 @@ class Display:
     def __enter__(self):
         if self.mode == "live":
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),

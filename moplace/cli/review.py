@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError
+from .args import integer
 
 
 def add_commands(sub) -> None:
@@ -25,25 +26,25 @@ def add_commands(sub) -> None:
     r = sub.add_parser("runs", help="list the searches logged to MLflow, with their key figures")
     r.add_argument("--graph", help="only this graph's searches (its name, e.g. resnet50)")
     r.add_argument("--experiment", help="only this MLflow experiment's")
-    r.add_argument("--limit", type=int, default=50, help="newest N (default 50)")
+    r.add_argument("--limit", type=integer(1, 50_000), default=50, help="newest N (default 50)")
     r.add_argument("--json", action="store_true", help="print exactly one JSON object")
     r.set_defaults(run=_runs)
     s = sub.add_parser("show", help="one search's front and where its figures are")
     s.add_argument("run_id", help="MLflow run id (or its first 6+ characters)")
-    s.add_argument("--point", type=int, help="details of front point K")
+    s.add_argument("--point", type=integer(0, 10**6), help="details of front point K")
     s.add_argument("--json", action="store_true", help="print exactly one JSON object")
     s.set_defaults(run=_show)
     p = sub.add_parser("plot", help="draw a search's figures (from an MLflow run or a front.json)")
     p.add_argument("source", help="MLflow run id, or a front.json written by `moplace search`")
     p.add_argument("--out", help="folder for the figures (default: figures-<run or file name>)")
-    p.add_argument("--point", type=int, help="front point of the Gantt and memory figures "
+    p.add_argument("--point", type=integer(0, 10**6), help="front point of the Gantt and memory figures "
                    "(default: the knee)")
     p.add_argument("--graph", help="graph, when the front.json does not say where it came from")
     p.add_argument("--cluster", help="cluster, when the front.json does not say")
     p.add_argument("--force", action="store_true", help="replace existing figure files")
     p.set_defaults(run=_plot)
     u = sub.add_parser("ui", help="start MLflow's UI on the store and print its address")
-    u.add_argument("--port", type=int, default=5000)
+    u.add_argument("--port", type=integer(1, 65535), default=5000)
     u.add_argument("--host", default="127.0.0.1")
     u.set_defaults(run=_ui)
     for cmd in (r, s, p, u):

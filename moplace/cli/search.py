@@ -24,6 +24,7 @@ import sys
 from .. import strictjson
 from ..errors import MoplaceError
 from ..optimize.driver import Budget
+from .args import integer
 
 
 def add_commands(sub) -> None:
@@ -53,9 +54,9 @@ def _problem_and_budget(p, per: str) -> None:
     p.add_argument("graph", help="graph file or bundled name (see `moplace graphs`)")
     p.add_argument("--cluster", required=True, help="preset name or TOML file")
     how = p.add_mutually_exclusive_group()
-    how.add_argument("--budget", type=int, help=f"evaluations{per} (default 2000)")
+    how.add_argument("--budget", type=integer(1, 10**12), help=f"evaluations{per} (default 2000)")
     how.add_argument("--time", help=f"wall time{per}, e.g. 60s, 5m")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")

@@ -211,6 +211,8 @@ def load_native(path) -> OpGraph:
     edges = _read_edges(r, data.get("edges", []), set(seen))
     name = r.string(data.get("name", Path(path).stem), "name")
     metadata = r.obj(data.get("metadata", {}), "metadata")
+    if "profiled_on" in metadata:  # the device kind the costs were measured on
+        r.string(metadata["profiled_on"], "metadata.profiled_on")
     try:
         return OpGraph(ops, edges, name=name, metadata=metadata)
     except GraphError as exc:  # duplicate edges, a cycle, too many: name the file as well
