@@ -1,13 +1,14 @@
-"""SIGKILL a checkpointed search at random moments, resume it, and count what was lost.
+"""SIGKILL (or Ctrl-C) a checkpointed search at random moments, resume it, count what was lost.
 
-    python3 experiments/kill_resume.py [--kills 20] [--searchers mcmc nsga2 random]
-        [--graph pipedream:resnet50] [--cluster 4xV100-NVLink] [--budget 6000] [--seed 0]
-        [--json FILE]
+    python3 experiments/kill_resume.py [--kills 20] [--signal KILL|INT]
+        [--searchers mcmc nsga2 random] [--graph pipedream:resnet50] [--cluster 4xV100-NVLink]
+        [--budget 6000] [--seed 0] [--json FILE]
 
 Each kill starts a worker process that runs the search with ``--checkpoint``'s defaults (a
-write every 500 evaluations or 30 s) and counts its evaluations in a shared file, kills it
-with SIGKILL after a random delay, and then resumes the search from the checkpoint in this
-process. Per kill it prints the evaluations done when killed, those the checkpoint held, the
+write every 500 evaluations or 30 s) and counts its evaluations in a shared file, sends it
+the signal after a random delay (SIGKILL: nothing runs after it; SIGINT: Ctrl-C, the search
+stops at the next safe point and writes its state, and must print no traceback), and then
+resumes the search from the checkpoint in this process. Per kill it prints the evaluations done when killed, those the checkpoint held, the
 difference (lost, to be done again), whether the resumed search evaluated exactly the rest of
 the budget (nothing counted twice) and whether its front and hypervolume history equal the
 uninterrupted search's with the same seed. Also the cost of one checkpoint write (ms) and its
@@ -75,13 +76,14 @@ def kill_once(args, searcher: str, delay: float, folder: Path, whole) -> dict:
     proc = subprocess.Popen([sys.executable, __file__, "--worker", "--searchers", searcher,
                              "--graph", args.graph, "--cluster", args.cluster,
                              "--budget", str(args.budget), "--seed", str(args.seed),
-                             "--checkpoint", str(ck), "--counter", str(counter)])
+                             "--checkpoint", str(ck), "--counter", str(counter)],
+                            stderr=subprocess.PIPE, text=True)
     started = time.perf_counter()
     while not counter.exists() and proc.poll() is None:  # setup done, the search is running
         time.sleep(0.01)
     time.sleep(delay)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(getattr(signal, f"SIG{args.signal}"))
+    _, err = proc.communicate(timeout=120)
     done = struct.unpack("<q", counter.read_bytes()[:8])[0] if counter.exists() else 0
     saved = read_meta(ck)["n_evaluations"] if ck.exists() else 0
     problem = problem_of(args.graph, args.cluster)
@@ -89,7 +91,8 @@ def kill_once(args, searcher: str, delay: float, folder: Path, whole) -> dict:
     calls = counted(problem, None)
     resumed = search(problem, make_searcher(searcher), budget=args.budget, seed=args.seed,
                      checkpoint=ck if ck.exists() else None)
-    return {"searcher": searcher, "killed_after_s": round(time.perf_counter() - started, 2),
+    return {"searcher": searcher, "signal": args.signal, "traceback": "Traceback" in err,
+            "killed_after_s": round(time.perf_counter() - started, 2),
             "done_when_killed": done, "checkpoint_held": saved, "lost": done - saved,
             "resumed_evaluated": calls[0], "total": resumed.n_evaluations,
             "counted_once": calls[0] == args.budget - saved and resumed.n_evaluations == args.budget,
@@ -129,6 +132,7 @@ def write_cost(args, searcher: str, folder: Path) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--signal", choices=["KILL", "INT"], default="KILL")
     ap.add_argument("--searchers", nargs="+", default=["mcmc", "nsga2", "random"])
     ap.add_argument("--graph", default="pipedream:resnet50")
     ap.add_argument("--cluster", default="4xV100-NVLink")
@@ -169,14 +173,17 @@ def main(argv=None) -> int:
                            // len(args.searchers)):
                 row = kill_once(args, name, rng.uniform(0.05, longest), folder, whole)
                 rows.append(row)
-                print(f"  kill {k + 1}: {row['searcher']} after {row['killed_after_s']} s: done "
+                print(f"  SIG{args.signal} {k + 1}: {row['searcher']} after {row['killed_after_s']} s"
+                      f"{' (TRACEBACK)' if row['traceback'] else ''}: done "
                       f"{row['done_when_killed']}, checkpoint {row['checkpoint_held']}, lost "
                       f"{row['lost']}; resumed to {row['total']} evaluating "
                       f"{row['resumed_evaluated']} (counted once: {row['counted_once']}), "
                       f"identical to uninterrupted: {row['identical']}", file=out, flush=True)
     lost = [r["lost"] for r in rows]
-    bad = [r for r in rows if not (r["counted_once"] and r["identical"] and r["lost"] <= 500)]
-    print(f"{len(rows)} kills: lost evaluations max {max(lost, default=0)}, mean "
+    most = 500 if args.signal == "KILL" else 0  # Ctrl-C writes everything done
+    bad = [r for r in rows if not (r["counted_once"] and r["identical"] and r["lost"] <= most
+                                   and not r["traceback"])]
+    print(f"{len(rows)} SIG{args.signal}s: lost evaluations max {max(lost, default=0)}, mean "
           f"{sum(lost) / max(len(lost), 1):.0f}; {len(bad)} failed checks", file=out)
     report = {"rows": rows, "write_cost": costs, "failed": len(bad)}
     if args.json == "-":
