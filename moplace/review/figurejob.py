@@ -13,6 +13,7 @@ instead (used when the cost model was given rather than derived, since it cannot
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import subprocess
@@ -78,6 +79,10 @@ def _draw_and_log(data: dict, problem, tracking_uri: str, run_id: str) -> bool:
 
 
 def main(folder: str) -> int:
+    try:  # drawn in the background: the user's search or next command goes first
+        os.nice(10)
+    except (AttributeError, OSError):
+        pass
     from ..io.native import load_native
     from ..optimize.problem import Problem
 
