@@ -20,6 +20,8 @@ class FormatError(MoplaceError):
 
     def __init__(self, path, message: str, *, line: int | None = None, field: str | None = None):
         where = str(path)
+        if len(where) > 200:  # a damaged or mistyped name: keep the message one readable line
+            where = where[:120] + "..." + where[-60:]
         if line is not None:
             where += f", line {line}"
         if field is not None:

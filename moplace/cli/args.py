@@ -1,9 +1,11 @@
 """Command-line arguments checked as they are read: whole numbers within the range the option
-accepts, and parse errors as one line (argparse's default adds the whole usage text)."""
+accepts, file names the system can take, and parse errors as one line (argparse's default
+adds the whole usage text)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..errors import shown
@@ -32,3 +34,20 @@ def integer(low: int, high: int):
 
     parse.__name__ = "integer"  # argparse names the type in some messages
     return parse
+
+
+#: what file systems take: one name of at most 255 bytes, a path of at most 4096
+NAME_MAX, PATH_MAX = 255, 4096
+
+
+def file_arg(text: str) -> str:
+    """An argparse ``type`` for a file, folder, bundled name or URI: no NUL byte, no name part
+    over 255 bytes, no path over 4096 bytes (the system would refuse them later, after work)."""
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"contains a NUL byte: {shown(text)}")
+    raw = os.fsencode(text)
+    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise argparse.ArgumentTypeError(
+            f"is too long for a file name ({NAME_MAX} bytes a name, {PATH_MAX} a path): "
+            f"{shown(text)}")
+    return text

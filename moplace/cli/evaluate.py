@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from .. import strictjson
 from ..errors import MoplaceError
-from .args import integer
+from .args import file_arg, integer
 
 
 def add_commands(sub) -> None:
     """Register ``evaluate`` on the CLI's subparsers."""
     ev = sub.add_parser("evaluate", help="simulate one strategy or baseline and print its objectives")
-    ev.add_argument("graph", help="graph file (.txt PipeDream, .json) or bundled name, e.g. pipedream:resnet50")
-    ev.add_argument("--cluster", required=True, help="preset name (see `moplace clusters`) or TOML file")
+    ev.add_argument("graph", type=file_arg, help="graph file (.txt PipeDream, .json) or bundled name, e.g. pipedream:resnet50")
+    ev.add_argument("--cluster", type=file_arg, required=True, help="preset name (see `moplace clusters`) or TOML file")
     how = ev.add_mutually_exclusive_group(required=True)
-    how.add_argument("--strategy", help="strategy JSON file")
+    how.add_argument("--strategy", type=file_arg, help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin, layer-split, or all")
     ev.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object")

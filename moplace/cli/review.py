@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError
-from .args import integer
+from .args import file_arg, integer
 
 
 def add_commands(sub) -> None:
@@ -35,12 +35,12 @@ def add_commands(sub) -> None:
     s.add_argument("--json", action="store_true", help="print exactly one JSON object")
     s.set_defaults(run=_show)
     p = sub.add_parser("plot", help="draw a search's figures (from an MLflow run or a front.json)")
-    p.add_argument("source", help="MLflow run id, or a front.json written by `moplace search`")
-    p.add_argument("--out", help="folder for the figures (default: figures-<run or file name>)")
+    p.add_argument("source", type=file_arg, help="MLflow run id, or a front.json written by `moplace search`")
+    p.add_argument("--out", type=file_arg, help="folder for the figures (default: figures-<run or file name>)")
     p.add_argument("--point", type=integer(0, 10**6), help="front point of the Gantt and memory figures "
                    "(default: the knee)")
     p.add_argument("--graph", help="graph, when the front.json does not say where it came from")
-    p.add_argument("--cluster", help="cluster, when the front.json does not say")
+    p.add_argument("--cluster", type=file_arg, help="cluster, when the front.json does not say")
     p.add_argument("--force", action="store_true", help="replace existing figure files")
     p.set_defaults(run=_plot)
     u = sub.add_parser("ui", help="start MLflow's UI on the store and print its address")
@@ -48,7 +48,7 @@ def add_commands(sub) -> None:
     u.add_argument("--host", default="127.0.0.1")
     u.set_defaults(run=_ui)
     for cmd in (r, s, p, u):
-        cmd.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
+        cmd.add_argument("--tracking-uri", type=file_arg, help="MLflow tracking URI (default: "
                          "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
 
 

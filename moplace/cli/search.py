@@ -24,7 +24,7 @@ import sys
 from .. import strictjson
 from ..errors import MoplaceError
 from ..optimize.driver import Budget
-from .args import integer
+from .args import file_arg, integer
 
 
 def add_commands(sub) -> None:
@@ -35,9 +35,9 @@ def add_commands(sub) -> None:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a searcher setting, e.g. --set pop_size=50 (repeatable; VALUE is JSON "
                         "or a plain word; `moplace searchers` lists the settings)")
-    s.add_argument("--out", default=".", help="directory for front.json (default: here)")
+    s.add_argument("--out", type=file_arg, default=".", help="directory for front.json (default: here)")
     s.add_argument("--force", action="store_true", help="replace an existing front.json")
-    s.add_argument("--checkpoint", metavar="FILE",
+    s.add_argument("--checkpoint", type=file_arg, metavar="FILE",
                    help="continue from FILE if it exists; write the search's state to it every "
                         "500 evaluations or 30 s and at the end (Ctrl-C included)")
     s.set_defaults(run=_search)
@@ -51,8 +51,8 @@ def add_commands(sub) -> None:
 
 def _problem_and_budget(p, per: str) -> None:
     """The options `search` and `compare` share: problem, budget, seed, output, MLflow."""
-    p.add_argument("graph", help="graph file or bundled name (see `moplace graphs`)")
-    p.add_argument("--cluster", required=True, help="preset name or TOML file")
+    p.add_argument("graph", type=file_arg, help="graph file or bundled name (see `moplace graphs`)")
+    p.add_argument("--cluster", type=file_arg, required=True, help="preset name or TOML file")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--budget", type=integer(1, 10**12), help=f"evaluations{per} (default 2000)")
     how.add_argument("--time", help=f"wall time{per}, e.g. 60s, 5m")
@@ -60,7 +60,7 @@ def _problem_and_budget(p, per: str) -> None:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
+    p.add_argument("--tracking-uri", type=file_arg, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
                    "else sqlite:///mlflow.db here)")
     p.add_argument("--experiment", help="MLflow experiment (default: moplace; filter a graph's "
                    "runs by its tag in the UI)")
@@ -276,7 +276,7 @@ def _compare_table(problem, budget, seed, rows) -> None:
 
 
 def _budget(args) -> Budget:
-    if args.time:
+    if args.time is not None:  # --time '' is an error, not the default budget
         return Budget(evaluations=None, seconds=parse_seconds(args.time))
     return Budget(evaluations=2000 if args.budget is None else args.budget)
 

@@ -13,32 +13,32 @@ from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError
-from .args import integer
+from .args import file_arg, integer
 
 
 def add_commands(sub) -> None:
     """Register the front-end subcommands on the CLI's subparsers."""
     p = sub.add_parser("profile", help="trace a Keras model's training step and measure every op")
-    p.add_argument("model", help="zoo name (see `moplace zoo`) or a .py file defining build(batch_size)")
+    p.add_argument("model", type=file_arg, help="zoo name (see `moplace zoo`) or a .py file defining build(batch_size)")
     p.add_argument("--batch", type=integer(1, 2**20), required=True, help="batch size")
-    p.add_argument("--device-count", type=integer(1, 1024), default=1,
+    p.add_argument("--device-count", type=integer(1, 256), default=1,
                    help="devices to set up (logical CPUs without GPUs); with 2+ the links are measured")
     p.add_argument("--steps", type=integer(1, 10**6), default=5, help="traced steps (after 2 warm-up steps)")
     p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. V100,H100")
     p.add_argument("--parts", default="", help="also profile at batch/n for these n, e.g. 2,4, "
                    "so split parts get measured costs")
-    p.add_argument("-o", "--output", required=True, help="graph JSON to write")
+    p.add_argument("-o", "--output", type=file_arg, required=True, help="graph JSON to write")
     p.add_argument("--force", action="store_true", help="replace existing output files")
     p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.set_defaults(run=_profile)
     a = sub.add_parser("apply", help="run a strategy for real on the profiled model and time it")
-    a.add_argument("graph", help="graph JSON written by `moplace profile`")
+    a.add_argument("graph", type=file_arg, help="graph JSON written by `moplace profile`")
     how = a.add_mutually_exclusive_group(required=True)
-    how.add_argument("--strategy", help="strategy JSON file")
+    how.add_argument("--strategy", type=file_arg, help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin or layer-split")
     a.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
-    a.add_argument("--device-count", type=integer(1, 1024), help="devices (default: those it was profiled with)")
-    a.add_argument("--cluster", help="cluster for the simulated runtime (default: the measured one)")
+    a.add_argument("--device-count", type=integer(1, 256), help="devices (default: those it was profiled with)")
+    a.add_argument("--cluster", type=file_arg, help="cluster for the simulated runtime (default: the measured one)")
     a.add_argument("--steps", type=integer(1, 10**6), required=True, help="timed steps (after 2 warm-up steps)")
     a.add_argument("--json", action="store_true", help="print exactly one JSON object")
     a.add_argument("--quiet", action="store_true", help="no progress display on stderr")

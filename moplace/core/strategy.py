@@ -162,6 +162,8 @@ def _check_splits(graph: OpGraph, strategy: Strategy, n_devices: int) -> None:
         (~allowed, lambda i, k: f"op {_name(graph, i)} cannot be split on "
          f"{strategy.splits[i].dim!r} (splittable: {list(graph.ops[i].splittable) or 'none'})"),
         (t.parts < 2, lambda i, k: f"op {_name(graph, i)}: a split needs at least 2 parts"),
+        (t.parts > n_devices, lambda i, k: f"op {_name(graph, i)}: a split has at most one part "
+         f"per device ({n_devices}), got {int(t.parts[k])} parts"),
         (np.isin(np.arange(t.ops.size), np.searchsorted(first, off_range, side="right") - 1),
          lambda i, k: f"op {_name(graph, i)}: split part on device "
          f"{next(d for d in strategy.splits[i].devices if not 0 <= d < n_devices)}, "

@@ -52,7 +52,11 @@ def _json_format(path: Path) -> str:
 def detect_format(path) -> str:
     """``"pipedream"``, ``"native"`` or ``"dnn-partitioning"``, judged from the file's content."""
     path = Path(path)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise FormatError(path, f"cannot be a file name: {exc}") from None
+    if not is_file:
         raise FormatError(path, "no such file (or it is a directory); " + known_names_text())
     first = _first_line(path)
     if first.lstrip().startswith(("{", "[")) or path.suffix == ".json":

@@ -26,7 +26,7 @@ def read_json(path):
     """Parse a JSON file; `FormatError` with the line of a syntax error, or if it is unreadable."""
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL in the name
         raise FormatError(path, f"cannot read the file: {exc}") from None
     try:
         return json.loads(text)  # NaN/Infinity parse; the field checks refuse them by name

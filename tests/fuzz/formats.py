@@ -1,0 +1,389 @@
+"""The fuzzed formats: valid seed files made from the project itself, and per input a mutated
+file plus the command that reads it (or, for ``arguments``, a mutated command line).
+
+`make_format(name, workdir).case(rng, i)` -> `Case`; ``"{input}"`` in its argv stands for the
+path its ``data`` is written to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import warnings
+from pathlib import Path
+
+from . import mutate
+
+CLUSTER = "4xV100-NVLink"
+GRAPH = "pipedream:alexnet"
+FORMATS = ("pipedream", "dnn-partitioning", "native", "cluster", "strategy", "front", "arguments")
+EVALUATE_ALL = ["--baseline", "all", "--json"]
+
+
+@dataclasses.dataclass
+class Case:
+    argv: list
+    data: bytes | None = None
+    ext: str = "txt"
+    mutations: tuple = ()
+    seed_name: str = ""
+
+
+def _cli(argv) -> str:
+    """Run the CLI for a seed; its stdout (it must succeed)."""
+    from moplace.cli import main
+
+    out = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        code = main([str(a) for a in argv])
+    assert code == 0, f"seed command failed: {argv}"
+    return out.getvalue()
+
+
+def _search(workdir: Path, searcher: str, name: str) -> Path:
+    out = workdir / "seeds" / name
+    _cli(["search", GRAPH, "--cluster", CLUSTER, "--searcher", searcher, "--budget", "20",
+          "--no-mlflow", "--out", out, "--force", "--quiet"])
+    return out / "front.json"
+
+
+class FileFormat:
+    """A file format: seeds, how to mutate them, the command reading the result."""
+
+    ext, json_share, table = "txt", 0.0, None
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        (workdir / "seeds").mkdir(parents=True, exist_ok=True)
+        self.seeds = self.make_seeds()
+
+    def make_seeds(self) -> list[tuple[str, bytes]]:
+        raise NotImplementedError
+
+    def command(self, rng) -> list:
+        return ["evaluate", "{input}", "--cluster", CLUSTER, *EVALUATE_ALL]
+
+    def case(self, rng, i) -> Case:
+        name, seed = self.seeds[i % len(self.seeds)]
+        if rng.random() < self.json_share:
+            data, names = mutate.mutate_json(seed, rng)
+            names = ["json:" + n for n in names]
+        else:
+            data, names = mutate.mutate_text(seed, rng, self.table)
+        return Case(self.command(rng), data, self.ext, tuple(names), name)
+
+
+class PipeDream(FileFormat):
+    def make_seeds(self):
+        from moplace.io import bundled_path
+
+        return [(m, bundled_path(f"pipedream:{m}").read_bytes()) for m in ("alexnet", "gnmt")]
+
+
+class DnnPartitioning(FileFormat):
+    ext, json_share = "json", 0.7
+
+    def make_seeds(self):
+        from moplace.io import bundled_path
+
+        return [(m, bundled_path(f"dnn:LayerGraphs/{m}").read_bytes())
+                for m in ("bert24_inference", "bert24_training")]
+
+
+class Native(FileFormat):
+    ext, json_share = "json", 0.7
+
+    def make_seeds(self):
+        from moplace.io import load_graph, save_graph
+
+        seeds = []
+        for spec in (GRAPH, "dnn:LayerGraphs/bert24_inference"):
+            path = self.workdir / "seeds" / (spec.replace(":", "_").replace("/", "_") + ".json")
+            save_graph(load_graph(spec), path)
+            seeds.append((f"native {spec}", path.read_bytes()))
+        return seeds
+
+
+HAND_TOML = """\
+name = "fuzz-2x2"
+description = "two servers of two GPUs, port sharing, one explicit link"
+
+[[servers]]
+name = "box"
+repeat = 2
+count = 2
+kind = "V100"
+memory = "16GiB"
+speed = 1.0
+
+[servers.interconnect]
+label = "NVLink"
+bandwidth = "48GB/s"
+latency = "2us"
+sharing = "port"
+
+[[servers]]
+count = 1
+kind = "A100"
+memory = 42949672960
+
+[network]
+label = "IB"
+bandwidth = "100Gb/s"
+latency = "10us"
+
+[[links]]
+from = "gpu0"
+to = "gpu3"
+bandwidth = 24e9
+latency = 2e-6
+bidirectional = false
+"""
+
+
+class ClusterToml(FileFormat):
+    ext, table = "toml", mutate.TOML_MUTATIONS
+
+    def make_seeds(self):
+        from importlib import resources
+
+        from moplace.core.presets import load_cluster, parse_cluster
+        from moplace.core.presets.export import cluster_to_toml
+
+        presets = resources.files("moplace.core.presets")
+        seeds = [("exported 4xV100-NVLink", cluster_to_toml(load_cluster(CLUSTER)).encode()),
+                 ("hand-written count/repeat", HAND_TOML.encode())]
+        for name in ("2x4xV100-IB100", "8xV100-16GB-NVLink"):
+            seeds.append((f"preset {name}", presets.joinpath(f"{name}.toml").read_bytes()))
+        parse_cluster(HAND_TOML)  # the hand-written seed must be valid
+        return seeds
+
+    def command(self, rng):
+        return ["evaluate", GRAPH, "--cluster", "{input}", *EVALUATE_ALL]
+
+
+class StrategyJson(FileFormat):
+    ext, json_share = "json", 0.8
+
+    def make_seeds(self):
+        from moplace.core.baselines import baseline
+        from moplace.core.presets import load_cluster
+        from moplace.io import load_graph
+        from moplace.io.strategies import save_strategy
+
+        graph, cluster = load_graph(GRAPH), load_cluster(CLUSTER)
+        seeds = []
+        for name, named in (("data-parallel", cluster), ("round-robin", None)):
+            path = self.workdir / "seeds" / f"{name}.strategy.json"
+            save_strategy(path, graph, baseline(name, graph, cluster.n_devices), named)
+            seeds.append((f"baseline {name}" + (" (device indices)" if named is None else ""),
+                          path.read_bytes()))
+        front = json.loads(_search(self.workdir, "random", "strategy-search").read_text())
+        point = max(front["points"], key=lambda p: len(p["strategy"]["splits"]))
+        seeds.append(("random-search point with splits",
+                      json.dumps(point["strategy"], indent=1).encode()))
+        return seeds
+
+    def command(self, rng):
+        return ["evaluate", GRAPH, "--cluster", CLUSTER, "--strategy", "{input}", "--json"]
+
+
+class FrontJson(StrategyJson):
+    def make_seeds(self):
+        return [("random search front", _search(self.workdir, "random", "front").read_bytes()),
+                ("heft front (1 point)", _search(self.workdir, "heft", "front1").read_bytes())]
+
+    def command(self, rng):
+        point = rng.choice([["--point", "0"]] * 6 + [["--point", "1"], ["--point", "3"], []])
+        return ["evaluate", GRAPH, "--cluster", CLUSTER, "--strategy", "{input}", *point,
+                "--json"]
+
+
+# -- command lines -------------------------------------------------------------------------------
+#: settings whose values the random cases replace with junk, per searcher
+SETTINGS = {
+    "random": ["batch_size", "splits"],
+    "nsga2": ["pop_size", "seed_heuristics", "crossover_prob", "rates", "coarsen", "mutants"],
+    "mcmc": ["chains", "steps_per_ask", "temperature", "restart_after", "neighbour_prob", "rho",
+             "penalty", "move_weights", "restarts", "reweight", "adjacent_prob", "extra_move",
+             "known_steps", "delta"],
+    "optuna-tpe": ["storage", "study_name", "batch_size", "priorities", "max_priority_ops",
+                   "population_size", "n_startup_trials", "seed_heuristics", "mutations",
+                   "known_trials", "polish", "ei_candidates"],
+}
+SET_JUNK = ["abc", "-3", "1e400", "-1e400", "0", "-1", "1" + "0" * 40, "null", "true", "[]", "{}",
+            "[1,2,3]", '""', '"x"', "NaN", "Infinity", "0.5", "1.5", "[0,0,0]", "[-1,1,1]",
+            '["nosuch"]', '{"moves": -1}', '{"nosuch": 1}', "1_000", "0x10", "\u00b2", ""]
+BIG = "1" + "0" * 40
+
+
+def _swap(argv, flag, value):
+    """``argv`` with the value after ``flag`` replaced (appended with it when absent)."""
+    argv = list(argv)
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    return argv
+
+
+def _drop(argv, *tokens):
+    return [a for a in argv if a not in tokens]
+
+
+def _to_time(argv, value):
+    k = argv.index("--budget")
+    return argv[:k] + ["--time", value] + argv[k + 2:]
+
+
+class Arguments:
+    """Command lines: named cases first (every id below their count), then random mutations
+    of valid commands. Searches log nowhere (--no-mlflow) unless the case is about tracking."""
+
+    def __init__(self, workdir: Path):
+        wd = workdir / "args"
+        wd.mkdir(parents=True, exist_ok=True)
+        existing = wd / "existing.txt"
+        existing.write_text("not a graph, a cluster or a strategy\n")
+        binary = wd / "binary.bin"
+        binary.write_bytes(b"\xff\xfe\x00\x80 not UTF-8\n")
+        odd = ["x" * 5000, "nul\x00byte", str(binary)]  # too long, NUL, not UTF-8
+        front = str(_search(workdir, "random", "args-front"))
+        uri = f"sqlite:///{wd / 'mlflow.db'}"
+        logged = json.loads(_cli(["search", GRAPH, "--cluster", CLUSTER, "--searcher", "random",
+                                  "--budget", "20", "--tracking-uri", uri, "--figures", "off",
+                                  "--out", wd / "logged", "--force", "--quiet", "--json"]))
+        run = logged["mlflow_run_id"]
+        common = ["--cluster", CLUSTER, "--budget", "20", "--no-mlflow", "--quiet",
+                  "--out", str(wd / "out"), "--force"]
+        b = self.bases = {
+            "search-random": ["search", GRAPH, "--searcher", "random", *common],
+            "search-random-json": ["search", GRAPH, "--searcher", "random", *common, "--json"],
+            "search-nsga2": ["search", GRAPH, "--searcher", "nsga2", *common, "--set", "pop_size=10"],
+            "search-tpe": ["search", GRAPH, "--searcher", "optuna-tpe", *common],
+            "search-mcmc": ["search", GRAPH, "--searcher", "mcmc", *common],
+            "search-checkpoint": ["search", GRAPH, "--searcher", "random", *common,
+                                  "--checkpoint", str(wd / "ck.bin")],
+            "evaluate": ["evaluate", GRAPH, "--cluster", CLUSTER, *EVALUATE_ALL],
+            "evaluate-text": ["evaluate", GRAPH, "--cluster", CLUSTER, "--baseline", "single"],
+            "evaluate-front": ["evaluate", GRAPH, "--cluster", CLUSTER, "--strategy", front,
+                               "--point", "0", "--json"],
+            "compare": ["compare", GRAPH, "--cluster", CLUSTER, "--searchers", "random,heft",
+                        "--budget", "20", "--no-mlflow", "--quiet", "--json"],
+            "runs": ["runs", "--tracking-uri", uri, "--json"],
+            "show": ["show", run[:8], "--tracking-uri", uri, "--json"],
+            "show-point": ["show", run, "--tracking-uri", uri, "--point", "0"],
+        }
+        self.junk = mutate.argv_junk(str(existing)) + [front, str(wd), str(binary)]
+        searches = ["search-random", "search-nsga2", "search-tpe", "search-mcmc"]
+        n = []
+        for v in ("pop_size=abc", "pop_size=-3", "pop_size=1e400", f"pop_size={BIG}",
+                  "seed_heuristics=abc", "nosuchkey=1", "=1", "pop_size"):
+            n.append((f"nsga2 --set {v}", _swap(b["search-nsga2"], "--set", v)))
+        n.append(("random --set nosuchkey=1", b["search-random"] + ["--set", "nosuchkey=1"]))
+        for s in ("optuna-tpe", "optuna-nsga2"):
+            n.append((f"{s} --set storage=foo://bar", _swap(b["search-tpe"], "--searcher", s)
+                      + ["--set", "storage=foo://bar"]))
+        for s in searches + ["compare"]:
+            for v in ("-1", BIG):
+                n.append((f"{s} --seed {v[:8]}", b[s] + ["--seed", v]))
+            for v in ("0", "-5", "abc", ""):
+                n.append((f"{s} --budget {v!r}", _swap(b[s], "--budget", v)))
+            for v in ("0s", "abc", "0.01s"):  # ("" reads as no --time: 2000 evaluations)
+                n.append((f"{s} --time {v!r}", _to_time(b[s], v)))
+            n.append((f"{s} --cluster nosuch", _swap(b[s], "--cluster", "nosuch")))
+            n.append((f"{s} graph pipedream:nosuch", [b[s][0], "pipedream:nosuch", *b[s][2:]]))
+        for v in ("/proc/nope", str(existing), "", "/dev/null", *odd):
+            n.append((f"search --out {v[:20]!r}", _swap(b["search-random"], "--out", v)))
+        for v in ("/proc/nope/ck", str(existing), str(wd), "", *odd):
+            n.append((f"search --checkpoint {v[:20]!r}",
+                      _swap(b["search-random"], "--checkpoint", v)))
+        for k in ("search-random", "compare"):
+            n.append((f"{k} --tracking-uri bogus://x",
+                      _drop(b[k], "--no-mlflow") + ["--tracking-uri", "bogus://x"]))
+        for k in ("runs", "show", "show-point"):
+            n.append((f"{k} --tracking-uri bogus://x", _swap(b[k], "--tracking-uri", "bogus://x")))
+            n.append((f"{k} --tracking-uri missing db",
+                      _swap(b[k], "--tracking-uri", f"sqlite:///{wd / 'nosuch' / 'x.db'}")))
+        for v in ("nosuch", "", "hierarchical,nosuch"):
+            n.append((f"search --searcher {v!r}", _swap(b["search-random"], "--searcher", v)))
+        for v in ("nosuch,random", "", ",", "random,random"):
+            n.append((f"compare --searchers {v!r}", _swap(b["compare"], "--searchers", v)))
+        for v in ("random.batch_size=abc", "nosuch.x=1", "random.nosuch=1", "batch_size=1"):
+            n.append((f"compare --set {v}", b["compare"] + ["--set", v]))
+        for k in ("evaluate-front", "show-point"):
+            for v in ("99", "-1", BIG):
+                n.append((f"{k} --point {v[:8]}", _swap(b[k], "--point", v)))
+        for v in ("0", "-1", "abc", BIG):
+            n.append((f"runs --limit {v[:8]}", b["runs"] + ["--limit", v]))
+        for v in ("nosuch", "", "0" * 40):
+            n.append((f"show run {v[:8]!r}", ["show", v, *b["show"][2:]]))
+        for g in ("pipedream:nosuch", "dnn:nosuch", "nosuch", "pipedream:", "dnn:",
+                  "dnn:resnet50_training", "/proc/nope", str(existing), str(wd), front, "-",
+                  *odd):
+            n.append((f"evaluate graph {g[-30:]!r}", ["evaluate", g, *b["evaluate"][2:]]))
+        for v in ("nosuch", "", "all,single", "ALL"):
+            n.append((f"evaluate --baseline {v!r}", _swap(b["evaluate"], "--baseline", v)))
+        for v in ("", "/proc/nope", str(existing), str(wd), "nosuch.toml", *odd):
+            n.append((f"evaluate --cluster {v[-20:]!r}", _swap(b["evaluate"], "--cluster", v)))
+        for v in ("", "/proc/nope", str(existing), str(wd), *odd):
+            n.append((f"evaluate --strategy {v[-20:]!r}",
+                      _swap(b["evaluate-front"], "--strategy", v)))
+        for name, argv in b.items():  # an empty string for every value
+            for k in range(1, len(argv)):
+                if not argv[k].startswith("--"):
+                    n.append((f"{name}: token {k} ({argv[k - 1]}) empty",
+                              argv[:k] + [""] + argv[k + 1:]))
+        self.named = n
+
+    def case(self, rng, i) -> Case:
+        if i < len(self.named):
+            name, argv = self.named[i]
+            return Case(list(argv), mutations=(name,), seed_name="named")
+        base = rng.choice(sorted(self.bases))
+        argv = list(self.bases[base])
+        searcher = argv[argv.index("--searcher") + 1] if "--searcher" in argv else None
+        if searcher in SETTINGS and rng.random() < 0.35:
+            key = rng.choice(SETTINGS[searcher])
+            value = rng.choice(SET_JUNK)
+            argv += ["--set", f"{key}={value}"]
+            names = [f"--set {key}={value[:12]}"]
+        else:
+            argv, names = mutate.mutate_argv(argv, rng, self.junk)
+        return Case(_bounded(argv), mutations=tuple(names), seed_name=base)
+
+
+def _bounded(argv):
+    """A search or compare stays short: a valid but long --budget or --time becomes small
+    (a long search is no hang), and a lost budget is given back."""
+    from moplace.cli.search import parse_seconds
+
+    if not argv or argv[0] not in ("search", "compare"):
+        return argv
+    argv = list(argv)
+    for k, tok in enumerate(argv[:-1]):
+        nxt = argv[k + 1]
+        if tok == "--budget":
+            with contextlib.suppress(ValueError):
+                if int(nxt) > 200:
+                    argv[k + 1] = "20"
+        elif tok == "--time":
+            with contextlib.suppress(Exception):  # a bad time is the case under test
+                if parse_seconds(nxt) > 3:
+                    argv[k + 1] = "1s"
+    if "--budget" not in argv and "--time" not in argv:
+        argv += ["--budget", "20"]
+    return argv
+
+
+def make_format(name: str, workdir: Path):
+    kinds = {"pipedream": PipeDream, "dnn-partitioning": DnnPartitioning, "native": Native,
+             "cluster": ClusterToml, "strategy": StrategyJson, "front": FrontJson,
+             "arguments": Arguments}
+    if name not in kinds:
+        raise ValueError(f"unknown format {name!r}; formats: {', '.join(FORMATS)}")
+    return kinds[name](Path(workdir))

@@ -1,0 +1,329 @@
+"""Seeded mutations of the inputs moplace reads: text, JSON trees, TOML and argv lists.
+
+Every mutation is a pure function of (its input, a `random.Random`): the same seed text and the
+same rng state give the same output, so a failing input can be made again from its seed and id.
+Text mutations work on bytes (some of them insert bytes that are not UTF-8).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+# number tokens that break parsers: huge, overflowing, not numbers, non-ASCII digits, Python-only
+# spellings ("" is an empty string token)
+NUMBER_JUNK = ["1e308", "-1e308", "1e999", "1" + "0" * 40, "nan", "inf", "-1", "0", "", "\u00b2",
+               "\u0661\u0662", "0x10", "1_000"]
+
+# raw JSON texts a leaf may become (written verbatim into the dumped document)
+JSON_RAW = ["1e308", "-1e308", "1e999", "1" + "0" * 40, "-" + "1" + "0" * 40, "NaN", "Infinity",
+            "-Infinity", "-1", "0", "-0", "0.5", '""', '"\u00b2"', '"\u0661\u0662"', '"0x10"',
+            '"1_000"', '"nan"', '"inf"', '"-1"', "[]", "{}", "null", "true", "false", '"x"',
+            "[1, 2]", '{"a": 1}', '"' + "x" * 3000 + '"', '"\\u0000"', '"\\ud800"']
+
+_NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_RAW = "\u0000RAW{}\u0000"  # placeholder strings replaced by raw JSON text after dumping
+
+
+# -- text (bytes) -------------------------------------------------------------------------------
+def _lines(data: bytes) -> list[bytes]:
+    return data.split(b"\n")
+
+
+def flip_bytes(data: bytes, rng) -> bytes:
+    if not data:
+        return bytes([rng.randrange(256)])
+    buf = bytearray(data)
+    for _ in range(rng.choice([1, 1, 2, 4, 16])):
+        k = rng.randrange(len(buf))
+        buf[k] = buf[k] ^ (1 << rng.randrange(8)) if rng.random() < 0.7 else rng.randrange(256)
+    return bytes(buf)
+
+
+def insert_non_utf8(data: bytes, rng) -> bytes:
+    k = rng.randrange(len(data) + 1)
+    junk = rng.choice([b"\xff\xfe", "\u00e9".encode("latin-1"), b"\x80", b"\xc3", b"\x00"])
+    return data[:k] + junk + data[k:]
+
+
+def drop_line(data: bytes, rng) -> bytes:
+    lines = _lines(data)
+    del lines[rng.randrange(len(lines))]
+    return b"\n".join(lines)
+
+
+def repeat_line(data: bytes, rng) -> bytes:
+    lines = _lines(data)
+    k = rng.randrange(len(lines))
+    lines[k:k + 1] = [lines[k]] * 2
+    return b"\n".join(lines)
+
+
+def repeat_line_many(data: bytes, rng) -> bytes:
+    lines = _lines(data)
+    k = rng.randrange(len(lines))
+    lines[k:k + 1] = [lines[k]] * rng.choice([50, 500, 5000])
+    return b"\n".join(lines)
+
+
+def swap_lines(data: bytes, rng) -> bytes:
+    lines = _lines(data)
+    i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+    lines[i], lines[j] = lines[j], lines[i]
+    return b"\n".join(lines)
+
+
+def truncate(data: bytes, rng) -> bytes:
+    return data[:rng.randrange(len(data) + 1)]
+
+
+def replace_number(data: bytes, rng) -> bytes:
+    found = list(_NUMBER.finditer(data))
+    if not found:
+        return insert_non_utf8(data, rng)
+    m = rng.choice(found)
+    return data[:m.start()] + rng.choice(NUMBER_JUNK).encode() + data[m.end():]
+
+
+def replace_all_numbers(data: bytes, rng) -> bytes:
+    """Every number token becomes the same junk value (a whole column goes bad at once)."""
+    junk = rng.choice(NUMBER_JUNK).encode()
+    return _NUMBER.sub(lambda m: junk, data)
+
+
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_/.]*")
+
+
+def copy_token(data: bytes, rng) -> bytes:
+    """A word becomes another word of the file (an edge's end another node: cycles, self-loops,
+    duplicate names)."""
+    found = list(_WORD.finditer(data))
+    if len(found) < 2:
+        return flip_bytes(data, rng)
+    m, other = rng.choice(found), rng.choice(found)
+    return data[:m.start()] + other.group(0) + data[m.end():]
+
+
+# weighted: a function listed twice is drawn twice as often
+TEXT_MUTATIONS = [flip_bytes, insert_non_utf8, drop_line, repeat_line, repeat_line_many,
+                  swap_lines, truncate, replace_number, replace_number, replace_number,
+                  replace_all_numbers, copy_token, copy_token]
+
+
+# -- JSON trees ---------------------------------------------------------------------------------
+def _paths(tree, prefix=()):
+    """Every path (tuple of keys / indices) into ``tree``, the root included."""
+    out = [prefix]
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            out += _paths(v, prefix + (k,))
+    elif isinstance(tree, list):
+        for k, v in enumerate(tree):
+            out += _paths(v, prefix + (k,))
+    return out
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _set(tree, path, value):
+    if not path:
+        return value
+    _get(tree, path[:-1])[path[-1]] = value
+    return tree
+
+
+def _pick(rng, paths, pred):
+    chosen = [p for p in paths if pred(p)]
+    return rng.choice(chosen) if chosen else None
+
+
+class _Tree:
+    """A parsed document being mutated, with the raw texts its placeholders stand for."""
+
+    def __init__(self, tree):
+        self.tree, self.raw = tree, []
+
+    def placeholder(self, text: str) -> str:
+        self.raw.append(text)
+        return _RAW.format(len(self.raw) - 1)
+
+    def dump(self, rng) -> bytes:
+        text = json.dumps(self.tree, allow_nan=True, indent=rng.choice([None, 1]),
+                          ensure_ascii=rng.random() < 0.5)
+        for k, raw in enumerate(self.raw):  # placeholders were dumped as JSON strings
+            marker = json.dumps(_RAW.format(k), ensure_ascii=False)
+            text = text.replace(marker, raw).replace(json.dumps(_RAW.format(k)), raw)
+        return text.encode("utf-8", "surrogatepass")
+
+
+def _leaf_value(doc: _Tree, rng):
+    kind = rng.random()
+    if kind < 0.6:
+        return doc.placeholder(rng.choice(JSON_RAW))
+    return rng.choice([[], {}, None, True, False, "x", 10**40, float("nan"), float("inf"),
+                       -float("inf"), [0], {"x": 0}, 3.5, -7])
+
+
+def replace_leaf(doc: _Tree, rng) -> None:
+    paths = _paths(doc.tree)
+    path = _pick(rng, paths, lambda p: p and not isinstance(_get(doc.tree, p), (dict, list)))
+    path = path if path is not None else rng.choice(paths)
+    doc.tree = _set(doc.tree, path, _leaf_value(doc, rng))
+
+
+def replace_node(doc: _Tree, rng) -> None:
+    """Any node, containers and the root included, becomes a value of another kind."""
+    doc.tree = _set(doc.tree, rng.choice(_paths(doc.tree)), _leaf_value(doc, rng))
+
+
+def delete_key(doc: _Tree, rng) -> None:
+    path = _pick(rng, _paths(doc.tree), lambda p: p and isinstance(p[-1], str))
+    if path is None:
+        return replace_node(doc, rng)
+    del _get(doc.tree, path[:-1])[path[-1]]
+
+
+def duplicate_element(doc: _Tree, rng) -> None:
+    path = _pick(rng, _paths(doc.tree), lambda p: isinstance(_get(doc.tree, p), list)
+                 and _get(doc.tree, p))
+    if path is None:
+        return replace_node(doc, rng)
+    items = _get(doc.tree, path)
+    k = rng.randrange(len(items))
+    size = len(json.dumps(items[k], default=str))  # keep the document under ~1 MB
+    items[k:k + 1] = [items[k]] * min(rng.choice([2, 100, 2000]), max(2, 1_000_000 // size))
+
+
+def wrap_in_list(doc: _Tree, rng) -> None:
+    path = _pick(rng, _paths(doc.tree), bool)
+    if path is None:
+        return replace_node(doc, rng)
+    doc.tree = _set(doc.tree, path, [_get(doc.tree, path)])
+
+
+_EDGE_ENDS = ("src", "dst", "sourceId", "destId", "devices", "from", "to")
+
+
+def edge_end_list(doc: _Tree, rng) -> None:
+    """An edge end (src/dst/sourceId/destId, a split's device) becomes a list or another type."""
+    path = _pick(rng, _paths(doc.tree), lambda p: p and p[-1] in _EDGE_ENDS)
+    if path is None:
+        return replace_leaf(doc, rng)
+    value = _get(doc.tree, path)
+    doc.tree = _set(doc.tree, path, rng.choice([[value], [value, value], [], {"id": value},
+                                                 None, str(value) + "x", 10**40, -1]))
+
+
+def deep_nesting(doc: _Tree, rng) -> None:
+    depth = rng.choice([10_000, 100_000])
+    doc.tree = _set(doc.tree, rng.choice(_paths(doc.tree)),
+                    doc.placeholder("[" * depth + "]" * depth))
+
+
+def rename_key(doc: _Tree, rng) -> None:
+    path = _pick(rng, _paths(doc.tree), lambda p: p and isinstance(p[-1], str))
+    if path is None:
+        return replace_node(doc, rng)
+    parent = _get(doc.tree, path[:-1])
+    parent[rng.choice(["", "x", path[-1].upper(), path[-1] + " ", "\u00e9"])] = parent.pop(path[-1])
+
+
+def add_key(doc: _Tree, rng) -> None:
+    path = _pick(rng, _paths(doc.tree), lambda p: isinstance(_get(doc.tree, p), dict))
+    if path is None:
+        return replace_node(doc, rng)
+    _get(doc.tree, path)[rng.choice(["nosuch", "", "__proto__", "format"])] = _leaf_value(doc, rng)
+
+
+def copy_value(doc: _Tree, rng) -> None:
+    """A leaf takes the value of another leaf (names collide, an edge ends where it starts)."""
+    paths = [p for p in _paths(doc.tree) if p and not isinstance(_get(doc.tree, p), (dict, list))]
+    if len(paths) < 2:
+        return replace_node(doc, rng)
+    src = rng.choice(paths)
+    same_key = [p for p in paths if p[-1] == src[-1] and p != src]  # e.g. one "dst" to another
+    dst = rng.choice(same_key if same_key and rng.random() < 0.7 else paths)
+    doc.tree = _set(doc.tree, dst, _get(doc.tree, src))
+
+
+JSON_MUTATIONS = [replace_leaf, replace_leaf, replace_leaf, replace_node, delete_key, delete_key,
+                  duplicate_element, wrap_in_list, edge_end_list, edge_end_list, deep_nesting,
+                  rename_key, add_key, copy_value, copy_value, copy_value]
+
+
+def mutate_json(seed: bytes, rng, steps: int | None = None) -> tuple[bytes, list[str]]:
+    """Parse ``seed``, apply 1-3 tree mutations, dump it back (NaN/Infinity allowed)."""
+    doc = _Tree(json.loads(seed))
+    names = []
+    for _ in range(steps or rng.choice([1, 1, 1, 2, 3])):
+        fn = rng.choice(JSON_MUTATIONS)
+        fn(doc, rng)
+        names.append(fn.__name__)
+    return doc.dump(rng), names
+
+
+# -- TOML ---------------------------------------------------------------------------------------
+_TOML_KEYS = re.compile(rb"(?m)^(\s*(count|repeat|memory|bandwidth|latency|speed)\s*=\s*)(.*)$")
+TOML_JUNK = ["1000000000", "1" + "0" * 40, "-1", "0", "nan", "inf", "-inf", "1e400", "0.5",
+             '"1e40GB/s"', '"-1GiB"', '"nanGB/s"', '"0GB/s"', '"infGiB"', '"1e999us"', '""',
+             '"16 GiB"', '"\u0661\u0662GB/s"', "true", "[]", "{}", '"1000000000GiB"']
+
+
+def replace_toml_value(data: bytes, rng) -> bytes:
+    found = list(_TOML_KEYS.finditer(data))
+    if not found:
+        return replace_number(data, rng)
+    m = rng.choice(found)
+    if m.group(2) in (b"count", b"repeat") and rng.random() < 0.5:
+        junk = rng.choice(["1000000000", "1" + "0" * 40, "-1", "0", "100000"])
+    else:
+        junk = rng.choice(TOML_JUNK)
+    return data[:m.start(3)] + junk.encode() + data[m.end(3):]
+
+
+TOML_MUTATIONS = TEXT_MUTATIONS + [replace_toml_value] * 6
+
+
+def mutate_text(seed: bytes, rng, table=None, steps: int | None = None) -> tuple[bytes, list[str]]:
+    """Apply 1-3 text mutations of ``table`` (default: `TEXT_MUTATIONS`) to ``seed``."""
+    table = table or TEXT_MUTATIONS
+    names = []
+    for _ in range(steps or rng.choice([1, 1, 1, 2, 3])):
+        fn = rng.choice(table)
+        seed = fn(seed, rng)
+        names.append(fn.__name__)
+    return seed, names
+
+
+# -- argv ---------------------------------------------------------------------------------------
+def argv_junk(existing_file: str) -> list[str]:
+    """Values a command-line token may be swapped for."""
+    return NUMBER_JUNK + ["nosuch", "pipedream:nosuch", "dnn:nosuch", "dnn:", "pipedream:",
+                          "/proc/nope", "/dev/null", existing_file, "-", "--", "=", "a=b", "x=",
+                          "=1", "x" * 5000, "nul\x00byte", "\u00e9", "--json", "--point",
+                          "-5", "99", "0s", "-1s", "1e-9s", "1.5.5s", "pop_size=1e400"]
+
+
+def mutate_argv(argv: list[str], rng, junk: list[str]) -> tuple[list[str], list[str]]:
+    """1-2 of: drop a token, duplicate a token, swap a token for junk, swap two tokens."""
+    argv, names = list(argv), []
+    for _ in range(rng.choice([1, 1, 2])):
+        k = rng.randrange(1, len(argv)) if len(argv) > 1 else 0  # keep the subcommand mostly
+        op = rng.choice(["drop", "duplicate", "junk", "junk", "junk", "swap"])
+        if op == "drop":
+            del argv[k]
+        elif op == "duplicate":
+            argv.insert(k, argv[k])
+        elif op == "junk":
+            argv[k] = rng.choice(junk)
+        else:
+            j = rng.randrange(len(argv))
+            argv[k], argv[j] = argv[j], argv[k]
+        names.append(op)
+        if not argv:
+            break
+    return argv, names
