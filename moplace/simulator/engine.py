@@ -72,6 +72,22 @@ class Trace:
     transfers: np.ndarray = field(default_factory=lambda: np.empty((0, 6)))
     memory: np.ndarray = field(default_factory=lambda: np.empty((0, 3)))
 
+    #: what a pickled trace leaves out (a checkpoint holds thousands of traces): the per-task,
+    #: per-op and recorded arrays, which only a figure of one chosen strategy reads, and
+    #: which re-simulating that strategy gives again; the per-device figures stay
+    PER_TASK = ("task_op", "task_device", "task_start", "task_end", "op_start", "op_end",
+                "transfers", "memory")
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        for key in self.PER_TASK:
+            value = state[key]
+            state[key] = np.empty((0,) + value.shape[1:], value.dtype)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
     @property
     def traffic(self) -> np.ndarray:
         """Bytes each device sends plus receives."""
