@@ -16,8 +16,10 @@ from .harness import failure_report, fuzz
 
 SEED = 0
 #: inputs per format; "arguments" covers its ~200 named cases (mostly instant errors) first
-N = {"pipedream": 100, "dnn-partitioning": 100, "native": 100, "cluster": 100, "strategy": 100,
-     "front": 100, "arguments": 220}
+N = {"pipedream": 50, "dnn-partitioning": 50, "native": 50, "cluster": 50, "strategy": 50,
+     "front": 50, "arguments": 220}
+#: the slow run (``pytest -m slow``, also run by .ci/run): other inputs, ten times as many
+N_SLOW = 500
 #: seconds per input: the valid runs here take well under 1 s
 TIME_LIMIT = 5.0
 
@@ -26,6 +28,15 @@ TIME_LIMIT = 5.0
 def test_fuzz_quick(fmt, tmp_path):
     results = fuzz(fmt, N[fmt], SEED, tmp_path, time_limit=TIME_LIMIT)
     assert len(results) == N[fmt]
+    assert all(o.ok for _, o in results), failure_report(results, limit=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fuzz_more(fmt, tmp_path):
+    start = N[fmt]  # the inputs after the quick run's
+    results = fuzz(fmt, N_SLOW, SEED, tmp_path, time_limit=TIME_LIMIT, start=start)
+    assert len(results) == N_SLOW
     assert all(o.ok for _, o in results), failure_report(results, limit=10)
 
 
