@@ -21,6 +21,7 @@ LAYERS = [
     ["moplace.simulator"],     # task graph, compiled core, trace, delta, evaluation
     ["moplace.optimize"],      # problem, searcher contract and plugins, driver, archive
     ["searchers"],             # the built-in searchers (entry-point plugins)
+    ["moplace.scale"],         # evaluators elsewhere: a Dask cluster
     ["moplace.review"],        # MLflow tracking, reports
     ["moplace.tf"],            # the TensorFlow front end
     ["moplace"],               # the public API (moplace/__init__.py)

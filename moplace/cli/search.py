@@ -64,6 +64,10 @@ def _problem_and_budget(p, per: str) -> None:
                    "else sqlite:///mlflow.db here)")
     p.add_argument("--experiment", help="MLflow experiment (default: moplace; filter a graph's "
                    "runs by its tag in the UI)")
+    p.add_argument("--dask", type=file_arg, metavar="ADDRESS",
+                   help="evaluate batches on a Dask cluster: a scheduler address "
+                        "(tcp://host:8786), a scheduler file, or local:N for N worker "
+                        "processes here; the result is the serial one")
     p.add_argument("--figures", choices=("background", "inline", "off"), default="background",
                    help="the run's figures: drawn by a separate process once the search ends "
                         "(default; the command returns at once), inline (there when the "
@@ -88,6 +92,7 @@ def _search(args) -> int:
                  replaceable=resuming)  # before any work: nothing found is lost
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
+    evaluator = _evaluator(args)
     display = Display("quiet" if args.json or args.quiet else "auto")
     callbacks = [display.search(f"{args.searcher}")]
     tracker = None
@@ -100,9 +105,9 @@ def _search(args) -> int:
         resumed = _resuming(args.checkpoint, problem, searcher, args.seed, budget)
         if resumed:
             print(resumed, flush=True)
-    with display:
+    with display, _closing(evaluator):
         result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
-                        checkpoint=args.checkpoint)
+                        checkpoint=args.checkpoint, evaluator=evaluator)
     notes = searcher.notes()
     path = save_result(result, args.out, {**sources(args.graph, args.cluster), "notes": notes})
     if args.checkpoint and result.status == "interrupted":
@@ -211,6 +216,7 @@ def _compare(args) -> int:
     searchers = [make_searcher(n, **per_searcher.get(n, {})) for n in names]  # fail before work
     budget = _budget(args)
     problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
+    evaluator = _evaluator(args)
     comparison = None
     if not args.no_mlflow:
         from ..review.tracking import ComparisonRun
@@ -219,13 +225,14 @@ def _compare(args) -> int:
         comparison.start(problem, names, budget, args.seed)
     rows, results, children = [], {}, {}
     try:
-        with Display("quiet" if args.json or args.quiet else "auto") as display:
+        with Display("quiet" if args.json or args.quiet else "auto") as display, _closing(evaluator):
             for name, searcher in zip(names, searchers):
                 callbacks = [display.search(name)]
                 if comparison is not None:
                     children[name] = comparison.child()
                     callbacks.append(children[name])
-                r = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks)
+                r = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
+                           evaluator=evaluator)
                 results[name] = r
                 best = [min(p.values[k] for p in r.front) if r.front else None
                         for k in range(len(problem.objectives))]
@@ -273,6 +280,19 @@ def _compare_table(problem, budget, seed, rows) -> None:
         took = fmt_duration(r["seconds"]) if r["seconds"] >= 60 else f"{r['seconds']:.2f} s"
         print(f"{r['searcher']:<14} {r['evaluations']:>6} {r['front_size']:>6} "
               f"{r['hypervolume']:>12.4f} " + " ".join(f"{c:>12}" for c in cells) + f" {took:>10}")
+
+
+def _evaluator(args):
+    """``--dask``: the cluster's evaluator, connected now (before any work); None without."""
+    from ..scale import make_evaluator
+
+    return make_evaluator(getattr(args, "dask", None))
+
+
+def _closing(evaluator):
+    from contextlib import nullcontext
+
+    return evaluator if evaluator is not None else nullcontext()
 
 
 def _budget(args) -> Budget:

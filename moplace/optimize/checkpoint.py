@@ -31,7 +31,6 @@ crash leaves the old file or the new one, never a mix.
 
 from __future__ import annotations
 
-import copyreg
 import hashlib
 import io
 import json
@@ -39,12 +38,11 @@ import os
 import pickle
 import tempfile
 from pathlib import Path
-from types import MappingProxyType
 
 import numpy as np
 
 from ..errors import MoplaceError
-from . import moved
+from . import moved, wire
 
 MAGIC = b"moplace-checkpoint\n"
 VERSION = 1
@@ -121,55 +119,24 @@ def check(meta: dict, key: dict, path) -> None:
 
 # -- the file ---------------------------------------------------------------------------------
 
-def _mappingproxy(d):
-    return MappingProxyType(d)
+_mappingproxy = wire._mappingproxy  # where checkpoints written before moplace.optimize.wire find it
 
 
-class _Pickler(pickle.Pickler):
+class _Pickler(wire.Pickler):
     """Pickles the problem's objects (and the searcher itself) as references; read-only mapping
     proxies (used by strategies) as dicts."""
 
-    dispatch_table = {**copyreg.dispatch_table, MappingProxyType: lambda m: (_mappingproxy, (dict(m),))}
 
-    def __init__(self, file, refs: dict):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._refs = {id(obj): name for name, obj in refs.items()}
-
-    def persistent_id(self, obj):
-        return self._refs.get(id(obj))
-
-
-class _Unpickler(pickle.Unpickler):
+class _Unpickler(wire.Unpickler):
     """Resolves the references `_Pickler` wrote to the objects of the loading side."""
 
     def __init__(self, file, problem, searcher):
-        super().__init__(file)
-        self._problem, self._searcher = problem, searcher
-
-    def persistent_load(self, pid):
-        if pid == "problem":
-            return self._problem
-        if pid == "searcher":
-            return self._searcher
-        if pid in _PROBLEM_PARTS:
-            return getattr(self._problem, pid)  # the genome is computed here if need be
-        raise pickle.UnpicklingError(f"unknown reference {pid!r}")
-
-    def find_class(self, module, name):
-        if module.startswith(("moplace.", "searchers.")):
-            return moved.find_class(module, name)  # also where it was before it moved
-        return super().find_class(module, name)
-
-
-_PROBLEM_PARTS = ("graph", "cluster", "costs", "genome")
+        resolve = wire.problem_resolver(problem)
+        super().__init__(file, lambda pid: searcher if pid == "searcher" else resolve(pid))
 
 
 def _refs(problem, searcher) -> dict:
-    refs = {"problem": problem, "searcher": searcher, "graph": problem.graph,
-            "cluster": problem.cluster, "costs": problem.costs}
-    if "genome" in vars(problem):  # a cached_property: only once computed
-        refs["genome"] = problem.genome
-    return refs
+    return {**wire.problem_refs(problem), "searcher": searcher}
 
 
 def state_bytes(problem, searcher, state: dict) -> bytes:

@@ -37,10 +37,7 @@ exactly the rest of its budget.
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -54,6 +51,7 @@ from . import checkpoint as _ckpt
 from .archive import ParetoArchive
 from .problem import Problem
 from .searcher import Searcher
+from .sigint import HeldSigint
 
 
 @dataclass(frozen=True)
@@ -129,14 +127,17 @@ class Callback:
 
 def search(problem: Problem, searcher: Searcher, *, budget: Budget | int = 1000, seed: int = 0,
            callbacks: Sequence[Callback] = (), checkpoint=None,
-           checkpoint_every: float = 30.0, checkpoint_every_evaluations: int = 500
-           ) -> SearchResult:
+           checkpoint_every: float = 30.0, checkpoint_every_evaluations: int = 500,
+           evaluator=None) -> SearchResult:
     """Run ``searcher`` on ``problem`` within ``budget``; same seed, same result.
 
     ``seed``: a non-negative integer. ``checkpoint``: None, or a file (str or Path) to continue
     from when it exists and to write the state to while running, whenever
     ``checkpoint_every`` seconds or ``checkpoint_every_evaluations`` evaluations have passed
-    since the last write, whichever comes first, and at the end (see the module docstring)."""
+    since the last write, whichever comes first, and at the end (see the module docstring).
+    ``evaluator``: None (evaluate here, one by one), or an object whose
+    ``stream(problem, strategies)`` yields the strategies' evaluations in order (a Dask
+    cluster: `moplace.scale.dask.DaskEvaluator`); the result is the same either way."""
     budget = budget if isinstance(budget, Budget) else Budget(evaluations=budget)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise MoplaceError(f"the seed must be a non-negative integer, got {seed!r}")
@@ -148,7 +149,8 @@ def search(problem: Problem, searcher: Searcher, *, budget: Budget | int = 1000,
     if isinstance(every_n, bool) or not isinstance(every_n, (int, np.integer)) or every_n < 1:
         raise MoplaceError("checkpoint_every_evaluations must be a positive integer, got "
                            f"{every_n!r}")
-    run = _Run(problem, searcher, budget, seed, callbacks, checkpoint, float(every), int(every_n))
+    run = _Run(problem, searcher, budget, seed, callbacks, checkpoint, float(every), int(every_n),
+               evaluator)
     with run.sigint:
         try:
             run.loop()
@@ -160,62 +162,11 @@ def search(problem: Problem, searcher: Searcher, *, budget: Budget | int = 1000,
         return run.end("finished")
 
 
-class _HeldSigint:
-    """While `held`, a Ctrl-C (SIGINT) is remembered instead of raised, and `check` raises it at
-    a safe point; a second one while one is pending raises at once, except while `shielded`
-    (the simulator's compiled code runs then: an exception raised inside it surfaces as a
-    SystemError, so every Ctrl-C waits for it to return). Active in the main thread when
-    SIGINT has Python's default handler."""
-
-    def __init__(self):
-        self.active = (threading.current_thread() is threading.main_thread()
-                       and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-        self.held = self.shielded = self.pending = False
-        self._old = None
-
-    def __enter__(self):
-        if self.active:
-            self._old = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.active:
-            signal.signal(signal.SIGINT, self._old)
-        self.pending = False  # held during the last write: the search is over anyway
-
-    def _handle(self, signum, frame) -> None:
-        if self.shielded or (self.held and not self.pending):
-            self.pending = True
-            return
-        self.pending = False
-        raise KeyboardInterrupt
-
-    @contextmanager
-    def hold(self):
-        before, self.held = self.held, True
-        try:
-            yield
-        finally:
-            self.held = before
-
-    @contextmanager
-    def shield(self):
-        before, self.shielded = self.shielded, True
-        try:
-            yield
-        finally:
-            self.shielded = before
-
-    def check(self) -> None:
-        if self.pending:
-            self.pending = False
-            raise KeyboardInterrupt
-
-
 class _Run:
     def __init__(self, problem, searcher, budget, seed, callbacks, checkpoint=None,
-                 checkpoint_every=30.0, checkpoint_every_evaluations=500):
+                 checkpoint_every=30.0, checkpoint_every_evaluations=500, evaluator=None):
         self.problem, self.searcher, self.budget = problem, searcher, budget
+        self.evaluator = evaluator
         self.seed, self.callbacks = int(seed), list(callbacks)
         self.archive = ParetoArchive(len(problem.objectives))
         self.history: list[tuple[int, float]] = []
@@ -224,7 +175,7 @@ class _Run:
         self.checkpoint = None if checkpoint is None else Path(checkpoint)
         self.checkpoint_every = checkpoint_every
         self.checkpoint_every_evaluations = checkpoint_every_evaluations
-        self.sigint = _HeldSigint()
+        self.sigint = HeldSigint()
         #: the batch asked and not yet told, with the evaluations done of it so far
         self.pending: tuple[list, list] | None = None
         state = None
@@ -278,16 +229,26 @@ class _Run:
         """Evaluate the rest of the pending batch (until the time runs out), then tell it."""
         hold, check = self.sigint.hold, self.sigint.check
         batch, evaluations = self.pending
-        while len(evaluations) < len(batch) and not self._out_of_time():
-            strategy = batch[len(evaluations)]
-            with self.sigint.shield():  # every Ctrl-C waits for the compiled simulator
-                ev = self.problem.evaluate(strategy)
-                self.archive.add(ev.values, ev.violation, Point(strategy, ev))
-                evaluations.append(ev)
-            if self._checkpoint_due():
-                with hold():
-                    self._save("running")
-            check()
+        if self.evaluator is None:
+            while len(evaluations) < len(batch) and not self._out_of_time():
+                with self.sigint.shield():  # every Ctrl-C waits for the compiled simulator
+                    self._add(batch[len(evaluations)], self.problem.evaluate(batch[len(evaluations)]))
+                self._after_evaluation()
+        elif len(evaluations) < len(batch) and not self._out_of_time():
+            stream = self.evaluator.stream(self.problem, batch[len(evaluations):])
+            try:
+                while True:
+                    with hold():  # a first Ctrl-C waits for the next result, a second stops
+                        ev = next(stream, None)
+                    if ev is None:
+                        break
+                    with self.sigint.shield():
+                        self._add(batch[len(evaluations)], ev)
+                    self._after_evaluation()
+                    if self._out_of_time():
+                        break
+            finally:
+                stream.close()  # cancels what is still being evaluated
         self.consistent = False
         with hold():
             self.searcher.tell(batch[:len(evaluations)], evaluations)
@@ -303,6 +264,16 @@ class _Run:
         check()
         for cb in self.callbacks:
             cb.on_batch(self.result("running"))
+
+    def _add(self, strategy: Strategy, ev: Evaluation) -> None:
+        self.archive.add(ev.values, ev.violation, Point(strategy, ev))
+        self.pending[1].append(ev)
+
+    def _after_evaluation(self) -> None:
+        if self._checkpoint_due():
+            with self.sigint.hold():
+                self._save("running")
+        self.sigint.check()
 
     def _checkpoint_due(self) -> bool:
         return self.checkpoint is not None and (
