@@ -24,6 +24,7 @@ LAYERS = [
     ["moplace.scale"],         # evaluators elsewhere: a Dask cluster
     ["moplace.review"],        # MLflow tracking, reports
     ["moplace.tf"],            # the TensorFlow front end
+    ["moplace.sweep"],         # sweeps: an Optuna study of searches, MLflow parent run
     ["moplace"],               # the public API (moplace/__init__.py)
     ["moplace.cli", "moplace.__main__"],  # the command line, outermost
 ]

@@ -3,6 +3,7 @@
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE | --baseline NAME|all) [--json]
     moplace search GRAPH --cluster C --searcher NAME [--set K=V] [--budget N | --time 60s] [--checkpoint F] [--json]
     moplace compare GRAPH --cluster C --searchers a,b [--set NAME.K=V] [--budget N | --time 60s] [--json]
+    moplace sweep SWEEP.toml [--trials N] [--workers N] [--storage URL] [--dask ADDRESS] [--json]
     moplace runs [--graph G] [--json]          the searches logged to MLflow
     moplace show RUN_ID [--point K] [--json]   one search's front and figures
     moplace plot RUN_ID_OR_FRONT_JSON [--out DIR] [--point K]
@@ -15,7 +16,7 @@
     moplace zoo
 
 User errors print one line on stderr and exit 2; no tracebacks. One module per command group:
-`evaluate`, `search` (search, compare), `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers) and `tf` (the
+`evaluate`, `search` (search, compare), `sweep`, `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers) and `tf` (the
 TensorFlow front end); each imports what its commands need only when they run.
 """
 
@@ -28,7 +29,7 @@ import warnings
 
 from .. import __version__
 from ..errors import MoplaceError
-from . import catalog, evaluate, review, search, tf
+from . import catalog, evaluate, review, search, sweep, tf
 from .args import Parser
 
 
@@ -68,6 +69,6 @@ def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="moplace", description=__doc__.split("\n\n")[0])
     p.add_argument("--version", action="version", version=f"moplace {__version__}")
     sub = p.add_subparsers(dest="command")
-    for group in (evaluate, search, review, catalog, tf):  # each module registers its command group
+    for group in (evaluate, search, sweep, review, catalog, tf):  # each module registers its command group
         group.add_commands(sub)
     return p

@@ -1,0 +1,265 @@
+"""The ``sweep`` command: a sweep file's trials, on workers here, on other machines, or on Dask.
+
+    moplace sweep SWEEP.toml [--trials N] [--workers N] [--storage URL] [--dask ADDRESS]
+                  [--json] [--quiet] [--no-mlflow] [--tracking-uri URI] [--experiment NAME]
+
+Running the same command again resumes the sweep (the trials done are kept, the rest run);
+the same command on another machine with the same ``--storage`` (a database server) joins it.
+``--workers N`` starts N worker processes here, each taking the next waiting trial; this
+process shows the progress, takes over a dead worker's trials when every worker has stopped,
+and logs the sweep's summary to MLflow at the end. ``--dask ADDRESS`` evaluates every trial's
+batches on a Dask cluster (see `moplace.scale.dask`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from .. import strictjson
+from ..errors import MoplaceError
+from .args import file_arg, integer
+
+
+def add_commands(sub) -> None:
+    s = sub.add_parser("sweep", help="run a sweep of searches (an Optuna study) from a TOML file")
+    s.add_argument("file", type=file_arg, help="the sweep file (see experiments/sweeps/)")
+    s.add_argument("--trials", type=integer(1, 100_000), help="trials in all (default: the file's)")
+    s.add_argument("--workers", type=integer(1, 256), default=1,
+                   help="worker processes here (default 1: this process)")
+    s.add_argument("--storage", type=file_arg, metavar="URL",
+                   help="Optuna storage (default: a SQLite file NAME.optuna.db beside the sweep "
+                        "file); a PostgreSQL/MySQL URL to share it between machines")
+    s.add_argument("--dask", type=file_arg, metavar="ADDRESS",
+                   help="evaluate every trial's batches on this Dask cluster (or local:N)")
+    s.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    s.add_argument("--quiet", action="store_true", help="no progress display on stderr")
+    s.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    s.add_argument("--tracking-uri", type=file_arg, help="MLflow tracking URI (default: "
+                   "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    s.add_argument("--experiment", help="MLflow experiment (default: moplace)")
+    s.add_argument("--figures", choices=("inline", "off"), default="inline",
+                   help="each trial's figures and the sweep's (default: drawn by the worker)")
+    s.add_argument("--worker", action="store_true", help=argparse_suppress())
+    s.set_defaults(run=_sweep)
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+def _sweep(args) -> int:
+    from ..sweep.spec import load_spec
+    from ..sweep.study import open_study, storage_url
+
+    spec = load_spec(args.file)
+    url = storage_url(spec, args.storage)
+    try:
+        study = open_study(spec, url, trials=args.trials, create=not args.worker)
+    except MoplaceError as exc:
+        where = "--storage" if args.storage else f"{spec.path}: [sweep] storage" \
+            if spec.storage else f"{spec.path}: the default storage"
+        raise MoplaceError(f"{where}: {exc}") from None
+    tracker = None
+    if not args.no_mlflow:
+        from ..sweep.tracking import SweepRun
+
+        tracker = SweepRun(args.tracking_uri, args.experiment, args.figures)
+        if args.worker:
+            _join(tracker, study)
+        else:
+            tracker.open(spec, study, url, " ".join(["moplace"] + sys.argv[1:]))
+    if args.worker:
+        _work(spec, study, tracker, args.dask, quiet=True)
+        return 0
+    from ..scale import make_evaluator
+
+    local = args.dask if args.dask and args.dask.startswith("local:") else None
+    evaluator = make_evaluator(args.dask) if args.dask and (local or args.workers == 1) else None
+    address = evaluator.client.scheduler.address if evaluator is not None else args.dask
+    status = "finished"
+    try:
+        if args.workers > 1:
+            _run_workers(args, url, address, spec, study)
+        _work(spec, study, tracker, address, quiet=args.quiet or args.json, evaluator=evaluator)
+    except KeyboardInterrupt:
+        status = "interrupted"
+    finally:
+        if evaluator is not None:
+            evaluator.close()
+    return _report(args, spec, study, url, tracker, status)
+
+
+def _join(tracker, study) -> None:
+    """A worker logs into the parent run the sweep's first command made."""
+    from ..review.mlstore import connect
+
+    tracker.client, _ = connect(tracker.tracking_uri, tracker.experiment)
+    tracker.run_id = study.user_attrs.get("mlflow_run_id")
+
+
+def _work(spec, study, tracker, dask, *, quiet: bool, evaluator=None) -> int:
+    """Run waiting trials in this process until none is waiting or running."""
+    from ..sweep.study import work
+    from ..sweep.trial import returns, run_trial
+    from .progress import Display
+
+    own = evaluator is None and dask
+    if own:
+        from ..scale import make_evaluator
+
+        evaluator = make_evaluator(dask)
+    display = Display("quiet" if quiet else "auto")
+
+    def run_one(trial):
+        params = spec.suggest(trial)
+        swept = {k: params[k] for k in trial.params}
+        label = f"trial {trial.number}" + (f" ({_short(swept)})" if swept else "")
+        callbacks = [display.search(label)]
+        child = tracker.child(trial.number, swept) if tracker is not None and tracker.run_id else None
+        if child is not None:
+            dead = trial.user_attrs.get("mlflow_run_id")  # a retry: its dead worker's run
+            if dead:
+                tracker.mark_lost(dead, trial.number)
+            callbacks += [child, _Started(trial, child)]
+        problem, _, result = run_trial(params, spec.folder, callbacks=callbacks, evaluator=evaluator)
+        if result.status == "interrupted":
+            raise KeyboardInterrupt
+        values = returns(result, params)
+        trial.set_user_attr("returns", values)
+        trial.set_user_attr("evaluations", result.n_evaluations)
+        trial.set_user_attr("search_seconds", result.seconds)
+        trial.set_user_attr("objectives", list(problem.objectives))
+        trial.set_user_attr("front", [[float(x) for x in p.values] for p in result.front[:200]])
+        trial.set_user_attr("graph", problem.graph.name)
+        trial.set_user_attr("cluster", problem.cluster.name)
+        if child is not None:
+            tracker.log_trial(child, trial.number, swept, values)
+        return [values[r] if values[r] == values[r] else float("inf") for r in spec.returns]
+
+    try:
+        with display:
+            return work(study, run_one)
+    finally:
+        if own and evaluator is not None:
+            evaluator.close()
+
+
+class _Started:
+    """Keeps the trial's MLflow run id in the trial as soon as the run exists (a retry of the
+    trial then finds the run its dead worker left open)."""
+
+    def __init__(self, trial, child):
+        self.trial, self.child = trial, child
+
+    def on_start(self, *args) -> None:
+        self.trial.set_user_attr("mlflow_run_id", self.child.run_id)
+
+    def on_batch(self, result) -> None:
+        pass
+
+    def on_end(self, result) -> None:
+        pass
+
+
+def _short(params: dict) -> str:
+    text = ", ".join(f"{k}={v}" for k, v in params.items())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _run_workers(args, url, dask, spec, study) -> None:
+    """Start ``--workers`` worker processes and show the sweep's progress until they stop."""
+    from ..sweep.study import counts
+    from .progress import Display
+
+    cmd = [sys.executable, "-m", "moplace", "sweep", str(args.file), "--worker", "--storage", url,
+           "--figures", args.figures]
+    for flag in ("tracking_uri", "experiment"):
+        if getattr(args, flag):
+            cmd += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    if args.no_mlflow:
+        cmd.append("--no-mlflow")
+    if dask:
+        cmd += ["--dask", dask]
+    procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL) for _ in range(args.workers)]
+    display = Display("quiet" if args.quiet or args.json else "auto")
+    job = display.job(f"sweep {spec.name}")
+    try:
+        with display:
+            while any(p.poll() is None for p in procs):
+                c = counts(study)
+                job("trials", c["complete"] + c["fail"], spec.trials if args.trials is None
+                    else args.trials)
+                time.sleep(1.0)
+    except KeyboardInterrupt:
+        for p in procs:
+            p.wait()
+        raise
+    failed = [p.returncode for p in procs if p.returncode not in (0, 130, -9)]
+    if failed:
+        print(f"moplace: warning: {len(failed)} of {len(procs)} sweep workers stopped with an "
+              f"error (exit {failed[0]}); this process goes on with the trials left",
+              file=sys.stderr)
+
+
+def _report(args, spec, study, url, tracker, status) -> int:
+    from ..sweep.study import best_trials, counts
+    from ..sweep.tracking import trial_rows
+
+    c = counts(study)
+    if c["running"] or c["waiting"]:
+        status = "interrupted"
+    figures = []
+    if tracker is not None and tracker.run_id is not None:
+        figures = tracker.close(spec, study, status)
+    best = best_trials(study)
+    rows = {r["number"]: r for r in trial_rows(study, spec.returns)}
+    if args.json:
+        print(strictjson.dumps({
+            "sweep": spec.name, "file": str(spec.path), "storage": url, "status": status,
+            "returns": list(spec.returns), "directions": list(spec.directions),
+            "trials": c, "best_trials": [rows[t.number] for t in best],
+            "mlflow_run_id": tracker.run_id if tracker else None,
+            "tracking_uri": tracker.tracking_uri if tracker else None,
+            "figures": figures}))
+        return 0 if status == "finished" else 130
+    _print_table(spec, list(rows.values()), c, best)
+    if tracker is not None and tracker.run_id:
+        print(f"logged to MLflow run {tracker.run_id} (one child run per trial) at "
+              f"{tracker.tracking_uri}")
+    print(f"Optuna study {spec.name!r} in {url}; browse it with: optuna-dashboard {url}")
+    if status != "finished":
+        print("the sweep stopped before its end: run the same command again to go on",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+def _print_table(spec, rows, c, best) -> None:
+    from ..review.units import fmt
+
+    kinds = {"hypervolume": "number", "best_runtime": "time",
+             "best_runtime_within_memory": "time", "search_seconds": "time"}
+    shown = ", ".join(f"{n} {k}" for k, n in c.items() if n)
+    print(f"sweep {spec.name}: {shown}")
+    names = list(spec.space)
+    head = f"{'trial':>5} {'state':<9} " + " ".join(f"{n[:18]:>18}" for n in names) + " " + \
+        " ".join(f"{r[:26]:>26}" for r in spec.returns)
+    print(head)
+    best_numbers = {t.number for t in best}
+    for r in rows:
+        cells = [f"{str(r['params'].get(n, '-'))[:18]:>18}" for n in names]
+        vals = []
+        for name in spec.returns:
+            v = r["values"].get(name)
+            text = "-" if v is None else "none fits" if v == float("inf") else \
+                f"{v:.4f}" if kinds[name] == "number" else fmt(v, kinds[name])
+            vals.append(f"{text:>26}")
+        mark = " *" if r["number"] in best_numbers else ""
+        err = f"  {r['error'][:60]}" if r.get("error") else ""
+        print(f"{r['number']:>5} {r['state']:<9} " + " ".join(cells) + " " + " ".join(vals) + mark + err)
+    if best:
+        print("* best" + (" (Pareto-optimal over the returned values)" if len(spec.returns) > 1 else ""))

@@ -1,0 +1,257 @@
+"""A sweep's Optuna study: storage, trials handed to workers, heartbeats, the summary.
+
+**Storage.** A SQLite file ``STEM.optuna.db`` beside the sweep file, unless ``--storage`` (or
+``[sweep] storage``) names a database server (PostgreSQL, MySQL) that workers on several
+machines share. SQLite rather than Optuna's journal file: Optuna's heartbeat, which finds a
+dead worker's trial and runs it again, exists only for database storage (`RDBStorage`), and
+a sweep's few writes per trial are far from SQLite's limits (writers wait up to 60 s for its
+lock).
+
+**Trials as a queue.** Opening the sweep adds one WAITING trial per trial of the sweep
+(parameters not drawn yet); a worker takes a WAITING trial (Optuna's own atomic move to
+RUNNING), draws its parameters from the sampler at that moment, runs it, and tells the
+result. So the sweep runs exactly its number of trials however many workers join, and
+running the command again with a larger ``--trials`` adds the difference. A worker that dies
+stops sending heartbeats; after ``4 x heartbeat_seconds`` another worker marks its trial
+FAIL and Optuna's `RetryHeartbeatStaleTrialCallback` queues a copy with the same parameters
+(``retries`` times at most). A Ctrl-C'd trial is queued again the same way. A trial whose
+search raises an error is FAIL with the error in its ``error`` attribute, and the sweep goes
+on. A worker stops when no trial is WAITING or RUNNING: none is left RUNNING.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+from ..errors import MoplaceError
+
+#: the trials' states, as --json names them
+STATES = ("complete", "fail", "running", "waiting", "pruned", "retried")
+#: front points a trial keeps in its attributes (for the sweep's overlaid fronts)
+KEEP_POINTS = 200
+
+
+def storage_url(spec, given: str | None = None) -> str:
+    url = given or spec.storage
+    if url:
+        return url
+    return f"sqlite:///{(spec.folder / (spec.path.stem + '.optuna.db')).resolve()}"
+
+
+def open_storage(url: str, spec):
+    """The heartbeat-enabled database storage at ``url``; a clear error when it cannot be used."""
+    import optuna
+    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    import warnings
+
+    # the heartbeat and its retry callback are marked experimental since Optuna 2.8 (2021)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    if "://" not in url:
+        raise MoplaceError(f"storage {url!r} is not a database URL (sqlite:///FILE, "
+                           f"postgresql://USER@HOST/DB, mysql://...)")
+    scheme = url.split("://")[0].split("+")[0]
+    if scheme == "sqlite":
+        folder = Path(url.split(":///", 1)[-1]).parent
+        if not folder.is_dir():
+            raise MoplaceError(f"storage {url}: folder {folder} does not exist")
+        connect = {"timeout": 60}
+    else:
+        connect = {"connect_timeout": 5}
+    try:
+        return RDBStorage(url, engine_kwargs={"connect_args": connect},
+                          heartbeat_interval=spec.heartbeat_seconds,
+                          grace_period=4 * spec.heartbeat_seconds,
+                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                              max_retry=spec.retries))
+    except ModuleNotFoundError as exc:
+        raise MoplaceError(f"storage {url.split('://')[0]}://...: its database driver is not "
+                           f"installed ({exc.name}); pip install it") from None
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy's many connection errors, named
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MoplaceError(f"storage {_hide_password(url)} cannot be used: {first}") from None
+
+
+def _hide_password(url: str) -> str:
+    head, sep, tail = url.partition("://")
+    if "@" in tail and ":" in tail.split("@")[0]:
+        user = tail.split("@")[0].split(":")[0]
+        tail = f"{user}:***@" + tail.split("@", 1)[1]
+    return head + sep + tail
+
+
+def make_sampler(spec):
+    import optuna.samplers as samplers
+
+    from .spec import SAMPLERS
+
+    cls = getattr(samplers, SAMPLERS.get(spec.sampler, spec.sampler))
+    if cls is samplers.GridSampler:
+        return _QueuedGrid(spec.grid(), seed=spec.sampler_seed)
+    try:
+        return cls(seed=spec.sampler_seed)
+    except TypeError:  # a sampler without a seed
+        return cls()
+
+
+def _queued_grid():
+    import optuna.samplers as samplers
+
+    class QueuedGrid(samplers.GridSampler):
+        """Optuna's grid sampler without its stop at the grid's end (`Study.stop` works only
+        inside ``optimize``; the sweep's queue says when it is done)."""
+
+        def after_trial(self, study, trial, state, values) -> None:
+            pass
+
+    return QueuedGrid
+
+
+def _QueuedGrid(*args, **kwargs):  # noqa: N802 - a class made on first use (optuna is lazy)
+    return _queued_grid()(*args, **kwargs)
+
+
+def open_study(spec, url: str, *, trials: int | None = None, create: bool = True):
+    """The sweep's study (created, or resumed), with ``trials`` trials queued in all."""
+    import optuna
+
+    storage = open_storage(url, spec)
+    if create:
+        study = optuna.create_study(study_name=spec.name, storage=storage, load_if_exists=True,
+                                    sampler=make_sampler(spec), directions=list(spec.directions))
+    else:
+        study = optuna.load_study(study_name=spec.name, storage=storage,
+                                  sampler=make_sampler(spec))
+    if [d.name.lower() for d in study.directions] != list(spec.directions):
+        raise MoplaceError(f"{spec.path}: study {spec.name!r} in {url} returns other values "
+                           f"({len(study.directions)} objectives); rename the sweep or its storage")
+    if create:
+        if study.metric_names is None:
+            study.set_metric_names(list(spec.returns))
+        _queue(study, trials if trials is not None else spec.trials)
+    return study
+
+
+def _slots(trials) -> int:
+    """Trials that are not a retry of another (each takes one of the sweep's places)."""
+    return sum("failed_trial" not in t.system_attrs for t in trials)
+
+
+def _queue(study, n: int) -> None:
+    from optuna.trial import TrialState, create_trial
+
+    for _ in range(n - _slots(study.get_trials(deepcopy=False))):
+        study.add_trial(create_trial(state=TrialState.WAITING))
+
+
+def counts(study) -> dict[str, int]:
+    """Trials by state; ``retried``: FAIL trials that were queued again (dead worker, Ctrl-C),
+    ``fail`` the others (the search raised an error)."""
+    out = dict.fromkeys(STATES, 0)
+    for t in study.get_trials(deepcopy=False):
+        state = t.state.name.lower()
+        if state == "fail" and "error" not in t.user_attrs:
+            state = "retried"
+        out[state] = out.get(state, 0) + 1
+    return out
+
+
+def _pop(study, storage):
+    """Take a WAITING trial (atomically: Optuna moves it to RUNNING only once); its id or None."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.WAITING,)):
+        try:
+            if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                return t._trial_id
+        except UpdateFinishedTrialError:
+            continue
+    return None
+
+
+class _Heartbeat:
+    """Records a trial's heartbeat every interval while its search runs."""
+
+    def __init__(self, storage, trial_id: int, interval: float):
+        self._stop = threading.Event()
+        storage.record_heartbeat(trial_id)
+        self._thread = threading.Thread(target=self._beat, args=(storage, trial_id, interval),
+                                        daemon=True)
+        self._thread.start()
+
+    def _beat(self, storage, trial_id, interval):
+        while not self._stop.wait(interval):
+            storage.record_heartbeat(trial_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def work(study, run_one, *, poll: float = 1.0, stop=lambda: False) -> int:
+    """A worker: take WAITING trials and run them (``run_one(trial) -> values``, raising on a
+    failed search) until none is WAITING or RUNNING; returns the trials it ran."""
+    import optuna
+    from optuna.trial import TrialState
+
+    storage, ran = study._storage, 0
+    interval = storage.get_heartbeat_interval()
+    while not stop():
+        optuna.storages.fail_stale_trials(study)
+        trial_id = _pop(study, storage)
+        if trial_id is None:
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+            if not running:
+                break
+            time.sleep(poll)
+            continue
+        trial = optuna.Trial(study, trial_id)
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        beat = _Heartbeat(storage, trial_id, interval)
+        try:
+            values = run_one(trial)
+        except KeyboardInterrupt:
+            _requeue(study, trial, "interrupted (Ctrl-C)")
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded with the trial; the sweep goes on
+            trial.set_user_attr("error", _one_line(exc))
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            study.tell(trial, values)
+        finally:
+            beat.stop()
+        ran += 1
+    return ran
+
+
+def _requeue(study, trial, why: str) -> None:
+    """Fail ``trial`` and queue a copy with the same parameters (as a retry, not a new place)."""
+    from optuna.trial import TrialState, create_trial
+
+    frozen = study._storage.get_trial(trial._trial_id)
+    study.tell(trial, state=TrialState.FAIL)
+    history = list(frozen.system_attrs.get("retry_history", [])) + [frozen.number]
+    study.add_trial(create_trial(
+        state=TrialState.WAITING, params=frozen.params, distributions=frozen.distributions,
+        user_attrs={"requeued": why},
+        system_attrs={"failed_trial": history[0], "retry_history": history}))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().replace("\n", " ") or type(exc).__name__
+    return text if len(text) < 500 else text[:497] + "..."
+
+
+def best_trials(study) -> list:
+    """The best complete trials: the best one, or with several returns the Pareto-optimal ones."""
+    try:
+        return list(study.best_trials) if len(study.directions) > 1 else [study.best_trial]
+    except ValueError:  # no complete trial
+        return []

@@ -1,0 +1,202 @@
+"""A sweep in MLflow: one parent run, each trial a child run (a search run, see
+`moplace.review.tracking`) with the trial's swept parameters as ``sweep.<name>`` params and its
+returned values as metrics, so MLflow's compare view and parallel-coordinates plot work
+across trials. The parent holds the sweep's settings, a table of the trials
+(``trials_table.json``), the best values as metrics, and two figures: each returned value
+against each swept parameter, and the fronts of the best trials overlaid.
+
+The parent run's id is kept in the study (user attribute ``mlflow_run_id``), so a resumed
+sweep and workers joining from other machines log into the same parent.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+from .study import _hide_password, best_trials, counts
+
+#: most best trials whose fronts the parent's figure overlays
+OVERLAID = 6
+
+
+class SweepRun:
+    """The sweep's parent run (``tracking_uri``/``experiment`` as `moplace search` takes them)."""
+
+    def __init__(self, tracking_uri: str | None, experiment: str | None, figures: str = "inline"):
+        from ..review.tracking import DEFAULT_EXPERIMENT, resolve_uri
+
+        self.tracking_uri = resolve_uri(tracking_uri)
+        self.experiment = experiment or DEFAULT_EXPERIMENT
+        self.figures = figures
+        self.client = self.run_id = None
+
+    def open(self, spec, study, storage: str, command: str | None = None) -> str:
+        """Create the parent run, or take the study's (set running again)."""
+        from mlflow.entities import Param
+
+        from ..review.mlstore import connect
+
+        self.client, exp_id = connect(self.tracking_uri, self.experiment)
+        known = study.user_attrs.get("mlflow_run_id")
+        if known and study.user_attrs.get("tracking_uri") == self.tracking_uri:
+            try:
+                self.client.update_run(known, status="RUNNING")
+                self.client.set_tag(known, "status", "running")
+                self.run_id = known
+                return known
+            except Exception:  # noqa: BLE001 - deleted meanwhile: a new parent run
+                pass
+        tags = {"kind": "sweep", "sweep": spec.name, "status": "running",
+                "optuna_study": spec.name, "optuna_storage": _hide_password(storage),
+                "mlflow.note.content": _description(spec, storage)}
+        if command:
+            tags["mlflow.source.name"] = command
+        self.run_id = self.client.create_run(exp_id, run_name=f"sweep {spec.name}",
+                                             tags=tags).info.run_id
+        params = {"sampler": spec.sampler, "trials": spec.trials,
+                  "returns": ",".join(spec.returns), "swept": ",".join(spec.space),
+                  **{f"fixed.{k}": v for k, v in spec.fixed.items()},
+                  **{f"space.{k}": _space_text(d) for k, d in spec.space.items()}}
+        self.client.log_batch(self.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        study.set_user_attr("mlflow_run_id", self.run_id)
+        study.set_user_attr("tracking_uri", self.tracking_uri)
+        return self.run_id
+
+    def child(self, trial_number: int, params: dict):
+        """The MLflow callback of one trial's search, a child of this run."""
+        from ..review.tracking import MLflowCallback
+
+        swept = ", ".join(f"{k}={v}" for k, v in params.items())
+        return MLflowCallback(self.tracking_uri, self.experiment,
+                              run_name=f"trial {trial_number}: {swept}"[:250],
+                              parent_run_id=self.run_id, figures=self.figures)
+
+    def mark_lost(self, run_id: str, trial_number: int) -> None:
+        """End the child run a dead worker left running (its trial runs again as ``trial_number``)."""
+        try:
+            if self.client.get_run(run_id).info.status == "RUNNING":
+                self.client.set_tag(run_id, "status", f"worker lost; run again as trial {trial_number}")
+                self.client.set_terminated(run_id, status="KILLED")
+        except Exception:  # noqa: BLE001 - a run deleted meanwhile: nothing to end
+            pass
+
+    @staticmethod
+    def log_trial(callback, trial_number: int, params: dict, values: dict) -> None:
+        """The trial's swept parameters and returned values on its child run."""
+        from mlflow.entities import Metric, Param
+
+        if callback.run_id is None:
+            return
+        callback.client.log_batch(
+            callback.run_id,
+            params=[Param(f"sweep.{k}", str(v)[:6000]) for k, v in params.items()]
+            + [Param("sweep.trial", str(trial_number))],
+            metrics=[Metric(f"sweep.{k}", float(v), 0, 0) for k, v in values.items()
+                     if math.isfinite(v)])
+        callback.client.set_tag(callback.run_id, "sweep_trial", str(trial_number))
+
+    def close(self, spec, study, status: str = "finished") -> list[str]:
+        """The trials table, best values and figures on the parent; ends it. Returns the
+        figures' artifact paths."""
+        from ..review.tracking import STATUS
+
+        rows = trial_rows(study, spec.returns)
+        self.client.log_table(self.run_id, data=_table(rows, spec), artifact_file="trials_table.json")
+        self.client.log_dict(self.run_id, {"trials": rows, "counts": counts(study)}, "trials.json")
+        best = best_trials(study)
+        for name, v in zip(spec.returns, best[0].values if best else ()):
+            if math.isfinite(v):
+                self.client.log_metric(self.run_id, f"best_{name}", float(v))
+        for state, n in counts(study).items():
+            self.client.log_metric(self.run_id, f"trials_{state}", n)
+        drawn = []
+        if self.figures != "off":
+            with tempfile.TemporaryDirectory() as tmp:
+                for path in draw_sweep(rows, spec, study, Path(tmp)):
+                    self.client.log_artifact(self.run_id, str(path), "figures")
+                    drawn.append(f"figures/{path.name}")
+        self.client.set_tag(self.run_id, "status", status)
+        self.client.set_terminated(self.run_id, status=STATUS.get(status, "FINISHED"))
+        return drawn
+
+
+def trial_rows(study, returns) -> list[dict]:
+    """One plain dict per trial: number, state (``retried`` for a requeued FAIL), swept
+    parameters, returned values (all of them, from the trial's attributes), evaluations,
+    seconds, MLflow run, error."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        state = t.state.name.lower()
+        if state == "fail" and "error" not in t.user_attrs:
+            state = "retried"
+        values = dict(t.user_attrs.get("returns", {}))
+        if t.values is not None:
+            values.update(zip(returns, t.values))
+        rows.append({"number": t.number, "state": state, "params": dict(t.params),
+                     "values": values, "evaluations": t.user_attrs.get("evaluations"),
+                     "seconds": t.user_attrs.get("search_seconds"),
+                     "mlflow_run_id": t.user_attrs.get("mlflow_run_id"),
+                     "error": t.user_attrs.get("error"),
+                     "retry_of": t.system_attrs.get("failed_trial")})
+    return rows
+
+
+def _table(rows, spec) -> dict:
+    from ..review.units import fmt
+
+    kinds = {"hypervolume": "number", "best_runtime": "time",
+             "best_runtime_within_memory": "time", "search_seconds": "time"}
+    cols = {"trial": [], "state": []}
+    for name in spec.space:
+        cols[name] = []
+    for name in kinds:
+        cols[name] = []
+    cols["evaluations"], cols["mlflow_run_id"], cols["error"] = [], [], []
+    for r in rows:
+        cols["trial"].append(r["number"])
+        cols["state"].append(r["state"])
+        for name in spec.space:
+            cols[name].append(str(r["params"].get(name, "")))
+        for name, kind in kinds.items():
+            v = r["values"].get(name)
+            cols[name].append("" if v is None else (f"{v:.4f}" if kind == "number" else fmt(v, kind)))
+        cols["evaluations"].append(r["evaluations"] or 0)
+        cols["mlflow_run_id"].append(r["mlflow_run_id"] or "")
+        cols["error"].append(r["error"] or "")
+    return cols
+
+
+def draw_sweep(rows, spec, study, folder: Path) -> list[Path]:
+    """The parent's figures, written to ``folder``; their paths."""
+    from ..review.figures.sweep import best_fronts, values_by_parameter
+
+    out = [folder / "values_by_parameter.png"]
+    values_by_parameter(rows, spec.returns, spec.directions, list(spec.space), out[0],
+                        title=f"sweep {spec.name}: {sum(r['state'] == 'complete' for r in rows)} "
+                              f"trials")
+    fronts, objectives = {}, None
+    for t in best_trials(study)[:OVERLAID]:
+        if t.user_attrs.get("front"):
+            objectives = t.user_attrs.get("objectives")
+            swept = ", ".join(f"{k}={v}" for k, v in t.params.items())
+            fronts[f"trial {t.number}: {swept}"[:60]] = t.user_attrs["front"]
+    if fronts and objectives:
+        out.append(folder / "best_fronts.png")
+        best_fronts(fronts, objectives, out[-1], title=f"sweep {spec.name}: fronts of the best trials")
+    return out
+
+
+def _space_text(d) -> str:
+    if d.choices:
+        return "[" + ", ".join(map(str, d.choices)) + "]"
+    return f"{d.low:g}..{d.high:g}" + (f" step {d.step:g}" if d.step else "") + (" log" if d.log else "")
+
+
+def _description(spec, storage) -> str:
+    return (f"**Sweep {spec.name}**: {spec.trials} trials, sampler {spec.sampler}, returns "
+            f"{', '.join(spec.returns)}. Swept: "
+            + ", ".join(f"{k} {_space_text(d)}" for k, d in spec.space.items())
+            + f". Optuna study {spec.name!r} in {_hide_password(storage)} (open it with "
+            f"`optuna-dashboard {_hide_password(storage)}`).\n\n")

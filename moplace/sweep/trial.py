@@ -1,0 +1,128 @@
+"""One trial of a sweep: its parameters -> a problem, a searcher, a search, the values it returns.
+
+`build` turns the parameters into what `moplace.search` needs (the cluster generated when
+the device count or link parameters vary; a zoo model profiled with TensorFlow at the trial's
+batch size, once per model and batch, kept beside the sweep file); `run_trial` runs the
+search and `returns` reads the values a trial can return from its result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import MoplaceError
+from .spec import GENERATED
+
+GIB = 2.0 ** 30
+
+
+def build(params: dict, folder: Path):
+    """(problem, searcher, budget, seed) of a trial's parameters; paths are relative to
+    ``folder`` (the sweep file's)."""
+    from ..optimize.driver import Budget
+    from ..optimize.plugins import make_searcher
+    from ..optimize.problem import Problem
+
+    graph = _graph(params, folder)
+    cluster = _cluster(params, folder)
+    settings = {k.partition(".")[2]: v for k, v in params.items()
+                if "." in k and k.partition(".")[0] == params["searcher"]}
+    searcher = make_searcher(params["searcher"], **settings)
+    budget = Budget(evaluations=int(params.get("budget", 1000)))
+    return Problem(graph, cluster), searcher, budget, int(params.get("seed", 0))
+
+
+def _relative(name: str, folder: Path) -> str:
+    path = folder / name
+    return str(path) if path.exists() else name  # else a bundled name or a preset
+
+
+def _graph(params, folder):
+    from ..io import load_graph
+
+    name = params.get("graph")
+    if not name:
+        raise MoplaceError("the sweep gives no graph (set graph in [fixed] or [space])")
+    if name.startswith("zoo:"):
+        return _zoo_graph(name[4:], int(params.get("batch", 32)), folder, _kinds(params, folder))
+    return load_graph(_relative(name, folder))
+
+
+def _kinds(params, folder) -> tuple[str, ...]:
+    return tuple(sorted(set(_cluster(params, folder).kinds)))
+
+
+def _zoo_graph(model: str, batch: int, folder: Path, kinds):
+    """A zoo model profiled at ``batch`` (TensorFlow, on this machine's device), kept in
+    ``folder/graphs/`` so that every trial with the same model and batch reuses it."""
+    from ..io import load_graph
+    from ..io.native import save_graph
+
+    path = folder / "graphs" / f"zoo-{model}-batch{batch}-{'-'.join(kinds)}.json"
+    if path.is_file():
+        return load_graph(str(path))
+    try:
+        from ..tf.frontend import profile_model
+    except ModuleNotFoundError as exc:
+        raise MoplaceError(f"graph zoo:{model} needs TensorFlow ({exc.name} is missing): "
+                           "pip install 'moplace[tf]'") from None
+    graph = profile_model(model, batch, estimate_kinds=kinds, measure_links=False).graph
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_suffix(".tmp.json")
+    save_graph(graph, tmp)
+    tmp.replace(path)  # another worker may profile the same model: the last one wins, equal
+    return graph
+
+
+def _cluster(params, folder):
+    from ..core.cluster import Cluster, Device, kind_speed
+    from ..core.presets import load_cluster
+
+    if not any(k in params for k in GENERATED):
+        if "cluster" not in params:
+            raise MoplaceError("the sweep gives no cluster (set cluster, or devices, in [fixed] "
+                               "or [space])")
+        return load_cluster(_relative(params["cluster"], folder))
+    n = int(params.get("devices", 4))
+    kind = str(params.get("device_kind", "V100"))
+    memory = float(params.get("device_memory_gib", 16.0))
+    bw = float(params.get("link_bandwidth_gbps", 24.0)) * 1e9
+    latency = float(params.get("link_latency_us", 2.0)) * 1e-6
+    if not 1 <= n <= 256:
+        raise MoplaceError(f"devices must be from 1 to 256, got {n}")
+    speed = kind_speed(kind) or 1.0
+    devices = [Device(f"gpu{i}", kind, int(memory * GIB), speed) for i in range(n)]
+    bandwidth = np.full((n, n), bw)
+    np.fill_diagonal(bandwidth, np.inf)
+    lat = np.full((n, n), latency)
+    np.fill_diagonal(lat, 0.0)
+    name = f"{n}x{kind}-{memory:g}GiB-{bw / 1e9:g}GBps"
+    return Cluster(name, devices, bandwidth, lat)
+
+
+def returns(result, params: dict) -> dict[str, float]:
+    """Every value a trial can return, from its `SearchResult` (inf when no feasible point:
+    a minimized value that no feasible strategy reached)."""
+    objectives = result.problem.objectives
+    front = np.array([p.values for p in result.front]).reshape(-1, len(objectives))
+    rt = objectives.index("runtime") if "runtime" in objectives else 0
+    best = float(front[:, rt].min()) if len(front) else float("inf")
+    within = best
+    limit = params.get("memory_limit_gib")
+    if limit is not None and "peak_memory" in objectives:
+        fits = front[front[:, objectives.index("peak_memory")] <= float(limit) * GIB]
+        within = float(fits[:, rt].min()) if len(fits) else float("inf")
+    return {"hypervolume": float(result.hypervolume), "best_runtime": best,
+            "best_runtime_within_memory": within, "search_seconds": float(result.seconds)}
+
+
+def run_trial(params: dict, folder: Path, *, callbacks=(), evaluator=None):
+    """Run the search of a trial's parameters: (problem, searcher, result)."""
+    from ..optimize.driver import search
+
+    problem, searcher, budget, seed = build(params, folder)
+    result = search(problem, searcher, budget=budget, seed=seed, callbacks=callbacks,
+                    evaluator=evaluator)
+    return problem, searcher, result

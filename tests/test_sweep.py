@@ -1,0 +1,160 @@
+"""`moplace sweep`: the sweep file's checks, a sweep's trials on worker processes with a
+killed worker retried, resuming, failed trials, MLflow parent and child runs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from moplace.cli import main
+
+SWEEP = """
+[sweep]
+name = "{name}"
+sampler = "grid"
+returns = ["best_runtime_within_memory", "hypervolume"]
+heartbeat_seconds = 1
+
+[fixed]
+graph = "pipedream:alexnet"
+searcher = "random"
+budget = {budget}
+
+[space]
+devices = [1, 2, 4]
+memory_limit_gib = [2, 8]
+"""
+
+
+def _write(folder: Path, text: str, name="s.toml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def _bad(tmp_path, capsys, text, *extra):
+    path = _write(tmp_path, text)
+    assert main(["sweep", str(path), "--no-mlflow", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("moplace: error: "), err
+    assert not list(tmp_path.glob("*.db")), "nothing is started: no storage made"
+    return err
+
+
+@pytest.mark.parametrize("change, words", [
+    (("devices = [1, 2, 4]", "gpus = [1, 2]"), ["[space] gpus", "unknown parameter"]),
+    (("devices = [1, 2, 4]", "devices = []"), ["[space] devices", "empty list"]),
+    (("devices = [1, 2, 4]", "devices = { low = 8, high = 2 }"), ["[space] devices", "empty range"]),
+    (('sampler = "grid"', 'sampler = "annealing"'), ["[sweep] sampler", "unknown sampler"]),
+    (('searcher = "random"', 'searcher = "hill"'), ["[fixed] searcher", "unknown searcher"]),
+    (("budget = 40", 'budget = 40\n"random.size" = 3'), ["random.size", "no setting 'size'"]),
+    (("budget = 40", 'budget = 40\n"nsga2.pop_size" = 3'), ["nsga2.pop_size", "not one this sweep runs"]),
+    (("budget = 40", "budget = -4"), ["[fixed] budget", "above 0"]),
+    (("memory_limit_gib = [2, 8]", "memory_limit_gib = [2, 8]\ncluster = [\"4xV100-NVLink\"]"),
+     ["cannot go with cluster"]),
+    (('heartbeat_seconds = 1', 'heartbeat_seconds = 1\nstorage = "sqlite:////nonexistent/dir/x.db"'),
+     ["[sweep] storage", "/nonexistent/dir", "does not exist"]),
+    (('heartbeat_seconds = 1', 'heartbeat_seconds = 1\nstorage = "mysql://u@127.0.0.1:1/db"'),
+     ["[sweep] storage", "mysql"]),
+    (("[space]", "[spaces]"), ["spaces", "unknown table"]),
+])
+def test_a_bad_sweep_file_is_one_line_naming_file_and_key(tmp_path, capsys, change, words):
+    text = SWEEP.format(name="bad", budget=40).replace(*change)
+    err = _bad(tmp_path, capsys, text)
+    assert "s.toml" in err
+    for w in words:
+        assert w in err
+
+
+def test_an_unreachable_storage_flag_is_named(tmp_path, capsys):
+    err = _bad(tmp_path, capsys, SWEEP.format(name="x", budget=40), "--storage",
+               "sqlite:////nonexistent/x.db")
+    assert "--storage" in err
+
+
+def _trials(storage, name):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+
+
+def test_a_sweep_in_process_resumes_and_records_failed_trials(tmp_path, capsys):
+    text = SWEEP.format(name="small", budget=30).replace(
+        "memory_limit_gib = [2, 8]", '"random.batch_size" = [0, 10]')
+    path = _write(tmp_path, text)
+    assert main(["sweep", str(path), "--no-mlflow", "--json", "--trials", "4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trials"]["complete"] + out["trials"]["fail"] == 4 and out["trials"]["running"] == 0
+    storage = out["storage"]
+    trials = _trials(storage, "small")
+    for t in trials:  # batch_size 0 is refused by the searcher: recorded, the sweep went on
+        if t.params["random.batch_size"] == 0:
+            assert t.state.name == "FAIL" and "batch_size" in t.user_attrs["error"]
+        else:
+            assert t.state.name == "COMPLETE" and t.user_attrs["evaluations"] == 30
+    # the same command again: nothing to do; a larger --trials adds the difference
+    assert main(["sweep", str(path), "--no-mlflow", "--json", "--trials", "4"]) == 0
+    assert len(_trials(storage, "small")) == 4
+    assert main(["sweep", str(path), "--no-mlflow", "--json"]) == 0  # the grid's 6
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["trials"]["complete"] + out["trials"]["fail"] == 6
+    params = [tuple(sorted(t.params.items())) for t in _trials(storage, "small")]
+    assert len(set(params)) == 6  # the grid, each point once
+
+
+@pytest.mark.slow
+def test_six_trials_on_two_workers_one_killed_mid_trial(tmp_path):
+    """--workers 2 on the default storage; one worker gets SIGKILL while it runs a trial: the
+    other takes the trial again after the heartbeat's grace period. Exactly 6 complete trials,
+    none duplicated, none left RUNNING, and 6 finished child runs under one parent in MLflow."""
+    path = _write(tmp_path, SWEEP.format(name="killed", budget=1500).replace(
+        'graph = "pipedream:alexnet"', 'graph = "pipedream:resnet50"'))
+    db = tmp_path / "mlflow.db"
+    proc = subprocess.Popen([sys.executable, "-m", "moplace", "sweep", str(path), "--workers", "2",
+                             "--json", "--quiet", "--tracking-uri", f"sqlite:///{db}",
+                             "--figures", "off"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    storage = f"sqlite:///{tmp_path / 's.optuna.db'}"
+    killed = None
+    deadline = time.time() + 120
+    while killed is None and time.time() < deadline:
+        time.sleep(0.3)
+        try:
+            trials = _trials(storage, "killed")
+        except Exception:  # noqa: BLE001 - the study is not made yet
+            continue
+        running = [t for t in trials if t.state.name == "RUNNING" and "worker" in t.user_attrs
+                   and "mlflow_run_id" in t.user_attrs]
+        if running and sum(t.state.name == "COMPLETE" for t in trials) >= 1:
+            killed = int(running[0].user_attrs["worker"].rsplit(":", 1)[1])
+            os.kill(killed, signal.SIGKILL)
+    assert killed is not None, "no trial was seen running"
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    data = json.loads(out)
+    trials = _trials(storage, "killed")
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert len(complete) == 6 and data["trials"]["complete"] == 6
+    assert len({tuple(sorted(t.params.items())) for t in complete}) == 6
+    assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
+    assert data["trials"]["retried"] == 1
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("moplace")
+    children = client.search_runs([exp.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{data['mlflow_run_id']}'")
+    finished = [r for r in children if r.info.status == "FINISHED"]
+    assert len(finished) == 6
+    assert [r.info.status for r in children if r.info.status != "FINISHED"] == ["KILLED"]
+    assert {r.data.params["sweep.devices"] for r in finished} == {"1", "2", "4"}
+    parent = client.get_run(data["mlflow_run_id"])
+    assert parent.info.status == "FINISHED"
+    names = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"trials_table.json", "trials.json"} <= names
