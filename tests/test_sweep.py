@@ -158,3 +158,62 @@ def test_six_trials_on_two_workers_one_killed_mid_trial(tmp_path):
     assert parent.info.status == "FINISHED"
     names = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"trials_table.json", "trials.json"} <= names
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_its_workers_on_a_dask_cluster(tmp_path):
+    """--on-dask: the workers are tasks on a real Dask cluster (scheduler and two workers as
+    separate processes), on the same storage; each trial ran in a Dask worker's process."""
+    from daskprocs import DaskProcesses, dask_command
+
+    if dask_command() is None:
+        pytest.skip("Dask distributed is not installed")
+    (tmp_path / "dask").mkdir()
+    procs = DaskProcesses(tmp_path / "dask")
+    try:
+        path = _write(tmp_path, SWEEP.format(name="ondask", budget=300))
+        done = subprocess.run([sys.executable, "-m", "moplace", "sweep", str(path), "--workers",
+                               "2", "--on-dask", "--dask", procs.address, "--json", "--no-mlflow"],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        data = json.loads(done.stdout)
+        assert data["trials"]["complete"] == 6 and data["trials"]["running"] == 0
+        pids = {int(t.user_attrs["worker"].rsplit(":", 1)[1])
+                for t in _trials(data["storage"], "ondask")}
+        assert pids and pids <= {p.pid for p in procs.workers}
+    finally:
+        procs.stop()
+
+
+@pytest.mark.slow
+def test_optuna_dashboard_reads_the_sweeps_storage(tmp_path, capsys):
+    """The command the README gives, `optuna-dashboard STORAGE`, serves the sweep's study."""
+    import shutil
+    import socket
+    import urllib.request
+
+    exe = shutil.which("optuna-dashboard")
+    if exe is None:
+        pytest.skip("optuna-dashboard is not installed (the test extra installs it)")
+    path = _write(tmp_path, SWEEP.format(name="dashboard", budget=20))
+    assert main(["sweep", str(path), "--no-mlflow", "--json", "--trials", "2"]) == 0
+    storage = json.loads(capsys.readouterr().out)["storage"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([exe, storage, "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, body = time.time() + 60, None
+        while body is None and time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as r:
+                    body = json.loads(r.read())
+            except OSError:
+                time.sleep(0.5)
+        assert body is not None, "optuna-dashboard did not answer"
+        studies = {s["study_name"]: s for s in body["study_summaries"]}
+        assert "dashboard" in studies
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -33,6 +33,9 @@ def add_commands(sub) -> None:
                         "file); a PostgreSQL/MySQL URL to share it between machines")
     s.add_argument("--dask", type=file_arg, metavar="ADDRESS",
                    help="evaluate every trial's batches on this Dask cluster (or local:N)")
+    s.add_argument("--on-dask", action="store_true",
+                   help="run the --workers as tasks on the --dask cluster instead of processes "
+                        "here (the storage must be reachable from its workers)")
     s.add_argument("--json", action="store_true", help="print exactly one JSON object")
     s.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     s.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -77,13 +80,20 @@ def _sweep(args) -> int:
         return 0
     from ..scale import make_evaluator
 
+    if args.on_dask and not args.dask:
+        raise MoplaceError("--on-dask runs the workers on a Dask cluster: give it with --dask ADDRESS")
     local = args.dask if args.dask and args.dask.startswith("local:") else None
-    evaluator = make_evaluator(args.dask) if args.dask and (local or args.workers == 1) else None
+    wanted = args.dask and (local or args.workers == 1 or args.on_dask)
+    evaluator = make_evaluator(args.dask) if wanted else None
     address = evaluator.client.scheduler.address if evaluator is not None else args.dask
     status = "finished"
     try:
-        if args.workers > 1:
-            _run_workers(args, url, address, spec, study)
+        if args.on_dask:
+            _run_workers(args, url, None, spec, study, tracker, client=evaluator.client)
+            evaluator.close()
+            evaluator = address = None  # what is left runs here, evaluated here
+        elif args.workers > 1:
+            _run_workers(args, url, address, spec, study, tracker)
         _work(spec, study, tracker, address, quiet=args.quiet or args.json, evaluator=evaluator)
     except KeyboardInterrupt:
         status = "interrupted"
@@ -170,37 +180,72 @@ def _short(params: dict) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _run_workers(args, url, dask, spec, study) -> None:
-    """Start ``--workers`` worker processes and show the sweep's progress until they stop."""
+def _worker_args(args, url, tracker, dask) -> list[str]:
+    """The command line of a worker (after ``moplace``): same sweep, storage and MLflow store,
+    paths absolute (a Dask worker runs elsewhere)."""
+    from pathlib import Path
+
+    argv = ["sweep", str(Path(args.file).resolve()), "--worker", "--storage", _absolute(url),
+            "--figures", args.figures]
+    if args.no_mlflow:
+        argv.append("--no-mlflow")
+    else:
+        argv += ["--tracking-uri", _absolute(tracker.tracking_uri), "--experiment", tracker.experiment]
+    if dask:
+        argv += ["--dask", dask]
+    return argv
+
+
+def _absolute(uri: str) -> str:
+    """A SQLite URI with its file made absolute (other URIs as they are)."""
+    from pathlib import Path
+
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    return uri
+
+
+def dask_worker(argv: list[str]) -> int:
+    """A Dask task: one sweep worker (`moplace sweep ... --worker`) on a Dask worker."""
+    from . import main
+
+    return main(argv)
+
+
+def _run_workers(args, url, dask, spec, study, tracker, client=None) -> None:
+    """Start ``--workers`` workers (processes here, or tasks on the Dask ``client``'s cluster)
+    and show the sweep's progress until they stop."""
     from ..sweep.study import counts
     from .progress import Display
 
-    cmd = [sys.executable, "-m", "moplace", "sweep", str(args.file), "--worker", "--storage", url,
-           "--figures", args.figures]
-    for flag in ("tracking_uri", "experiment"):
-        if getattr(args, flag):
-            cmd += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
-    if args.no_mlflow:
-        cmd.append("--no-mlflow")
-    if dask:
-        cmd += ["--dask", dask]
-    procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL) for _ in range(args.workers)]
+    argv = _worker_args(args, url, tracker, dask)
+    if client is not None:
+        futures = [client.submit(dask_worker, argv, pure=False, key=f"moplace-sweep-worker-{k}-"
+                                 f"{time.time_ns()}") for k in range(args.workers)]
+        running = lambda: [f for f in futures if not f.done()]  # noqa: E731
+    else:
+        procs = [subprocess.Popen([sys.executable, "-m", "moplace", *argv], stdin=subprocess.DEVNULL)
+                 for _ in range(args.workers)]
+        running = lambda: [p for p in procs if p.poll() is None]  # noqa: E731
     display = Display("quiet" if args.quiet or args.json else "auto")
     job = display.job(f"sweep {spec.name}")
+    total = spec.trials if args.trials is None else args.trials
     try:
         with display:
-            while any(p.poll() is None for p in procs):
+            while running():
                 c = counts(study)
-                job("trials", c["complete"] + c["fail"], spec.trials if args.trials is None
-                    else args.trials)
+                job("trials", c["complete"] + c["fail"], total)
                 time.sleep(1.0)
     except KeyboardInterrupt:
-        for p in procs:
-            p.wait()
+        if client is None:
+            for p in procs:
+                p.wait()
         raise
-    failed = [p.returncode for p in procs if p.returncode not in (0, 130, -9)]
+    codes = [f.result() if f.status == "finished" else f.status for f in futures] \
+        if client is not None else [p.returncode for p in procs]
+    failed = [c for c in codes if c not in (0, 130, -9)]
     if failed:
-        print(f"moplace: warning: {len(failed)} of {len(procs)} sweep workers stopped with an "
+        print(f"moplace: warning: {len(failed)} of {len(codes)} sweep workers stopped with an "
               f"error (exit {failed[0]}); this process goes on with the trials left",
               file=sys.stderr)
 
