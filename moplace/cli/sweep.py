@@ -72,7 +72,9 @@ def _sweep(args) -> int:
 
         tracker = SweepRun(args.tracking_uri, args.experiment, args.figures)
         if args.worker:
-            _join(tracker, study)
+            from ..sweep.runner import join
+
+            join(tracker, study)
         else:
             tracker.open(spec, study, url, " ".join(["moplace"] + sys.argv[1:]))
     if args.worker:
@@ -103,18 +105,9 @@ def _sweep(args) -> int:
     return _report(args, spec, study, url, tracker, status)
 
 
-def _join(tracker, study) -> None:
-    """A worker logs into the parent run the sweep's first command made."""
-    from ..review.mlstore import connect
-
-    tracker.client, _ = connect(tracker.tracking_uri, tracker.experiment)
-    tracker.run_id = study.user_attrs.get("mlflow_run_id")
-
-
 def _work(spec, study, tracker, dask, *, quiet: bool, evaluator=None) -> int:
     """Run waiting trials in this process until none is waiting or running."""
-    from ..sweep.study import work
-    from ..sweep.trial import returns, run_trial
+    from ..sweep.runner import run_worker
     from .progress import Display
 
     own = evaluator is None and dask
@@ -122,62 +115,12 @@ def _work(spec, study, tracker, dask, *, quiet: bool, evaluator=None) -> int:
         from ..scale import make_evaluator
 
         evaluator = make_evaluator(dask)
-    display = Display("quiet" if quiet else "auto")
-
-    def run_one(trial):
-        params = spec.suggest(trial)
-        swept = {k: params[k] for k in trial.params}
-        label = f"trial {trial.number}" + (f" ({_short(swept)})" if swept else "")
-        callbacks = [display.search(label)]
-        child = tracker.child(trial.number, swept) if tracker is not None and tracker.run_id else None
-        if child is not None:
-            dead = trial.user_attrs.get("mlflow_run_id")  # a retry: its dead worker's run
-            if dead:
-                tracker.mark_lost(dead, trial.number)
-            callbacks += [child, _Started(trial, child)]
-        problem, _, result = run_trial(params, spec.folder, callbacks=callbacks, evaluator=evaluator)
-        if result.status == "interrupted":
-            raise KeyboardInterrupt
-        values = returns(result, params)
-        trial.set_user_attr("returns", values)
-        trial.set_user_attr("evaluations", result.n_evaluations)
-        trial.set_user_attr("search_seconds", result.seconds)
-        trial.set_user_attr("objectives", list(problem.objectives))
-        trial.set_user_attr("front", [[float(x) for x in p.values] for p in result.front[:200]])
-        trial.set_user_attr("graph", problem.graph.name)
-        trial.set_user_attr("cluster", problem.cluster.name)
-        if child is not None:
-            tracker.log_trial(child, trial.number, swept, values)
-        return [values[r] if values[r] == values[r] else float("inf") for r in spec.returns]
-
     try:
-        with display:
-            return work(study, run_one)
+        with Display("quiet" if quiet else "auto") as display:
+            return run_worker(spec, study, tracker, evaluator=evaluator, progress=display.search)
     finally:
         if own and evaluator is not None:
             evaluator.close()
-
-
-class _Started:
-    """Keeps the trial's MLflow run id in the trial as soon as the run exists (a retry of the
-    trial then finds the run its dead worker left open)."""
-
-    def __init__(self, trial, child):
-        self.trial, self.child = trial, child
-
-    def on_start(self, *args) -> None:
-        self.trial.set_user_attr("mlflow_run_id", self.child.run_id)
-
-    def on_batch(self, result) -> None:
-        pass
-
-    def on_end(self, result) -> None:
-        pass
-
-
-def _short(params: dict) -> str:
-    text = ", ".join(f"{k}={v}" for k, v in params.items())
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _worker_args(args, url, tracker, dask) -> list[str]:
@@ -205,13 +148,6 @@ def _absolute(uri: str) -> str:
     return uri
 
 
-def dask_worker(argv: list[str]) -> int:
-    """A Dask task: one sweep worker (`moplace sweep ... --worker`) on a Dask worker."""
-    from . import main
-
-    return main(argv)
-
-
 def _run_workers(args, url, dask, spec, study, tracker, client=None) -> None:
     """Start ``--workers`` workers (processes here, or tasks on the Dask ``client``'s cluster)
     and show the sweep's progress until they stop."""
@@ -220,8 +156,13 @@ def _run_workers(args, url, dask, spec, study, tracker, client=None) -> None:
 
     argv = _worker_args(args, url, tracker, dask)
     if client is not None:
-        futures = [client.submit(dask_worker, argv, pure=False, key=f"moplace-sweep-worker-{k}-"
-                                 f"{time.time_ns()}") for k in range(args.workers)]
+        from ..sweep.runner import dask_worker
+
+        tracking = (None, None) if tracker is None else \
+            (_absolute(tracker.tracking_uri), tracker.experiment)
+        futures = [client.submit(dask_worker, argv[1], argv[4], *tracking, args.figures,
+                                 pure=False, key=f"moplace-sweep-worker-{k}-{time.time_ns()}")
+                   for k in range(args.workers)]
         running = lambda: [f for f in futures if not f.done()]  # noqa: E731
     else:
         procs = [subprocess.Popen([sys.executable, "-m", "moplace", *argv], stdin=subprocess.DEVNULL)
