@@ -190,6 +190,7 @@ class TestCommandLine:
         return subprocess.run([sys.executable, "-m", "moplace.cli", *args], capture_output=True,
                               text=True, timeout=300)
 
+    @pytest.mark.slow  # four TensorFlow processes, ~50 s: the default suite keeps under 4 min
     def test_profile_then_apply(self, tmp_path):
         graph = tmp_path / "mlp.json"
         out = self.run("profile", "mlp", "--batch", "4", "--device-count", "2", "--steps", "2",

@@ -162,7 +162,9 @@ class DaskEvaluator:
                     self.wait_seconds += time.perf_counter() - t0
                 yield from wire.loads(payload, resolve)
         finally:
-            self.client.cancel([f for f in futures if not f.done()])
+            left = [f for f in futures if not f.done()]
+            if left:  # a round trip to the scheduler: only when there is something to stop
+                self.client.cancel(left)
 
 
 def _local_workers(address: str) -> int:
