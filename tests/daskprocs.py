@@ -23,7 +23,8 @@ class DaskProcesses:
         self.folder, self.procs, self.workers = Path(folder), [], []
         self.file = self.folder / "scheduler.json"
         dask = dask_command()
-        env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+        env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False",
+               "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}  # as the README says
         self.procs.append(self._start(dask + ["scheduler", "--scheduler-file", str(self.file),
                                               "--host", "127.0.0.1", "--port", "0",
                                               "--no-dashboard"], "scheduler", env))

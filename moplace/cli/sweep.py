@@ -36,6 +36,8 @@ def add_commands(sub) -> None:
     s.add_argument("--on-dask", action="store_true",
                    help="run the --workers as tasks on the --dask cluster instead of processes "
                         "here (the storage must be reachable from its workers)")
+    s.add_argument("--check", action="store_true",
+                   help="check the file (and its graphs and clusters) and show the plan; run nothing")
     s.add_argument("--json", action="store_true", help="print exactly one JSON object")
     s.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     s.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -60,6 +62,18 @@ def _sweep(args) -> int:
 
     spec = load_spec(args.file)
     url = storage_url(spec, args.storage)
+    if args.on_dask and not args.dask:
+        raise MoplaceError("--on-dask runs the workers on a Dask cluster: give it with --dask ADDRESS")
+    if args.dask and args.dask.startswith("local:"):
+        from ..scale.dask import local_workers
+
+        local_workers(args.dask)  # a bad N fails before anything starts
+    if not args.worker:
+        from ..sweep.spec import check_sources
+
+        check_sources(spec)
+    if args.check:
+        return _plan(args, spec, url)
     try:
         study = open_study(spec, url, trials=args.trials, create=not args.worker)
     except MoplaceError as exc:
@@ -82,8 +96,6 @@ def _sweep(args) -> int:
         return 0
     from ..scale import make_evaluator
 
-    if args.on_dask and not args.dask:
-        raise MoplaceError("--on-dask runs the workers on a Dask cluster: give it with --dask ADDRESS")
     local = args.dask if args.dask and args.dask.startswith("local:") else None
     wanted = args.dask and (local or args.workers == 1 or args.on_dask)
     evaluator = make_evaluator(args.dask) if wanted else None
@@ -189,6 +201,26 @@ def _run_workers(args, url, dask, spec, study, tracker, client=None) -> None:
         print(f"moplace: warning: {len(failed)} of {len(codes)} sweep workers stopped with an "
               f"error (exit {failed[0]}); this process goes on with the trials left",
               file=sys.stderr)
+
+
+def _plan(args, spec, url) -> int:
+    """``--check``: what the sweep would run."""
+    from ..sweep.tracking import space_text
+
+    trials = args.trials or spec.trials
+    if args.json:
+        print(strictjson.dumps({"sweep": spec.name, "file": str(spec.path), "storage": url,
+                                "trials": trials, "sampler": spec.sampler,
+                                "returns": list(spec.returns), "fixed": spec.fixed,
+                                "space": {k: space_text(d) for k, d in spec.space.items()}}))
+        return 0
+    print(f"sweep {spec.name}: {trials} trials, sampler {spec.sampler}, returns "
+          f"{', '.join(spec.returns)}; storage {url}")
+    for k, v in spec.fixed.items():
+        print(f"  fixed  {k} = {v}")
+    for k, d in spec.space.items():
+        print(f"  varies {k}: {space_text(d)}")
+    return 0
 
 
 def _report(args, spec, study, url, tracker, status) -> int:

@@ -87,12 +87,12 @@ class GenomeSpace:
         key = (dims * (D + 1) + parts) * D + first  # equal for equal splits
         _, where, inverse = np.unique(key, return_index=True, return_inverse=True)
         signature = np.argsort(np.argsort(where))[inverse.ravel()]  # ids by first appearance
-        split_of = {}
-        for g in np.flatnonzero(option > 0).tolist():
+        distinct = []  # one Split per distinct split, in the order of the signature's ids
+        for g in g_of[np.sort(where)].tolist():
             dim, n = self.options[g][option[g]]
-            split_of[g] = Split(dim, tuple(((device[g] + np.arange(n)) % D).tolist()))
+            distinct.append(Split(dim, tuple(((device[g] + np.arange(n)) % D).tolist())))
         strategy.splits = MappingProxyType(dict(zip(ops.tolist(),
-                                                    map(split_of.__getitem__, g_of.tolist()))))
+                                                    map(distinct.__getitem__, signature.tolist()))))
         strategy.__dict__["split_table"] = SplitTable(ops=ops, parts=parts, dims=dims,
                                                       devices=devices, signature=signature)
         return strategy

@@ -57,25 +57,30 @@ class Strategy:
 
     def __getstate__(self) -> dict:
         # the delta hint is not part of the strategy: a pickled one (a checkpoint's pending
-        # batch, a batch sent to a Dask worker) is evaluated from scratch, to the same trace;
-        # the split table is computed again when needed; the splits go as op ids and indices
-        # into their distinct values (a split op is one of a few options: unpickling 367
-        # Split objects of resnet50 took 1.6 ms, more than simulating the strategy)
+        # batch, a batch sent to a Dask worker) is evaluated from scratch, to the same trace.
+        # The splits go as their table (small integer arrays) and their distinct values: a
+        # split op is one of a few options, and unpickling 367 Split objects of resnet50 took
+        # 1.6 ms, more than simulating the strategy
         state = {k: v for k, v in self.__dict__.items() if k != "split_table"}
         state["delta"] = None
-        items = list(self.splits.items())
-        distinct: dict[Split, int] = {}
-        state["splits"] = (np.fromiter((i for i, _ in items), np.int32, len(items)),
-                           np.fromiter((distinct.setdefault(v, len(distinct)) for _, v in items),
-                                       np.int32, len(items)), tuple(distinct))
+        t = self.split_table
+        firsts = np.sort(np.unique(t.signature, return_index=True)[1])
+        distinct = tuple(self.splits[o] for o in t.ops[firsts].tolist())
+        state["splits"] = (t.ops.astype(np.int32), t.signature.astype(np.int32), distinct,
+                           t.parts.astype(np.int16), t.dims.astype(np.int8),
+                           t.devices.astype(np.int16))
         return state
 
     def __setstate__(self, state: dict) -> None:
         splits = state.get("splits")
         if isinstance(splits, tuple):  # else written before the compact form: a mapping
-            ops, which, distinct = splits
+            ops, which, distinct, parts, dims, devices = splits
             state["splits"] = MappingProxyType(dict(zip(ops.tolist(),
-                                                        [distinct[k] for k in which.tolist()])))
+                                                        map(distinct.__getitem__, which.tolist()))))
+            state["split_table"] = SplitTable(
+                ops=ops.astype(np.int64), parts=parts.astype(np.int64),
+                dims=dims.astype(np.int64), devices=devices.astype(np.int64),
+                signature=which.astype(np.int64))
         self.__dict__.update(state)
         for name in ("placement", "priority"):
             value = self.__dict__.get(name)

@@ -35,6 +35,10 @@ import time
 from ..errors import MoplaceError
 from ..optimize import wire
 
+#: Dask's statistical profiler samples every task's stack every 10 ms: it slowed simulation on
+#: a worker by up to a third (nasnetamobile, 2 cores); off for ``local:N``, and for workers
+#: started by hand with ``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False``
+PROFILER_OFF = {"distributed.worker.profile.enabled": False}
 #: problems a worker keeps unpickled, most recent last (a compare or a sweep sends several)
 _KEEP = 4
 _PROBLEMS: dict[str, object] = {}
@@ -68,6 +72,9 @@ def _warm(data: bytes, token: str) -> int:
     from ..core.baselines import baseline
 
     problem.evaluate(baseline("single", problem.graph, problem.n_devices))
+    import gc
+
+    gc.freeze()  # the worker's and the problem's objects: no garbage collection walks them
     return 1
 
 
@@ -77,7 +84,7 @@ class DaskEvaluator:
     ``address``: ``local:N``, a scheduler address, or a scheduler file. ``timeout``: seconds
     to reach the scheduler (and, for ``local:N``, for the workers to start)."""
 
-    def __init__(self, address: str, *, chunks_per_worker: int = 2, timeout: float = 10.0):
+    def __init__(self, address: str, *, chunks_per_worker: int = 4, timeout: float = 10.0):
         try:
             from distributed import Client, LocalCluster
         except ImportError:
@@ -89,9 +96,13 @@ class DaskEvaluator:
         self.tasks, self.wait_seconds = 0, 0.0
         try:
             if self.address.startswith("local:"):
-                n = _local_workers(self.address)
-                self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                            dashboard_address=None, silence_logs=40)
+                import dask
+
+                n = local_workers(self.address)
+                with dask.config.set(PROFILER_OFF):
+                    self.cluster = LocalCluster(n_workers=n, threads_per_worker=1,
+                                                processes=True, dashboard_address=None,
+                                                silence_logs=40)
                 self.client = Client(self.cluster, timeout=timeout)
             elif self.address.endswith(".json"):
                 self.client = Client(scheduler_file=self.address, timeout=timeout)
@@ -167,7 +178,8 @@ class DaskEvaluator:
                 self.client.cancel(left)
 
 
-def _local_workers(address: str) -> int:
+def local_workers(address: str) -> int:
+    """N of ``local:N`` (a clear error for anything else)."""
     text = address[len("local:"):]
     if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 256):
         raise MoplaceError(f"--dask local:N wants N from 1 to 256 worker processes, got {address!r}")

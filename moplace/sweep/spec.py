@@ -352,3 +352,23 @@ def _sampler_known(name: str) -> bool:
 
     cls = getattr(optuna.samplers, name, None)
     return isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler)
+
+
+def check_sources(spec: SweepSpec) -> None:
+    """Load every graph and cluster the sweep names (not zoo models: profiling is the trial's
+    work), so that a typo fails before any trial; errors name the file and the key."""
+    from ..core.presets import load_cluster
+    from ..io import load_graph
+
+    for key, load in (("graph", load_graph), ("cluster", load_cluster)):
+        table = "[fixed]" if key in spec.fixed else "[space]"
+        values = [spec.fixed[key]] if key in spec.fixed else \
+            list(spec.space[key].choices) if key in spec.space else []
+        for value in values:
+            if key == "graph" and value.startswith("zoo:"):
+                continue
+            path = spec.folder / value
+            try:
+                load(str(path) if path.exists() else value)
+            except MoplaceError as exc:
+                raise FormatError(spec.path, f"{table} {key}: {exc}") from None

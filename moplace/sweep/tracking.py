@@ -58,7 +58,7 @@ class SweepRun:
         params = {"sampler": spec.sampler, "trials": spec.trials,
                   "returns": ",".join(spec.returns), "swept": ",".join(spec.space),
                   **{f"fixed.{k}": v for k, v in spec.fixed.items()},
-                  **{f"space.{k}": _space_text(d) for k, d in spec.space.items()}}
+                  **{f"space.{k}": space_text(d) for k, d in spec.space.items()}}
         self.client.log_batch(self.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
         study.set_user_attr("mlflow_run_id", self.run_id)
         study.set_user_attr("tracking_uri", self.tracking_uri)
@@ -188,7 +188,7 @@ def draw_sweep(rows, spec, study, folder: Path) -> list[Path]:
     return out
 
 
-def _space_text(d) -> str:
+def space_text(d) -> str:
     if d.choices:
         return "[" + ", ".join(map(str, d.choices)) + "]"
     return f"{d.low:g}..{d.high:g}" + (f" step {d.step:g}" if d.step else "") + (" log" if d.log else "")
@@ -197,6 +197,6 @@ def _space_text(d) -> str:
 def _description(spec, storage) -> str:
     return (f"**Sweep {spec.name}**: {spec.trials} trials, sampler {spec.sampler}, returns "
             f"{', '.join(spec.returns)}. Swept: "
-            + ", ".join(f"{k} {_space_text(d)}" for k, d in spec.space.items())
+            + ", ".join(f"{k} {space_text(d)}" for k, d in spec.space.items())
             + f". Optuna study {spec.name!r} in {_hide_password(storage)} (open it with "
             f"`optuna-dashboard {_hide_password(storage)}`).\n\n")

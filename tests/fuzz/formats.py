@@ -18,7 +18,8 @@ from . import mutate
 
 CLUSTER = "4xV100-NVLink"
 GRAPH = "pipedream:alexnet"
-FORMATS = ("pipedream", "dnn-partitioning", "native", "cluster", "strategy", "front", "arguments")
+FORMATS = ("pipedream", "dnn-partitioning", "native", "cluster", "strategy", "front", "sweep",
+           "arguments")
 EVALUATE_ALL = ["--baseline", "all", "--json"]
 
 
@@ -258,6 +259,8 @@ class Arguments:
                                   "--budget", "20", "--tracking-uri", uri, "--figures", "off",
                                   "--out", wd / "logged", "--force", "--quiet", "--json"]))
         run = logged["mlflow_run_id"]
+        sweep_file = wd / "sweep.toml"
+        sweep_file.write_text(SWEEP_TOML)
         common = ["--cluster", CLUSTER, "--budget", "20", "--no-mlflow", "--quiet",
                   "--out", str(wd / "out"), "--force"]
         b = self.bases = {
@@ -277,6 +280,7 @@ class Arguments:
             "runs": ["runs", "--tracking-uri", uri, "--json"],
             "show": ["show", run[:8], "--tracking-uri", uri, "--json"],
             "show-point": ["show", run, "--tracking-uri", uri, "--point", "0"],
+            "sweep-check": ["sweep", str(sweep_file), "--check", "--json", "--no-mlflow"],
         }
         self.junk = mutate.argv_junk(str(existing)) + [front, str(wd), str(binary)]
         searches = ["search-random", "search-nsga2", "search-tpe", "search-mcmc"]
@@ -333,6 +337,14 @@ class Arguments:
         for v in ("", "/proc/nope", str(existing), str(wd), *odd):
             n.append((f"evaluate --strategy {v[-20:]!r}",
                       _swap(b["evaluate-front"], "--strategy", v)))
+        sweep = ["sweep", str(sweep_file), "--no-mlflow", "--json"]
+        for extra in (["--workers", "0"], ["--workers", BIG], ["--trials", "0"], ["--on-dask"],
+                      ["--dask", "local:0"], ["--dask", "local:x"], ["--storage", "bogus"],
+                      ["--storage", f"sqlite:///{wd / 'nosuch' / 'x.db'}"], ["--storage", ""],
+                      ["--tracking-uri", "bogus://x"]):
+            n.append((f"sweep {' '.join(extra)[:30]}", sweep + extra))
+        for v in ("/proc/nope", str(existing), str(wd), "", "nosuch.toml", *odd):
+            n.append((f"sweep file {v[-20:]!r}", ["sweep", v, *sweep[2:]]))
         for name, argv in b.items():  # an empty string for every value
             for k in range(1, len(argv)):
                 if not argv[k].startswith("--"):
@@ -380,10 +392,46 @@ def _bounded(argv):
     return argv
 
 
+SWEEP_TOML = """\
+[sweep]
+name = "fuzz"
+sampler = "random"
+trials = 3
+returns = ["hypervolume", "best_runtime_within_memory"]
+heartbeat_seconds = 2
+
+[fixed]
+graph = "pipedream:alexnet"
+budget = 20
+
+[space]
+searcher = ["random", "mcmc"]
+devices = { low = 1, high = 8 }
+link_bandwidth_gbps = { low = 1.0, high = 300.0, log = true }
+memory_limit_gib = [2, 8.5]
+"random.batch_size" = { low = 4, high = 64, step = 4 }
+"mcmc.temperature" = [0.001, 0.01]
+"""
+
+
+class SweepToml(FileFormat):
+    """Sweep files, checked with ``sweep --check`` (a valid one would run searches)."""
+
+    ext, table = "toml", mutate.TOML_MUTATIONS
+
+    def make_seeds(self):
+        folder = Path(__file__).resolve().parents[2] / "experiments" / "sweeps"
+        return [("hand-written", SWEEP_TOML.encode())] + [
+            (f"example {p.name}", p.read_bytes()) for p in sorted(folder.glob("*.toml"))]
+
+    def command(self, rng):
+        return ["sweep", "{input}", "--check", "--json", "--no-mlflow"]
+
+
 def make_format(name: str, workdir: Path):
     kinds = {"pipedream": PipeDream, "dnn-partitioning": DnnPartitioning, "native": Native,
              "cluster": ClusterToml, "strategy": StrategyJson, "front": FrontJson,
-             "arguments": Arguments}
+             "sweep": SweepToml, "arguments": Arguments}
     if name not in kinds:
         raise ValueError(f"unknown format {name!r}; formats: {', '.join(FORMATS)}")
     return kinds[name](Path(workdir))
