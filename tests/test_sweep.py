@@ -217,3 +217,34 @@ def test_optuna_dashboard_reads_the_sweeps_storage(tmp_path, capsys):
     finally:
         server.terminate()
         server.wait(10)
+
+
+@pytest.mark.slow
+def test_a_sweep_over_a_zoo_models_batch_size(tmp_path, capsys):
+    """``graph = "zoo:mlp"`` with ``batch`` in the space: each batch size is profiled once with
+    TensorFlow (kept in graphs/ beside the sweep file) and searched."""
+    pytest.importorskip("tensorflow")
+    text = """
+[sweep]
+name = "zoo"
+sampler = "grid"
+returns = ["best_runtime"]
+
+[fixed]
+graph = "zoo:mlp"
+cluster = "4xV100-NVLink"
+searcher = "random"
+budget = 20
+
+[space]
+batch = [8, 32]
+"""
+    path = _write(tmp_path, text)
+    assert main(["sweep", str(path), "--no-mlflow", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trials"]["complete"] == 2
+    graphs = sorted(p.name for p in (tmp_path / "graphs").glob("*.json"))
+    assert graphs == ["zoo-mlp-batch32-V100.json", "zoo-mlp-batch8-V100.json"]
+    trials = _trials(out["storage"], "zoo")
+    runtimes = {t.params["batch"]: t.values[0] for t in trials}
+    assert runtimes[32] > runtimes[8] > 0  # a larger batch takes longer
