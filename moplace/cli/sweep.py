@@ -13,6 +13,7 @@ batches on a Dask cluster (see `moplace.scale.dask`).
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
@@ -46,14 +47,8 @@ def add_commands(sub) -> None:
     s.add_argument("--experiment", help="MLflow experiment (default: moplace)")
     s.add_argument("--figures", choices=("inline", "off"), default="inline",
                    help="each trial's figures and the sweep's (default: drawn by the worker)")
-    s.add_argument("--worker", action="store_true", help=argparse_suppress())
+    s.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     s.set_defaults(run=_sweep)
-
-
-def argparse_suppress():
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 def _sweep(args) -> int:
@@ -257,10 +252,8 @@ def _report(args, spec, study, url, tracker, status) -> int:
 
 
 def _print_table(spec, rows, c, best) -> None:
-    from ..review.units import fmt
+    from ..sweep.tracking import return_text
 
-    kinds = {"hypervolume": "number", "best_runtime": "time",
-             "best_runtime_within_memory": "time", "search_seconds": "time"}
     shown = ", ".join(f"{n} {k}" for k, n in c.items() if n)
     print(f"sweep {spec.name}: {shown}")
     names = list(spec.space)
@@ -270,12 +263,7 @@ def _print_table(spec, rows, c, best) -> None:
     best_numbers = {t.number for t in best}
     for r in rows:
         cells = [f"{str(r['params'].get(n, '-'))[:18]:>18}" for n in names]
-        vals = []
-        for name in spec.returns:
-            v = r["values"].get(name)
-            text = "-" if v is None else "none fits" if v == float("inf") else \
-                f"{v:.4f}" if kinds[name] == "number" else fmt(v, kinds[name])
-            vals.append(f"{text:>26}")
+        vals = [f"{return_text(name, r['values'].get(name)):>26}" for name in spec.returns]
         mark = " *" if r["number"] in best_numbers else ""
         err = f"  {r['error'][:60]}" if r.get("error") else ""
         print(f"{r['number']:>5} {r['state']:<9} " + " ".join(cells) + " " + " ".join(vals) + mark + err)

@@ -67,9 +67,9 @@ def evaluate_chunk(data: bytes, token: str, chunk: bytes) -> bytes:
 
 def _warm(data: bytes, token: str) -> int:
     """Unpickle the problem and compile the simulator on this worker (first call only)."""
-    problem = _problem(token, data)
-    problem.baselines  # noqa: B018 - evaluated on the client already: a cached value
     from ..core.baselines import baseline
+
+    problem = _problem(token, data)
 
     problem.evaluate(baseline("single", problem.graph, problem.n_devices))
     import gc

@@ -354,6 +354,12 @@ def _sampler_known(name: str) -> bool:
     return isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler)
 
 
+def relative(name: str, folder: Path) -> str:
+    """A file named in the sweep file, relative to its folder; else a bundled name or a preset."""
+    path = folder / name
+    return str(path) if path.exists() else name
+
+
 def check_sources(spec: SweepSpec) -> None:
     """Load every graph and cluster the sweep names (not zoo models: profiling is the trial's
     work), so that a typo fails before any trial; errors name the file and the key."""
@@ -367,8 +373,7 @@ def check_sources(spec: SweepSpec) -> None:
         for value in values:
             if key == "graph" and value.startswith("zoo:"):
                 continue
-            path = spec.folder / value
             try:
-                load(str(path) if path.exists() else value)
+                load(relative(value, spec.folder))
             except MoplaceError as exc:
                 raise FormatError(spec.path, f"{table} {key}: {exc}") from None

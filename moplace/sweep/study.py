@@ -74,10 +74,10 @@ def open_storage(url: str, spec):
                            f"installed ({exc.name}); pip install it") from None
     except Exception as exc:  # noqa: BLE001 - sqlalchemy's many connection errors, named
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MoplaceError(f"storage {_hide_password(url)} cannot be used: {first}") from None
+        raise MoplaceError(f"storage {hide_password(url)} cannot be used: {first}") from None
 
 
-def _hide_password(url: str) -> str:
+def hide_password(url: str) -> str:
     head, sep, tail = url.partition("://")
     if "@" in tail and ":" in tail.split("@")[0]:
         user = tail.split("@")[0].split(":")[0]
@@ -92,28 +92,24 @@ def make_sampler(spec):
 
     cls = getattr(samplers, SAMPLERS.get(spec.sampler, spec.sampler))
     if cls is samplers.GridSampler:
-        return _QueuedGrid(spec.grid(), seed=spec.sampler_seed)
+        return _queued_grid(spec.grid(), spec.sampler_seed)
     try:
         return cls(seed=spec.sampler_seed)
     except TypeError:  # a sampler without a seed
         return cls()
 
 
-def _queued_grid():
+def _queued_grid(search_space, seed):
+    """Optuna's grid sampler without its stop at the grid's end (`Study.stop` works only inside
+    ``optimize``; the sweep's queue says when it is done). The class is made here: optuna is
+    imported only when a sweep runs."""
     import optuna.samplers as samplers
 
     class QueuedGrid(samplers.GridSampler):
-        """Optuna's grid sampler without its stop at the grid's end (`Study.stop` works only
-        inside ``optimize``; the sweep's queue says when it is done)."""
-
         def after_trial(self, study, trial, state, values) -> None:
             pass
 
-    return QueuedGrid
-
-
-def _QueuedGrid(*args, **kwargs):  # noqa: N802 - a class made on first use (optuna is lazy)
-    return _queued_grid()(*args, **kwargs)
+    return QueuedGrid(search_space, seed=seed)
 
 
 def open_study(spec, url: str, *, trials: int | None = None, create: bool = True):
@@ -154,11 +150,16 @@ def counts(study) -> dict[str, int]:
     ``fail`` the others (the search raised an error)."""
     out = dict.fromkeys(STATES, 0)
     for t in study.get_trials(deepcopy=False):
-        state = t.state.name.lower()
-        if state == "fail" and "error" not in t.user_attrs:
-            state = "retried"
+        state = trial_state(t)
         out[state] = out.get(state, 0) + 1
     return out
+
+
+def trial_state(t) -> str:
+    """A trial's state as --json names it: Optuna's, or ``retried`` for a FAIL that was queued
+    again (a dead worker, Ctrl-C: no ``error`` attribute)."""
+    state = t.state.name.lower()
+    return "retried" if state == "fail" and "error" not in t.user_attrs else state
 
 
 def _pop(study, storage):

@@ -15,7 +15,7 @@ import math
 import tempfile
 from pathlib import Path
 
-from .study import _hide_password, best_trials, counts
+from .study import best_trials, counts, hide_password, trial_state
 
 #: most best trials whose fronts the parent's figure overlays
 OVERLAID = 6
@@ -49,7 +49,7 @@ class SweepRun:
             except Exception:  # noqa: BLE001 - deleted meanwhile: a new parent run
                 pass
         tags = {"kind": "sweep", "sweep": spec.name, "status": "running",
-                "optuna_study": spec.name, "optuna_storage": _hide_password(storage),
+                "optuna_study": spec.name, "optuna_storage": hide_password(storage),
                 "mlflow.note.content": _description(spec, storage)}
         if command:
             tags["mlflow.source.name"] = command
@@ -128,9 +128,7 @@ def trial_rows(study, returns) -> list[dict]:
     seconds, MLflow run, error."""
     rows = []
     for t in study.get_trials(deepcopy=False):
-        state = t.state.name.lower()
-        if state == "fail" and "error" not in t.user_attrs:
-            state = "retried"
+        state = trial_state(t)
         values = dict(t.user_attrs.get("returns", {}))
         if t.values is not None:
             values.update(zip(returns, t.values))
@@ -143,15 +141,27 @@ def trial_rows(study, returns) -> list[dict]:
     return rows
 
 
-def _table(rows, spec) -> dict:
+def return_text(name: str, value) -> str:
+    """A returned value as a person reads it: hypervolume as a number, times in their unit,
+    inf (no feasible strategy) as "none fits", a missing one as "-"."""
+    from ..review.figures.sweep import RETURN_KINDS
     from ..review.units import fmt
 
-    kinds = {"hypervolume": "number", "best_runtime": "time",
-             "best_runtime_within_memory": "time", "search_seconds": "time"}
+    if value is None:
+        return "-"
+    if value == float("inf"):
+        return "none fits"
+    kind = RETURN_KINDS[name]
+    return f"{value:.4f}" if kind == "number" else fmt(value, kind)
+
+
+def _table(rows, spec) -> dict:
+    from ..review.figures.sweep import RETURN_KINDS
+
     cols = {"trial": [], "state": []}
     for name in spec.space:
         cols[name] = []
-    for name in kinds:
+    for name in RETURN_KINDS:
         cols[name] = []
     cols["evaluations"], cols["mlflow_run_id"], cols["error"] = [], [], []
     for r in rows:
@@ -159,9 +169,8 @@ def _table(rows, spec) -> dict:
         cols["state"].append(r["state"])
         for name in spec.space:
             cols[name].append(str(r["params"].get(name, "")))
-        for name, kind in kinds.items():
-            v = r["values"].get(name)
-            cols[name].append("" if v is None else (f"{v:.4f}" if kind == "number" else fmt(v, kind)))
+        for name in RETURN_KINDS:
+            cols[name].append(return_text(name, r["values"].get(name)))
         cols["evaluations"].append(r["evaluations"] or 0)
         cols["mlflow_run_id"].append(r["mlflow_run_id"] or "")
         cols["error"].append(r["error"] or "")
@@ -198,5 +207,5 @@ def _description(spec, storage) -> str:
     return (f"**Sweep {spec.name}**: {spec.trials} trials, sampler {spec.sampler}, returns "
             f"{', '.join(spec.returns)}. Swept: "
             + ", ".join(f"{k} {space_text(d)}" for k, d in spec.space.items())
-            + f". Optuna study {spec.name!r} in {_hide_password(storage)} (open it with "
-            f"`optuna-dashboard {_hide_password(storage)}`).\n\n")
+            + f". Optuna study {spec.name!r} in {hide_password(storage)} (open it with "
+            f"`optuna-dashboard {hide_password(storage)}`).\n\n")

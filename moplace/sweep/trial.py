@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MoplaceError
-from .spec import GENERATED
+from .spec import GENERATED, relative
 
 GIB = 2.0 ** 30
 
@@ -25,8 +25,8 @@ def build(params: dict, folder: Path):
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
 
-    graph = _graph(params, folder)
     cluster = _cluster(params, folder)
+    graph = _graph(params, folder, tuple(sorted(set(cluster.kinds))))
     settings = {k.partition(".")[2]: v for k, v in params.items()
                 if "." in k and k.partition(".")[0] == params["searcher"]}
     searcher = make_searcher(params["searcher"], **settings)
@@ -34,24 +34,15 @@ def build(params: dict, folder: Path):
     return Problem(graph, cluster), searcher, budget, int(params.get("seed", 0))
 
 
-def _relative(name: str, folder: Path) -> str:
-    path = folder / name
-    return str(path) if path.exists() else name  # else a bundled name or a preset
-
-
-def _graph(params, folder):
+def _graph(params, folder, kinds):
     from ..io import load_graph
 
     name = params.get("graph")
     if not name:
         raise MoplaceError("the sweep gives no graph (set graph in [fixed] or [space])")
     if name.startswith("zoo:"):
-        return _zoo_graph(name[4:], int(params.get("batch", 32)), folder, _kinds(params, folder))
-    return load_graph(_relative(name, folder))
-
-
-def _kinds(params, folder) -> tuple[str, ...]:
-    return tuple(sorted(set(_cluster(params, folder).kinds)))
+        return _zoo_graph(name[4:], int(params.get("batch", 32)), folder, kinds)
+    return load_graph(relative(name, folder))
 
 
 def _zoo_graph(model: str, batch: int, folder: Path, kinds):
@@ -84,7 +75,7 @@ def _cluster(params, folder):
         if "cluster" not in params:
             raise MoplaceError("the sweep gives no cluster (set cluster, or devices, in [fixed] "
                                "or [space])")
-        return load_cluster(_relative(params["cluster"], folder))
+        return load_cluster(relative(params["cluster"], folder))
     n = int(params.get("devices", 4))
     kind = str(params.get("device_kind", "V100"))
     memory = float(params.get("device_memory_gib", 16.0))

@@ -26,6 +26,20 @@ def new_figure(width: float, height: float):
     return fig
 
 
+def legend_below_and_save(fig, path, *, title="", ncol=5, fontsize=9, y=-0.02, bottom=0.25):
+    """One legend under the panels (from the first panel's labels), the title, and save: the
+    finish of the figures with one panel per pair of objectives."""
+    if fig.axes:
+        handles, labels = fig.axes[0].get_legend_handles_labels()
+        if labels:
+            fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), ncol),
+                       fontsize=fontsize, frameon=False, bbox_to_anchor=(0.5, y))
+    if title:
+        fig.suptitle(title)
+    fig.subplots_adjust(bottom=bottom, wspace=0.3)
+    return save(fig, path)
+
+
 def save(fig, path) -> Path:
     """Write ``fig`` to ``path`` (PNG by its suffix) and free it."""
     path = Path(path)

@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 
 from ..units import axis_label, column_unit, fmt, kind_of
-from .common import MARK_STYLE, SERIES, new_figure, save
+from .common import MARK_STYLE, SERIES, legend_below_and_save, new_figure, save
 
 FRONT_COLOUR = "#1f77b4"
 
@@ -59,13 +59,7 @@ def front_pairs(values, objectives, path, *, marks=(), knee=None, title="", labe
         ax.set_xlabel(axis_label(objectives[a], units[a]))
         ax.set_ylabel(axis_label(objectives[b], units[b]))
         ax.grid(alpha=0.3)
-    handles, labels = fig.axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9,
-               frameon=False, bbox_to_anchor=(0.5, -0.02))
-    if title:
-        fig.suptitle(title)
-    fig.subplots_adjust(bottom=0.25, wspace=0.3)
-    save(fig, path)
+    legend_below_and_save(fig, path, title=title)
 
 
 def front_3d(values, objectives, path, *, marks=(), knee=None, title="") -> None:

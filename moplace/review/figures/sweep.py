@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..units import axis_label, column_unit
-from .common import SERIES, new_figure, save
+from .common import SERIES, legend_below_and_save, new_figure, save
 
 #: the kind of each value a trial returns (its unit follows)
 RETURN_KINDS = {"hypervolume": "number", "best_runtime": "time",
@@ -103,11 +103,4 @@ def best_fronts(fronts: dict, objectives, path, *, title="") -> None:
         ax.set_xlabel(axis_label(objectives[a], units[a]))
         ax.set_ylabel(axis_label(objectives[b], units[b]))
         ax.grid(alpha=0.3)
-    if fig.axes and arrays:
-        handles, labels = fig.axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8,
-                   frameon=False, bbox_to_anchor=(0.5, -0.04))
-    if title:
-        fig.suptitle(title)
-    fig.subplots_adjust(bottom=0.28, wspace=0.3)
-    save(fig, path)
+    legend_below_and_save(fig, path, title=title, ncol=3, fontsize=8, y=-0.04, bottom=0.28)
