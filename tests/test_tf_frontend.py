@@ -112,7 +112,7 @@ class TestApply:
         s = baseline("round-robin", cnn.graph, 2)
         traced = cnn.traced
         from moplace.tf.apply import placed_graph_def
-        gd = placed_graph_def(traced, cnn.graph, s, simulate(cnn.graph, cnn.cluster, s),
+        gd, _ = placed_graph_def(traced, cnn.graph, s, simulate(cnn.graph, cnn.cluster, s),
                               ["/device:CPU:0", "/device:CPU:1"])
         devices = {n.device for n in gd.node if n.name in cnn.graph.index}
         assert devices == {"/device:CPU:0", "/device:CPU:1"}
@@ -120,10 +120,12 @@ class TestApply:
             ran_on = {d.device.split("/")[-1] for d in runner.step(trace=True).metadata.step_stats.dev_stats}
         assert {"device:CPU:0", "device:CPU:1"} <= ran_on
 
-    def test_splits_are_reported_not_expressible(self, cnn):
+    def test_data_parallel_runs_and_trains(self, cnn):
         s = baseline("data-parallel", cnn.graph, 2)
-        result, _ = apply_to_model(cnn.graph, s, cnn.cluster, steps=1, traced=cnn.traced)
-        assert not result.expressible and "split" in result.reason and result.measured_step_s is None
+        assert s.splits
+        result, simulated = apply_to_model(cnn.graph, s, cnn.cluster, steps=2, traced=cnn.traced)
+        assert result.expressible and result.trained and result.measured_step_s > 0
+        assert len(result.peak_memory_bytes) == 2
 
     def test_strategy_for_another_graph_is_refused(self, cnn, mlp):
         s = baseline("single", mlp.graph, 2)

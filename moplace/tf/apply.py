@@ -2,10 +2,13 @@
 
 Each node of the traced step is put on its op's device (folded constants follow the op they
 were folded into). The order is enforced with control dependencies between consecutive ops
-on each device, in the order the simulator started them; that order is a linear extension of
-the graph, so the added edges cannot create a cycle. Splits change the graph itself (parts,
-slices, concatenations, all-reduces); this version does not rewrite graphs, so a strategy with
-splits is reported as not expressible instead of being run as something else.
+on each device, in the order the simulator started them (a split op's parts are ordered as its
+tasks). Split ops are rewritten into parts first (`moplace.tf.rewrite`); an op that cannot be
+cut as asked makes the strategy not expressible, with a reason naming that op. The simulated
+order is a linear extension of the task graph, and the rewritten graph's dependencies are the
+task graph's, except that a part reading a partial sum (a weight gradient of batch parts)
+waits for all of them: a control edge that would close a cycle through such a read is left
+out, and counted in the result's ``notes``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..errors import MoplaceError
 from ..progress import Report, Ticker
 from ..simulator.engine import Trace
 from .profile import quiet_stderr
+from .rewrite import SplitRefused, part_name, plan_split_ops, rewrite_splits
 from .session import StepRunner, session_config
 from .trace import TracedStep
 
@@ -35,6 +39,7 @@ class ApplyResult:
 
     expressible: bool
     reason: str = ""
+    notes: list[str] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     peak_memory_bytes: dict[str, int] = field(default_factory=dict)
@@ -57,13 +62,12 @@ def apply_strategy(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace
     ``progress(stage, done, total)`` (see `moplace.progress`) hears of every step run."""
     if steps < 1:
         raise ApplyError(f"steps must be at least 1, got {steps}")
-    if strategy.splits:
-        names = ", ".join(graph.ops[i].name for i in list(strategy.splits)[:3])
-        return ApplyResult(False, f"{len(strategy.splits)} ops are split ({names}, ...): "
-                                  "splits cannot be expressed in the real graph yet")
-    placed = placed_graph_def(traced, graph, strategy, trace, devices)
+    try:
+        placed, notes = placed_graph_def(traced, graph, strategy, trace, devices)
+    except SplitRefused as exc:
+        return ApplyResult(False, str(exc))
     config = session_config(inter_op_threads=max(len(set(strategy.placement.tolist())), 1))
-    result = ApplyResult(True)
+    result = ApplyResult(True, notes=notes)
     ticker = Ticker(progress, warmup + steps + 1)
     ticker.stage("starting the session")
     with StepRunner(traced, placed, config=config) as runner:
@@ -86,13 +90,16 @@ def apply_strategy(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace
 
 def placed_graph_def(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace: Trace,
                      devices: list[str]):
-    """A copy of the traced GraphDef with devices set and per-device order enforced."""
+    """A copy of the traced GraphDef with devices set, split ops rewritten into parts, and
+    per-device order enforced; and notes on what could not be kept (see the module
+    docstring). `SplitRefused` names an op that cannot be cut as the strategy asks."""
     strategy.validate(graph, len(devices))
     nodes = {n.name: n for n in traced.graph_def.node}
     missing = [op.name for op in graph.ops if op.name not in nodes]
     if missing:
         raise ApplyError(f"graph {graph.name!r} does not match the model: op {missing[0]!r} is "
                          f"not in its traced step ({len(missing)} ops missing)")
+    plans = plan_split_ops(traced, graph, strategy) if strategy.splits else {}
     out = type(traced.graph_def)()
     out.CopyFrom(traced.graph_def)
     by_name = {n.name: n for n in out.node}
@@ -101,23 +108,75 @@ def placed_graph_def(traced: TracedStep, graph: OpGraph, strategy: Strategy, tra
         device = devices[int(strategy.placement[i])]
         for name in [op.name, *folded.get(op.name, ())]:
             by_name[name].device = device
+    if plans:
+        rewrite_splits(out, traced, graph, strategy, devices, plans)
     # fed inputs are replaced by their feeds, and variable handles must stay runnable on
     # their own (the variables are loaded through them before the first step): leave both out
-    _enforce_order(by_name, graph, strategy, trace, skip=set(traced.feeds) | set(traced.variables))
-    return out
+    notes = _enforce_order(out, graph, strategy, trace, skip=set(traced.feeds) | set(traced.variables))
+    return out, notes
 
 
-def _enforce_order(by_name, graph: OpGraph, strategy: Strategy, trace: Trace, skip) -> None:
-    order = np.lexsort((graph.arrays.topo.argsort(), trace.op_start))
+def _enforce_order(graph_def, graph: OpGraph, strategy: Strategy, trace: Trace, skip) -> list[str]:
+    by_name = {n.name: n for n in graph_def.node}
+    t = strategy.split_table
+    parts = np.ones(len(graph.ops), np.int64)
+    parts[t.ops] = t.parts
+    first = np.cumsum(parts) - parts
+    n = int(parts.sum())
+    task_op = trace.task_op[:n]
+    order = np.lexsort((np.arange(n), graph.arrays.topo.argsort()[task_op], trace.task_start[:n]))
     last: dict[int, str] = {}
-    for i in order.tolist():
-        d = int(strategy.placement[i])
+    added = []
+    for task in order.tolist():
+        i = int(task_op[task])
         name = graph.ops[i].name
+        if parts[i] > 1:
+            name = part_name(name, task - int(first[i]))
+        d = int(trace.task_device[task])
         if name in skip:
             continue
         if d in last and f"^{last[d]}" not in by_name[name].input:
             by_name[name].input.append(f"^{last[d]}")
+            added.append((last[d], name))
         last[d] = name
+    dropped = _drop_cycles(graph_def, by_name, added)
+    return [f"{dropped} order edges left out: they would close a cycle through a read of "
+            "partial sums"] if dropped else []
+
+
+def _drop_cycles(graph_def, by_name, added) -> int:
+    """Remove added control edges that lie on a cycle; how many were removed."""
+    dropped = 0
+    while True:
+        stuck = _unsorted(graph_def)
+        if not stuck:
+            return dropped
+        bad = [(a, b) for a, b in added if a in stuck and b in stuck]
+        if not bad:
+            raise ApplyError(f"the rewritten step has a cycle through {sorted(stuck)[0]!r}")
+        for a, b in bad:
+            by_name[b].input.remove(f"^{a}")
+        added = [e for e in added if e not in set(bad)]
+        dropped += len(bad)
+
+
+def _unsorted(graph_def) -> set[str]:
+    """Nodes a topological sort of ``graph_def`` cannot reach (those on or after a cycle)."""
+    names = {n.name for n in graph_def.node}
+    preds = {n.name: {x.lstrip("^").split(":")[0] for x in n.input} & names for n in graph_def.node}
+    succs: dict[str, list[str]] = {}
+    for name, ps in preds.items():
+        for p in ps:
+            succs.setdefault(p, []).append(name)
+    count = {name: len(ps) for name, ps in preds.items()}
+    ready = [name for name, c in count.items() if c == 0]
+    while ready:
+        name = ready.pop()
+        for s in succs.get(name, ()):
+            count[s] -= 1
+            if count[s] == 0:
+                ready.append(s)
+    return {name for name, c in count.items() if c > 0}
 
 
 def _peak_memory(metadata) -> dict[str, int]:

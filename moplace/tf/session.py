@@ -69,6 +69,18 @@ class StepRunner:
             feeds[value] = info.value
         return ops, feeds
 
+    def variable_values(self) -> dict[str, np.ndarray]:
+        """The current value of every variable (weights and optimizer state), by node name."""
+        if not hasattr(self, "_reads"):
+            with self.graph.as_default():
+                self._reads = {}
+                for name, info in self.traced.variables.items():
+                    handle = self.graph.get_tensor_by_name(f"{name}:0")
+                    with tf.control_dependencies(None), self.graph.colocate_with(handle.op):
+                        self._reads[name] = tf.raw_ops.ReadVariableOp(
+                            resource=handle, dtype=tf.as_dtype(info.dtype))
+        return self._run(self._reads, {})
+
     def step(self, *, trace: bool = False) -> StepResult:
         """Run one training step (the update included); ``trace`` collects step stats."""
         options = metadata = None
