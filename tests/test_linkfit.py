@@ -78,3 +78,15 @@ def test_fit_links_and_with_links():
 def test_single_cluster_has_no_links_to_fit():
     with pytest.raises(ClusterError):
         Cluster.single().with_links({(0, 1): (0.0, 1e9)})
+
+
+def test_relative_fit_keeps_the_latency_that_the_largest_sample_hides():
+    # the testbed's gRPC link: 300 us + 2 GB/s, and a 64 MiB transfer slowed 2.5x (allocation)
+    sizes = [1024, 4992, 24344, 118712, 578860, 2822556, 13762940]
+    samples = [(b, 300e-6 + b / 2e9) for b in sizes] + [(2**26, 2.5 * (300e-6 + 2**26 / 2e9))]
+    absolute, relative = fit_link(samples), fit_link(samples, relative=True)
+    assert absolute.latency_s == 0.0  # the outlier decides the absolute fit
+    assert relative.latency_s == pytest.approx(300e-6, rel=0.2)
+    exact = [(b, 300e-6 + b / 2e9) for b in sizes]
+    fit = fit_link(exact, relative=True)
+    assert fit.latency_s == pytest.approx(300e-6) and fit.bandwidth_Bps == pytest.approx(2e9)

@@ -1,7 +1,11 @@
 """The TensorFlow commands of the CLI: ``profile``, ``apply`` and ``zoo``.
 
-    moplace profile MODEL_OR_PY --batch N [--device-count K] [--steps 5] [--estimate V100,A100] -o graph.json
-    moplace apply GRAPH (--strategy FILE [--point K] | --baseline NAME) [--device-count K] [--cluster C] --steps N [--json]
+    moplace profile MODEL_OR_PY --batch N [--device-count K | --testbed K] [--steps 5] [--estimate V100,A100] -o graph.json
+    moplace apply GRAPH (--strategy FILE [--point K] | --baseline NAME) [--device-count K | --testbed K] [--cluster C] --steps N [--json]
+
+``--testbed K`` runs K TensorFlow worker processes (`moplace.tf.testbed`), one device each, so
+devices do not share cores; `apply` uses a testbed of the same size on its own when the graph
+was profiled on one.
 
 TensorFlow is imported only when one of these runs, and the logical devices are set up before
 anything else touches TensorFlow (it fixes its devices at first use).
@@ -21,8 +25,13 @@ def add_commands(sub) -> None:
     p = sub.add_parser("profile", help="trace a Keras model's training step and measure every op")
     p.add_argument("model", type=file_arg, help="zoo name (see `moplace zoo`) or a .py file defining build(batch_size)")
     p.add_argument("--batch", type=integer(1, 2**20), required=True, help="batch size")
-    p.add_argument("--device-count", type=integer(1, 256), default=1,
-                   help="devices to set up (logical CPUs without GPUs); with 2+ the links are measured")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--device-count", type=integer(1, 256), default=1,
+                       help="devices to set up in this process (logical CPUs without GPUs); with "
+                       "2+ the links are measured")
+    where.add_argument("--testbed", type=integer(1, 64), metavar="K",
+                       help="profile on a testbed of K worker processes (one GPU or one share "
+                       "of the cores each) and measure the links between them")
     p.add_argument("--steps", type=integer(1, 10**6), default=5, help="traced steps (after 2 warm-up steps)")
     p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. V100,H100")
     p.add_argument("--parts", default="", help="also profile at batch/n for these n, e.g. 2,4, "
@@ -37,7 +46,12 @@ def add_commands(sub) -> None:
     how.add_argument("--strategy", type=file_arg, help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin or layer-split")
     a.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
-    a.add_argument("--device-count", type=integer(1, 256), help="devices (default: those it was profiled with)")
+    where = a.add_mutually_exclusive_group()
+    where.add_argument("--device-count", type=integer(1, 256),
+                       help="devices in this process (default: those it was profiled with)")
+    where.add_argument("--testbed", type=integer(1, 64), metavar="K",
+                       help="run on a testbed of K worker processes (default: the testbed the "
+                       "graph was profiled on, if any)")
     a.add_argument("--cluster", type=file_arg, help="cluster for the simulated runtime (default: the measured one)")
     a.add_argument("--steps", type=integer(1, 10**6), required=True, help="timed steps (after 2 warm-up steps)")
     a.add_argument("--json", action="store_true", help="print exactly one JSON object")
@@ -75,7 +89,8 @@ def _profile(args) -> int:
     from ..core.presets.export import cluster_to_toml
     from ..io import save_graph
     from ..tf.devices import available_devices
-    available_devices(args.device_count)  # before TensorFlow's runtime starts
+    if args.testbed is None:
+        available_devices(args.device_count)  # before TensorFlow's runtime starts
     from ..tf.frontend import profile_model
 
     kinds = [k.strip() for k in args.estimate.split(",") if k.strip()]
@@ -85,10 +100,10 @@ def _profile(args) -> int:
         raise MoplaceError(f"--parts must be comma-separated integers, got {args.parts!r}") from None
     from .progress import Display
 
-    with Display("quiet" if args.quiet else "auto") as display:
+    with Display("quiet" if args.quiet else "auto") as display, _testbed(args.testbed) as bed:
         pm = profile_model(args.model, args.batch, device_count=args.device_count,
                            steps=args.steps, estimate_kinds=kinds, part_counts=parts,
-                           progress=display.job(f"profile {args.model}"))
+                           progress=display.job(f"profile {args.model}"), testbed=bed)
     graph = _with_links(pm.graph, pm.cluster)
     save_graph(graph, args.output)
     cluster_path = Path(args.output).with_suffix(".cluster.toml")
@@ -100,6 +115,8 @@ def _profile(args) -> int:
     print(f"traced in {pm.trace_seconds:.2f} s, profiled in {pm.profile_seconds:.2f} s on "
           f"{m['device']} ({m['kind']}): step {m['step_median_s'] * 1e3:.3f} ms, ops sum to "
           f"{graph.total_compute(m['kind']) * 1e3:.3f} ms")
+    if "testbed" in m:
+        print(f"testbed: {m['testbed']['setup']}")
     print(f"untimed: {len(untimed['fed_inputs'])} fed inputs, {len(untimed['not_run'])} ops that "
           f"did not run ({untimed['costed_as']})")
     print(f"wrote {args.output} and {cluster_path} (use it as --cluster)")
@@ -117,28 +134,36 @@ def _apply(args) -> int:
     from ..tf.source import profiled_source
 
     profiled_source(graph)  # a graph that cannot be applied is refused before TensorFlow loads
-    count = args.device_count or (cluster.n_devices if cluster else
-                                  int(graph.metadata.get("measured", {}).get("device_count", 1)))
-    _positive("--device-count", count)
-    from ..tf.devices import available_devices
-    devices = available_devices(count)
+    measured = graph.metadata.get("measured", {})
+    testbed = args.testbed
+    if testbed is None and args.device_count is None and "testbed" in measured:
+        testbed = int(measured["testbed"]["workers"])
+    count = testbed or args.device_count or (
+        cluster.n_devices if cluster else int(measured.get("device_count", 1)))
+    _positive("--testbed" if testbed else "--device-count", count)
+    if cluster and cluster.n_devices != count:
+        raise MoplaceError(f"--cluster has {cluster.n_devices} devices but "
+                           f"{'the testbed has' if testbed else '--device-count is'} {count}")
     from ..core.baselines import baseline
     from ..io.strategies import load_strategy
-    from ..tf.devices import host_cluster
-    from ..tf.frontend import apply_to_model
 
-    cluster = cluster or _measured_cluster(graph, host_cluster(devices))
-    if cluster.n_devices != count:
-        raise MoplaceError(f"--cluster has {cluster.n_devices} devices but --device-count is {count}")
-    strategy = (load_strategy(args.strategy, graph, cluster, point=args.point) if args.strategy
+    # the strategy is read and checked before any worker starts
+    plan_cluster = cluster or _placeholder_cluster(count)
+    strategy = (load_strategy(args.strategy, graph, plan_cluster, point=args.point) if args.strategy
                 else baseline(args.baseline, graph, count))
+    from ..tf.devices import available_devices, host_cluster
+    devices = None if testbed else available_devices(count)
+    from ..tf.frontend import apply_to_model
     from .evaluate import strategy_label
     from .progress import Display
 
-    with Display("quiet" if args.json or args.quiet else "auto") as display:
-        result, simulated = apply_to_model(graph, strategy, cluster, steps=args.steps,
+    with Display("quiet" if args.json or args.quiet else "auto") as display, _testbed(testbed) as bed:
+        if bed is not None:
+            devices = bed.devices
+        cluster = cluster or _measured_cluster(graph, bed.cluster() if bed else host_cluster(devices))
+        result, simulated = apply_to_model(graph, strategy, cluster, steps=args.steps, testbed=bed,
                                            progress=display.job(f"apply to {graph.name}"))
-    out = {"graph": graph.name, "devices": devices,
+    out = {"graph": graph.name, "devices": devices, "testbed": testbed,
            "strategy": strategy_label(args.strategy, args.point) if args.strategy
            else args.baseline, "point": args.point,
            "expressible": result.expressible, "reason": result.reason,
@@ -147,12 +172,13 @@ def _apply(args) -> int:
            if result.measured_step_s else None,
            "trained": result.trained if result.expressible else None,
            "losses": result.losses, "step_seconds": result.step_seconds,
-           "peak_memory_bytes": result.peak_memory_bytes}
+           "peak_memory_bytes": result.peak_memory_bytes, "notes": result.notes}
     if args.json:
         print(strictjson.dumps(out))
-    elif not result.expressible:
-        print(f"{out['strategy']}: not expressible: {result.reason}")
-        print(f"  simulated {simulated * 1e3:.3f} ms")
+        return 0 if result.expressible else 1
+    if not result.expressible:
+        raise MoplaceError(f"{out['strategy']} cannot run: {result.reason} (simulated "
+                           f"{simulated * 1e3:.3f} ms)")
     else:
         print(f"{out['strategy']} on {count} device(s): measured {result.measured_step_s * 1e3:.3f} ms "
               f"(median of {args.steps}), simulated {simulated * 1e3:.3f} ms "
@@ -185,6 +211,26 @@ def _measured_cluster(graph, cluster):
     fits = {(int(i), int(j)): (lat, bw) for i, j, lat, bw in links
             if max(int(i), int(j)) < cluster.n_devices}
     return cluster.with_links(fits) if fits else cluster
+
+
+def _testbed(count: int | None):
+    """A started testbed of ``count`` workers as a context, or a context of None."""
+    from contextlib import nullcontext
+
+    if not count:
+        return nullcontext()
+    from ..tf.testbed import Testbed
+
+    return Testbed(count)
+
+
+def _placeholder_cluster(n: int):
+    """A cluster of ``n`` devices with no figures that matter: for checking a strategy's shape
+    before the real devices exist."""
+    from ..core.cluster import Cluster, Device
+
+    return Cluster(f"check-{n}", [Device(f"d{k}", "cpu", 2**40, 1.0) for k in range(n)],
+                   [[1e10] * n for _ in range(n)], [[0.0] * n for _ in range(n)])
 
 
 def _positive(flag: str, value) -> None:

@@ -37,8 +37,12 @@ class LinkFit:
         return self.latency_s + nbytes / self.bandwidth_Bps
 
 
-def fit_link(samples: Iterable[tuple[float, float]]) -> LinkFit:
+def fit_link(samples: Iterable[tuple[float, float]], *, relative: bool = False) -> LinkFit:
     """Least-squares fit of ``seconds = latency + bytes / bandwidth`` to ``(bytes, seconds)``.
+
+    ``relative``: minimize relative instead of absolute errors (each sample weighted by
+    1 / its seconds), so that samples spanning 1 KiB to 64 MiB all count, not just the largest
+    (which alone would decide the latency).
 
     Needs at least two distinct sizes, finite non-negative values and a positive fitted slope.
     A negative fitted intercept is clamped to 0 and the slope refit through the origin: latency
@@ -50,11 +54,12 @@ def fit_link(samples: Iterable[tuple[float, float]]) -> LinkFit:
     if np.unique(size).size < 2:
         raise LinkFitError("need samples of at least 2 distinct sizes to fit latency and bandwidth")
     scale = float(size.max())  # sizes near 1e9 beside a column of ones: rescale for conditioning
-    design = np.column_stack([np.ones_like(size), size / scale])
-    (latency, slope), *_ = np.linalg.lstsq(design, secs, rcond=None)
+    w = 1.0 / np.maximum(secs, max(float(secs.max()), 1e-12) * 1e-9) if relative else np.ones_like(secs)
+    design = np.column_stack([np.ones_like(size), size / scale]) * w[:, None]
+    (latency, slope), *_ = np.linalg.lstsq(design, secs * w, rcond=None)
     if latency < 0:
-        x = size / scale
-        latency, slope = 0.0, float(x @ secs / (x @ x))
+        x = size / scale * w
+        latency, slope = 0.0, float(x @ (secs * w) / (x @ x))
     slope /= scale
     if not slope > 0:
         raise LinkFitError(f"fitted seconds per byte is {slope:.3g}: time does not grow with size, "

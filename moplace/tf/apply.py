@@ -23,6 +23,7 @@ from ..core.strategy import Strategy
 from ..errors import MoplaceError
 from ..progress import Report, Ticker
 from ..simulator.engine import Trace
+from .memory import device_peaks, largest_scratch
 from .profile import quiet_stderr
 from .rewrite import SplitRefused, part_name, plan_split_ops, rewrite_splits
 from .session import StepRunner, session_config
@@ -42,7 +43,16 @@ class ApplyResult:
     notes: list[str] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
-    peak_memory_bytes: dict[str, int] = field(default_factory=dict)
+    peak_memory_bytes: dict[str, int] = field(default_factory=dict)  # see moplace.tf.memory
+    scratch_bytes: dict[str, int] = field(default_factory=dict)  # largest kernel scratch
+
+    @property
+    def spread_s(self) -> tuple[float, float] | None:
+        """The 10th and 90th percentiles of the timed steps (seconds)."""
+        if not self.step_seconds:
+            return None
+        q = np.percentile(self.step_seconds, [10, 90])
+        return float(q[0]), float(q[1])
 
     @property
     def measured_step_s(self) -> float | None:
@@ -56,7 +66,7 @@ class ApplyResult:
 
 def apply_strategy(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace: Trace,
                    devices: list[str], *, steps: int = 10, warmup: int = 2,
-                   progress: Report | None = None) -> ApplyResult:
+                   progress: Report | None = None, target: str = "") -> ApplyResult:
     """Place and order ``traced`` as ``strategy`` says (``trace`` is its simulation) and run it.
 
     ``progress(stage, done, total)`` (see `moplace.progress`) hears of every step run."""
@@ -70,7 +80,7 @@ def apply_strategy(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace
     result = ApplyResult(True, notes=notes)
     ticker = Ticker(progress, warmup + steps + 1)
     ticker.stage("starting the session")
-    with StepRunner(traced, placed, config=config) as runner:
+    with StepRunner(traced, placed, config=config, target=target) as runner:
         ticker.stage("warm-up steps")
         for _ in range(warmup):
             result.losses.append(runner.step().loss)
@@ -83,7 +93,12 @@ def apply_strategy(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace
             ticker.tick()
         ticker.stage("memory step")
         with quiet_stderr():
-            result.peak_memory_bytes = _peak_memory(runner.step(trace=True).metadata)
+            metadata = runner.step(trace=True).metadata
+        used = sorted(set(strategy.placement.tolist()) | set(strategy.split_table.devices.tolist()))
+        peaks = device_peaks(metadata, devices, _resident(traced, graph, strategy, len(devices)))
+        scratch = largest_scratch(metadata, devices)
+        result.peak_memory_bytes = {devices[k]: peaks[k] for k in used}
+        result.scratch_bytes = {devices[k]: scratch[k] for k in used}
         ticker.tick()
     return result
 
@@ -179,10 +194,11 @@ def _unsorted(graph_def) -> set[str]:
     return {name for name, c in count.items() if c > 0}
 
 
-def _peak_memory(metadata) -> dict[str, int]:
-    peaks: dict[str, int] = {}
-    for dev in metadata.step_stats.dev_stats:
-        for ns in dev.node_stats:
-            for mem in ns.memory:
-                peaks[dev.device] = max(peaks.get(dev.device, 0), int(mem.peak_bytes))
-    return peaks
+def _resident(traced: TracedStep, graph: OpGraph, strategy: Strategy, n: int) -> list[int]:
+    """Bytes of the variables on each device (they live there all step)."""
+    out = [0] * n
+    index = graph.index
+    for name, info in traced.variables.items():
+        if name in index:
+            out[int(strategy.placement[index[name]])] += info.nbytes
+    return out

@@ -31,7 +31,8 @@ from ..progress import Ticker
 from ._tf import tf
 from .devices import DeviceSetupError, host_cluster
 
-__all__ = ["DEFAULT_SIZES", "fit_transfers", "measure_transfers", "profile_cluster"]
+__all__ = ["DEFAULT_SIZES", "fit_transfers", "measure_concurrent", "measure_transfers",
+           "profile_cluster"]
 
 #: 8 sizes from 1 KiB to 64 MiB, geometric, rounded to whole float32 elements.
 DEFAULT_SIZES = tuple(int(2 ** (10 + 16 * k / 7)) // 4 * 4 for k in range(8))
@@ -41,14 +42,15 @@ Pair = tuple[int, int]
 
 def measure_transfers(devices: list[str], sizes=DEFAULT_SIZES, repeats: int = 5,
                       pairs: list[Pair] | None = None, *, inner: int = 10,
-                      subtract_local: bool = True, ticker: Ticker | None = None
-                      ) -> dict[Pair, list[tuple[int, float]]]:
+                      subtract_local: bool = True, ticker: Ticker | None = None,
+                      target: str = "") -> dict[Pair, list[tuple[int, float]]]:
     """``(bytes, seconds)`` per size for copying a float32 tensor from ``devices[i]`` to ``[j]``.
 
     ``pairs`` defaults to every ordered pair. Each of ``repeats`` timings averages ``inner``
     runs (one run is too short for the timer's and scheduler's noise); the sample is the
     median over repeats of transfer minus local time, floored at 0, or the raw transfer run
     time when ``subtract_local`` is False. ``ticker`` counts one unit per pair measured.
+    ``target``: measure in a session there (a testbed's devices).
     """
     n = len(devices)
     pairs = [(i, j) for i in range(n) for j in range(n) if i != j] if pairs is None else pairs
@@ -66,7 +68,7 @@ def measure_transfers(devices: list[str], sizes=DEFAULT_SIZES, repeats: int = 5,
         local = {(j, e): _consume(src[j, e], devices[j]) for j in used for e in elems}
         init = tf.compat.v1.global_variables_initializer()
     out: dict[Pair, list[tuple[int, float]]] = {}
-    with tf.compat.v1.Session(graph=graph, config=_config()) as sess:
+    with tf.compat.v1.Session(target, graph=graph, config=_config()) as sess:
         sess.run(init)
         for i, j in pairs:
             if ticker is not None:
@@ -87,7 +89,8 @@ def measure_transfers(devices: list[str], sizes=DEFAULT_SIZES, repeats: int = 5,
 
 
 def fit_transfers(samples: dict[Pair, list[tuple[int, float]]]) -> dict[Pair, LinkFit]:
-    """`fit_link` per pair; a pair whose time does not grow with size (a zero-copy pass)
+    """`fit_link` per pair, on relative errors (small transfers decide the latency, large ones the
+    bandwidth); a pair whose time does not grow with size (a zero-copy pass)
     gets latency = median sample and bandwidth = a lower bound, with a warning.
 
     The bound is the largest size over the samples' spread (or 1 us when flatter): a link any
@@ -96,7 +99,9 @@ def fit_transfers(samples: dict[Pair, list[tuple[int, float]]]) -> dict[Pair, Li
     fits = {}
     for pair, data in samples.items():
         try:
-            fits[pair] = fit_link(data)
+            if _flat(data):
+                raise LinkFitError("time does not grow with size")
+            fits[pair] = fit_link(data, relative=True)
         except LinkFitError as exc:
             # samples fit_link accepts except for their slope; anything else stays an error
             try:
@@ -118,12 +123,62 @@ def fit_transfers(samples: dict[Pair, list[tuple[int, float]]]) -> dict[Pair, Li
     return fits
 
 
-def profile_cluster(devices: list[str], *, memory_bytes: int | None = None, **kw
-                    ) -> tuple[Cluster, dict[Pair, LinkFit]]:
-    """`host_cluster` of ``devices`` with every measured pair's link fitted from
-    `measure_transfers` (``kw`` goes there); returns the cluster and the fits."""
+def measure_concurrent(devices: list[str], pairs: list[Pair] | None = None, *, many: int = 16,
+                       repeats: int = 5, inner: int = 10, target: str = "") -> dict[Pair, dict]:
+    """What one more transfer costs when a step already moves others, per pair.
+
+    One run moves ``many`` small (1 KiB) tensors from ``devices[i]`` to ``[j]`` at once,
+    another moves one, a third moves none (the same reads, consumed on j). Returns per pair
+    ``latency_s``, the marginal cost of a transfer ((many - 1) more transfers over their
+    count), and ``first_s``, what the first transfer costs beyond that: on a testbed of
+    worker processes, the price of a second worker taking part in a step at all (a RunGraph
+    call and a rendezvous), which a step pays once, however many tensors it moves.
+    """
+    n = len(devices)
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j] if pairs is None else pairs
+    graph = tf.Graph()
+    with graph.as_default():
+        used = sorted({d for p in pairs for d in p})
+        src = {(d, k): _variable(devices[d], 256) for d in used for k in range(many)}
+        runs = {}
+        for i, j in pairs:
+            runs[i, j] = [tf.group(*[_consume(src[j, k], devices[j]) for k in range(many)]),
+                          tf.group(_consume(src[i, 0], devices[j]),
+                                   *[_consume(src[j, k], devices[j]) for k in range(1, many)]),
+                          tf.group(*[_consume(src[i, k], devices[j]) for k in range(many)])]
+        init = tf.compat.v1.global_variables_initializer()
+    out = {}
+    with tf.compat.v1.Session(target, graph=graph, config=_config()) as sess:
+        sess.run(init)
+        for pair, (none, one, all_) in runs.items():
+            for r in (none, one, all_):
+                sess.run(r)
+            t = [statistics.median(_time(sess, r, inner) for _ in range(repeats))
+                 for r in (none, one, all_)]
+            latency = max(0.0, (t[2] - t[1]) / (many - 1))
+            out[pair] = {"latency_s": latency, "first_s": max(0.0, t[1] - t[0] - latency)}
+    return out
+
+
+def _flat(data) -> bool:
+    """True when the largest transfer took at most 1.5x the smallest although it is at least
+    100x larger: a zero-copy pass, whatever small slope a fit would find in the noise."""
+    try:
+        rows = sorted((float(b), float(s)) for b, s in data)
+    except (TypeError, ValueError):
+        return False
+    (b0, s0), (b1, s1) = rows[0], rows[-1]
+    return b1 >= 100 * max(b0, 1.0) and s1 <= 1.5 * s0
+
+
+def profile_cluster(devices: list[str], *, memory_bytes: int | None = None,
+                    base: Cluster | None = None, **kw) -> tuple[Cluster, dict[Pair, LinkFit]]:
+    """``base`` (default: `host_cluster` of ``devices``) with every measured pair's link fitted
+    from `measure_transfers` (``kw`` goes there); returns the cluster and the fits."""
     fits = fit_transfers(measure_transfers(devices, **kw))
-    return host_cluster(devices, memory_bytes).with_links(fits), fits
+    if kw.get("target"):
+        tf.compat.v1.Session.reset(kw["target"])  # free the workers' test tensors
+    return (base or host_cluster(devices, memory_bytes)).with_links(fits), fits
 
 
 def _variable(device: str, elems: int):
@@ -160,8 +215,9 @@ def _check_placement(sess, target, device: str) -> None:
         for node in g.node:
             got = tf.DeviceSpec.from_string(node.device)
             if node.op == "_Recv" and node.attr["tensor_type"].type == tf.float32.as_datatype_enum \
-                    and (got.device_type, got.device_index) == (want.device_type,
-                                                                want.device_index or 0):
+                    and (got.device_type, got.device_index or 0) == (want.device_type,
+                                                                     want.device_index or 0) \
+                    and want.job in (None, got.job) and want.task in (None, got.task):
                 return
     raise DeviceSetupError(f"no _Recv on {device}: the transfer was not placed as asked")
 

@@ -52,20 +52,22 @@ def trace_model(model_or_path: str, batch_size: int) -> TracedStep:
 
 def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1, steps: int = 5,
                   warmup: int = 2, estimate_kinds=(), measure_links: bool = True,
-                  part_counts=(), progress: Report | None = None) -> ProfiledModel:
+                  part_counts=(), progress: Report | None = None, testbed=None) -> ProfiledModel:
     """Trace, profile and convert ``model_or_path``; see the module docstring.
 
     ``part_counts``: also profile at batch / n for each n, so that batch splits of the
     splittable ops get measured part costs (n must divide the batch size).
     ``progress(stage, done, total)`` (see `moplace.progress`) hears of every trace, step run
-    and link measured.
+    and link measured. ``testbed`` (a `moplace.tf.testbed.Testbed`): profile on its first
+    worker and measure the links between its workers (``device_count`` is then its size).
     """
     for n in part_counts:
         if n < 2 or batch_size % n:
             raise MoplaceError(f"part count {n} must be >= 2 and divide the batch size {batch_size}")
     from .convert import to_op_graph
 
-    devices = available_devices(device_count)
+    devices = testbed.devices if testbed is not None else available_devices(device_count)
+    target = testbed.target if testbed is not None else ""
     links = len(devices) * (len(devices) - 1) if measure_links and len(devices) > 1 else 0
     per_profile = 1 + warmup + 2 * steps  # a trace and its steps
     ticker = Ticker(progress, per_profile * (1 + len(part_counts)) + bool(part_counts)
@@ -79,8 +81,9 @@ def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1,
 
     def profiled(traced: TracedStep, batch: int):
         ticker.prefix = f"batch {batch}: " if part_counts else ""
-        out = profile_step(traced, steps=steps, warmup=warmup, ticker=ticker,
-                           config=session_config(inter_op_threads=1))
+        out = profile_step(traced, steps=steps, warmup=warmup, ticker=ticker, target=target,
+                           config=session_config(inter_op_threads=1),
+                           graph_def=on_device(traced.graph_def, devices[0]) if target else None)
         ticker.prefix = ""
         return out
 
@@ -88,7 +91,7 @@ def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1,
     traced = traced_at(batch_size)
     t1 = time.perf_counter()
     profile = profiled(traced, batch_size)
-    kind = device_kind(devices[0])
+    kind = testbed.workers[0].kind if testbed is not None else device_kind(devices[0])
     extra = None
     if estimate_kinds:
         ticker.stage(f"estimating {', '.join(estimate_kinds)}")
@@ -106,29 +109,48 @@ def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1,
                      "step_median_s": profile.step_median_s, "step_overhead_s": overhead,
                      "nested_nodes_credited": profile.nested_nodes,
                      "tracing_correction": profile.tracing_correction,
-                     "part_counts": sorted(parts)},
+                     # kernels' temporary buffers, which the simulator's liveness peak leaves out
+                     "scratch_bytes": {n: b for n, b in sorted((profile.node_scratch or {}).items())
+                                       if b > 0},
+                     "part_counts": sorted(parts),
+                     **({"testbed": {"workers": testbed.count, "gpus": testbed.gpus,
+                                     "threads": testbed.threads, "setup": testbed.describe()}}
+                        if testbed is not None else {})},
         "estimated": {k: "roofline from op shapes (moplace.costs.analytic)" for k in estimate_kinds}})
-    cluster = host_cluster(devices)
+    cluster = testbed.cluster() if testbed is not None else host_cluster(devices)
     if measure_links and len(devices) > 1:
         from .commprofile import profile_cluster
-        cluster, _ = profile_cluster(devices, ticker=ticker)
+        cluster, _ = profile_cluster(devices, base=cluster, ticker=ticker, target=target)
     return ProfiledModel(graph, cluster, traced, t1 - t0, time.perf_counter() - t1)
 
 
 def apply_to_model(graph: OpGraph, strategy: Strategy, cluster, *, steps: int = 10,
                    warmup: int = 2, traced: TracedStep | None = None,
-                   progress: Report | None = None) -> tuple[ApplyResult, float]:
+                   progress: Report | None = None, testbed=None) -> tuple[ApplyResult, float]:
     """Run ``strategy`` for real on the model ``graph`` was profiled from; returns the result
     and the simulator's runtime for the same strategy on ``cluster``. ``progress``: see
-    `apply_strategy`."""
+    `apply_strategy`. ``testbed``: run on its workers (as many as ``cluster`` has devices)."""
     if traced is None:
         if progress is not None:
             progress("tracing the model", 0, warmup + steps + 1)
         traced = rebuild_traced(graph)
-    devices = available_devices(cluster.n_devices)
+    if testbed is not None and testbed.count != cluster.n_devices:
+        raise MoplaceError(f"the cluster has {cluster.n_devices} devices but the testbed "
+                           f"{testbed.count} workers")
+    devices = testbed.devices if testbed is not None else available_devices(cluster.n_devices)
     trace = simulate(graph, cluster, strategy)
-    return apply_strategy(traced, graph, strategy, trace, devices, steps=steps,
-                          warmup=warmup, progress=progress), trace.makespan
+    return apply_strategy(traced, graph, strategy, trace, devices, steps=steps, warmup=warmup,
+                          progress=progress, target=testbed.target if testbed else ""), \
+        trace.makespan
+
+
+def on_device(graph_def, device: str):
+    """A copy of ``graph_def`` with every node on ``device``."""
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)
+    for node in out.node:
+        node.device = device
+    return out
 
 
 def rebuild_traced(graph: OpGraph) -> TracedStep:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import MoplaceError
 from ..progress import Ticker
+from .memory import node_scratch
 from .session import StepRunner, session_config
 from .trace import TracedStep
 
@@ -40,6 +41,7 @@ class StepProfile:
     warmup: int
     nested_nodes: int = 0  # nodes per step run inside loops or calls, credited to those ops
     tracing_correction: float = 1.0  # see _tracing_correction
+    node_scratch: dict[str, int] | None = None  # bytes a node allocated beyond its outputs
 
     @property
     def step_median_s(self) -> float:
@@ -47,10 +49,11 @@ class StepProfile:
 
 
 def profile_step(traced: TracedStep, *, steps: int = 5, warmup: int = 2, graph_def=None,
-                 config=None, ticker: Ticker | None = None) -> StepProfile:
+                 config=None, ticker: Ticker | None = None, target: str = "") -> StepProfile:
     """Profile ``traced`` (optionally a placed ``graph_def``) over ``steps`` traced steps.
 
-    ``ticker`` counts ``warmup + 2 * steps`` units: every step run, timed or traced."""
+    ``ticker`` counts ``warmup + 2 * steps`` units: every step run, timed or traced.
+    ``target``: run in a session there (a testbed's)."""
     ticker = ticker or Ticker(None, 0)
     names = {n.name for n in (graph_def or traced.graph_def).node}
     owners: dict[str, str | None] = {}
@@ -58,7 +61,8 @@ def profile_step(traced: TracedStep, *, steps: int = 5, warmup: int = 2, graph_d
     device: dict[str, str] = {}
     walls, losses = [], []
     nested = 0
-    with StepRunner(traced, graph_def, config=config or session_config()) as runner:
+    scratch: dict[str, int] = {}
+    with StepRunner(traced, graph_def, config=config or session_config(), target=target) as runner:
         ticker.stage("warm-up steps")
         for _ in range(warmup):
             losses.append(runner.step().loss)
@@ -87,13 +91,17 @@ def profile_step(traced: TracedStep, *, steps: int = 5, warmup: int = 2, graph_d
                     nested += owner != ns.node_name
                     this_step.setdefault(owner, []).append(_interval(ns))
                     device[owner] = dev.device
+                    extra = node_scratch(ns)
+                    if extra > scratch.get(owner, 0):
+                        scratch[owner] = extra
             for name, intervals in this_step.items():
                 samples.setdefault(name, []).append(_covered_seconds(intervals))
     seconds = {n: statistics.median(v) for n, v in samples.items()}
     correction = _tracing_correction(seconds, walls)
     seconds = {n: t * correction for n, t in seconds.items()}
     return StepProfile(seconds, device, walls, losses, steps, warmup, nested // max(steps, 1),
-                       correction)
+                       correction, scratch)
+
 
 
 def _tracing_correction(seconds: dict[str, float], walls: list[float]) -> float:

@@ -17,6 +17,10 @@ from ._tf import tf
 from .trace import TracedStep
 
 
+#: how often a step aborted by a testbed worker is run again (see StepRunner._run)
+RETRIES = 3
+
+
 class StepRunError(MoplaceError):
     """A training step failed to run; the message names the op where TensorFlow says."""
 
@@ -44,15 +48,17 @@ def session_config(*, inter_op_threads: int = 0, intra_op_threads: int = 1):
 
 
 class StepRunner:
-    """Imports ``graph_def`` (default: the traced one), loads variables, runs steps."""
+    """Imports ``graph_def`` (default: the traced one), loads variables, runs steps; in a
+    session on ``target`` when given (a `moplace.tf.testbed.Testbed`'s)."""
 
-    def __init__(self, traced: TracedStep, graph_def=None, *, config=None):
+    def __init__(self, traced: TracedStep, graph_def=None, *, config=None, target: str = ""):
         self.traced = traced
+        self.target = target
         self.graph = tf.Graph()
         with self.graph.as_default():
             tf.compat.v1.import_graph_def(graph_def or traced.graph_def, name="")
             init_ops, init_feeds = self._initializers()
-        self.session = tf.compat.v1.Session(graph=self.graph, config=config or session_config())
+        self.session = tf.compat.v1.Session(target, graph=self.graph, config=config or session_config())
         self._run(init_ops, init_feeds)
         g = self.graph
         self.feeds = {g.get_tensor_by_name(f"{name}:0"): value for name, value in traced.feeds.items()}
@@ -92,16 +98,23 @@ class StepRunner:
         return StepResult(time.perf_counter() - t0, float(np.mean(loss)), metadata)
 
     def _run(self, fetches, feeds, options=None, metadata=None):
-        try:
-            return self.session.run(fetches, feeds, options=options, run_metadata=metadata)
-        except tf.errors.OpError as exc:
-            node = getattr(exc, "op", None)
-            where = f" at op {node.name!r} ({node.type})" if node is not None else ""
-            raise StepRunError(f"TensorFlow failed to run {self.traced.name!r}{where}: "
-                               f"{_first_detail(exc.message)}") from None
+        for attempt in range(RETRIES + 1):
+            try:
+                return self.session.run(fetches, feeds, options=options, run_metadata=metadata)
+            except tf.errors.OpError as exc:
+                # a loaded testbed: gRPC may deliver a retried RunGraph twice, and the worker
+                # aborts the step; it is run again (a timing is taken of a whole step only)
+                if isinstance(exc, tf.errors.AbortedError) and self.target and attempt < RETRIES:
+                    continue
+                node = getattr(exc, "op", None)
+                where = f" at op {node.name!r} ({node.type})" if node is not None else ""
+                raise StepRunError(f"TensorFlow failed to run {self.traced.name!r}{where}: "
+                                   f"{_first_detail(exc.message)}") from None
 
     def close(self) -> None:
         self.session.close()
+        if self.target:  # free this run's variables on the workers (the next run loads its own)
+            tf.compat.v1.Session.reset(self.target)
 
     def __enter__(self):
         return self

@@ -1,0 +1,341 @@
+"""How well the simulator predicts real steps: strategies run on a testbed against simulated.
+
+`run_fidelity` profiles a model on a `moplace.tf.testbed.Testbed` (op costs on worker 0, batch
+parts at batch / K, links between the workers), collects strategies (the baselines, the list
+schedulers, and points spread along an NSGA-II front), runs each for real and simulates it,
+and returns a `FidelityReport`: per strategy the measured median step and its spread, the
+simulated step, and memory peaks per device; per model the median and worst relative error and
+Kendall's tau of the ranking.
+
+Two predictions are kept side by side:
+
+- **as measured**: the simulator on the cluster `moplace profile --testbed` writes (links fitted
+  from isolated transfers of 1 KiB to 64 MiB);
+- **corrected**: the simulator with three costs of the testbed it does not model, fitted on
+  *calibration* strategies (random genomes, run on the testbed for this purpose and never among
+  the strategies judged): the latency a transfer adds on the critical path (an isolated
+  transfer's time also holds the price of a second worker taking part in a step, paid once
+  per step), that once-per-step price per extra worker, and the fixed cost of a step (the
+  session call, feeding, fetching: the profiled step minus its ops, measured). The corrected
+  memory peak adds the largest scratch buffer (measured per op while profiling) of the ops on
+  the device to the simulated liveness peak.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..core.baselines import BASELINES, baseline
+from ..errors import MoplaceError
+from ..progress import Report
+from ..review.stats import kendall_tau, relative_errors
+from ..simulator.engine import simulate
+from .apply import ApplyResult
+
+#: the list schedulers run for every model (FastT's and HEFT)
+HEURISTICS = ("heft", "dpos", "m-etf", "os-dpos")
+
+
+@dataclass
+class FidelityRow:
+    """One strategy: measured and simulated step (seconds), memory peaks per device (bytes)."""
+
+    strategy: str
+    source: str  # "baseline", "heuristic" or "nsga2"
+    expressible: bool
+    reason: str = ""
+    splits: int = 0
+    devices_used: int = 0
+    steps: int = 0
+    measured_s: float | None = None
+    spread_s: tuple[float, float] | None = None
+    simulated_s: float = 0.0
+    corrected_s: float = 0.0
+    measured_peak_bytes: list[int] = field(default_factory=list)
+    simulated_peak_bytes: list[float] = field(default_factory=list)
+    corrected_peak_bytes: list[float] = field(default_factory=list)
+    scratch_bytes: list[int] = field(default_factory=list)
+    same_as: list[str] = field(default_factory=list)  # other labels of the same strategy
+
+
+@dataclass
+class FidelityReport:
+    model: str
+    batch: int
+    testbed: str
+    ops: int
+    steps: int
+    corrections: dict
+    rows: list[FidelityRow]
+    seconds: float = 0.0
+
+    @property
+    def measured(self) -> list[FidelityRow]:
+        return [r for r in self.rows if r.expressible and r.measured_s]
+
+    def summary(self) -> dict:
+        """Median and worst |relative error| and Kendall tau, as measured and corrected; the
+        median |relative error| of memory peaks (devices used)."""
+        rows = self.measured
+        meas = [r.measured_s for r in rows]
+        out = {"model": self.model, "strategies": len(rows),
+               "not_expressible": len(self.rows) - len(rows)}
+        for key, attr in (("as_measured", "simulated_s"), ("corrected", "corrected_s")):
+            pred = [getattr(r, attr) for r in rows]
+            err = np.abs(relative_errors(pred, meas)) if rows else np.array([np.nan])
+            out[key] = {"median_abs_error": float(np.median(err)), "worst_abs_error": float(np.max(err)),
+                        "kendall_tau": kendall_tau(pred, meas) if len(rows) > 1 else float("nan")}
+        for key, attr in (("as_measured", "simulated_peak_bytes"), ("corrected", "corrected_peak_bytes")):
+            mem = [(s, m) for r in rows for s, m in zip(getattr(r, attr), r.measured_peak_bytes)
+                   if m > 0]
+            out[key]["memory_median_abs_error"] = (float(np.median(np.abs(relative_errors(
+                [s for s, _ in mem], [m for _, m in mem])))) if mem else float("nan"))
+        spreads = [(r.spread_s[1] - r.spread_s[0]) / r.measured_s for r in rows if r.spread_s]
+        out["median_spread"] = float(np.median(spreads)) if spreads else float("nan")
+        return out
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "batch": self.batch, "testbed": self.testbed, "ops": self.ops,
+                "steps": self.steps, "corrections": self.corrections, "seconds": self.seconds,
+                "summary": self.summary(), "rows": [asdict(r) for r in self.rows]}
+
+
+#: link latencies the calibration tries (seconds)
+LATENCY_GRID = (0.0, 10e-6, 25e-6, 50e-6, 75e-6, 100e-6, 150e-6, 200e-6, 300e-6, 400e-6,
+                600e-6, 800e-6, 1e-3, 1.5e-3, 2e-3)
+
+
+def with_latency(cluster, latency: float):
+    """``cluster`` with every link's latency set to ``latency`` (bandwidths kept)."""
+    n = cluster.n_devices
+    return cluster.with_links({(i, j): (latency, float(cluster.bandwidth[i, j]))
+                               for i in range(n) for j in range(n) if i != j})
+
+
+def corrected_runtime(graph, cluster, strategy, corrections: dict) -> float:
+    """The simulated step on the corrected links, plus the testbed's fixed costs: the step's,
+    and each extra worker's."""
+    trace = simulate(graph, with_latency(cluster, corrections["latency_s"]), strategy)
+    return trace.makespan + corrections["step_s"] + corrections["worker_s"] * (
+        max(_devices_used(strategy) - 1, 0))
+
+
+def corrected_peaks(graph, strategy, trace, used: list[int]) -> list[float]:
+    """Simulated liveness peaks plus the largest profiled scratch buffer of an op on the
+    device (a split op's parts: their share)."""
+    scratch = graph.metadata.get("measured", {}).get("scratch_bytes", {})
+    extra = {d: 0.0 for d in used}
+    for name, nbytes in scratch.items():
+        i = graph.index.get(name)
+        if i is None:
+            continue
+        split = strategy.splits.get(i)
+        for d in (split.devices if split else (int(strategy.placement[i]),)):
+            if d in extra:
+                extra[d] = max(extra[d], nbytes / (split.parts if split else 1))
+    return [float(trace.peak_memory[d]) + extra[d] for d in used]
+
+
+def calibrate(graph, cluster, measured: list[tuple[object, float]], step_s: float) -> dict:
+    """Fit the link latency and the per-extra-worker cost to calibration runs
+    (``(strategy, measured seconds)``): for each latency of `LATENCY_GRID`, the worker cost
+    that minimizes the squared relative error (closed form, at least 0); the pair with the
+    smallest median |relative error| wins."""
+    best = None
+    extra = np.array([max(_devices_used(s) - 1, 0) for s, _ in measured], float)
+    meas = np.array([m for _, m in measured], float)
+    for latency in LATENCY_GRID:
+        lat = with_latency(cluster, latency)
+        sim = np.array([simulate(graph, lat, s).makespan for s, _ in measured]) + step_s
+        # minimize sum(((sim + w * extra) / meas - 1) ** 2) over w >= 0
+        a, r = extra / meas, 1.0 - sim / meas
+        w = max(float(a @ r / (a @ a)), 0.0) if a @ a > 0 else 0.0
+        err = float(np.median(np.abs((sim + w * extra) / meas - 1)))
+        if best is None or err < best["calibration_median_abs_error"]:
+            best = {"latency_s": latency, "worker_s": w, "calibration_median_abs_error": err}
+    return {**best, "step_s": step_s, "calibration_strategies": len(measured)}
+
+
+def _devices_used(strategy) -> int:
+    return len(set(strategy.placement.tolist()) | set(strategy.split_table.devices.tolist()))
+
+
+def calibration_strategies(graph, n_devices: int, count: int, seed: int) -> list:
+    """``count`` random strategies from few to many transfers: each moves a growing share of
+    the co-location groups (3% to 60%) from device 0 to random other devices, and every
+    second one also splits as large a share of the batch-splittable groups on batch."""
+    from ..core.baselines import topological_priority
+    from ..core.strategy import Split, spread_groups
+
+    rng = np.random.default_rng(seed + 7919)
+    n_groups = graph.arrays.n_groups
+    splittable = [g for g, members in enumerate(graph.groups)
+                  if all("batch" in graph.ops[i].splittable for i in members)]
+    priority = topological_priority(graph)
+    out = []
+    for k, share in enumerate(np.geomspace(0.03, 0.6, count) if count > 1 else [0.2]):
+        moved = rng.random(n_groups) < share
+        devices = np.where(moved, rng.integers(1, max(n_devices, 2), n_groups), 0) % n_devices
+        splits = {}
+        if k % 2 and n_devices > 1:
+            for g in splittable:
+                if rng.random() < share:
+                    first = int(devices[g])
+                    splits[g] = Split("batch", tuple((first + d) % n_devices for d in range(n_devices)))
+        out.append(spread_groups(graph, devices, splits, priority))
+    return out
+
+
+def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int = 2000,
+                         seed: int = 0) -> list[tuple[str, str, object]]:
+    """``(label, source, strategy)``: every baseline, each list scheduler's result, and up to
+    ``front_points`` points spread along an NSGA-II front (fastest to least memory)."""
+    from ..optimize.driver import search
+    from ..optimize.plugins import make_searcher
+    from ..optimize.problem import Problem
+
+    n = cluster.n_devices
+    out = [(name, "baseline", baseline(name, graph, n)) for name in BASELINES]
+    problem = Problem(graph, cluster)
+    for name in HEURISTICS:
+        result = search(problem, make_searcher(name), budget=50, seed=seed)
+        if result.front:
+            best = min(result.front, key=lambda p: p.values[0])
+            out.append((name, "heuristic", best.strategy))
+    if front_points > 0:
+        result = search(problem, make_searcher("nsga2"), budget=budget, seed=seed)
+        front = sorted(result.front, key=lambda p: tuple(p.values))
+        picks = sorted({round(x) for x in np.linspace(0, len(front) - 1, min(front_points, len(front)))})
+        out += [(f"nsga2-{k}", "nsga2", front[i].strategy) for k, i in enumerate(picks)]
+    return out
+
+
+def run_fidelity(model: str, batch: int, testbed, *, steps: int = 20, warmup: int = 3,
+                 profile_steps: int = 5, front_points: int = 6, budget: int = 2000, seed: int = 0,
+                 calibration: int = 6, progress: Report | None = None) -> FidelityReport:
+    """Profile ``model`` at ``batch`` on ``testbed``, then run and simulate its candidate
+    strategies (see the module docstring). ``progress(stage, done, total)`` hears of each."""
+    from .frontend import apply_to_model, profile_model
+
+    t0 = time.perf_counter()
+    say = progress or (lambda *a: None)
+    k = testbed.count
+    parts = (k,) if k > 1 and batch % k == 0 else ()
+    say("profiling", 0, 1)
+    pm = profile_model(model, batch, testbed=testbed, steps=profile_steps, part_counts=parts)
+    graph, cluster = pm.graph, pm.cluster
+
+    def run(strategy):
+        try:
+            return apply_to_model(graph, strategy, cluster, steps=steps, warmup=warmup,
+                                  traced=pm.traced, testbed=testbed)[0]
+        except MoplaceError as exc:
+            return ApplyResult(False, str(exc))
+
+    calib = calibration_strategies(graph, testbed.count, calibration, seed)
+    runs = []
+    for done, strategy in enumerate(calib):
+        say("calibration runs", done, len(calib))
+        result = run(strategy)
+        if result.expressible:
+            runs.append((strategy, result.measured_step_s))
+    corrections = calibrate(graph, cluster, runs, float(graph.metadata["measured"]["step_overhead_s"]))
+    corrections["as_measured_latency_s"] = {f"{i}->{j}": float(cluster.latency[i, j])
+                                            for i in range(testbed.count)
+                                            for j in range(testbed.count) if i != j}
+    say("searching", 0, 1)
+    candidates = candidate_strategies(graph, cluster, front_points=front_points, budget=budget,
+                                      seed=seed)
+    rows: list[FidelityRow] = []
+    seen: dict[bytes, FidelityRow] = {}
+    for done, (label, source, strategy) in enumerate(candidates):
+        say(f"running {label}", done, len(candidates))
+        key = strategy.simulation_key
+        if key in seen:  # the same strategy under another name runs once
+            seen[key].same_as.append(label)
+            continue
+        used = sorted(set(strategy.placement.tolist()) | set(strategy.split_table.devices.tolist()))
+        trace = simulate(graph, cluster, strategy)
+        row = FidelityRow(label, source, True, splits=len(strategy.splits), devices_used=len(used),
+                          steps=steps, simulated_s=trace.makespan,
+                          corrected_s=corrected_runtime(graph, cluster, strategy, corrections),
+                          simulated_peak_bytes=[float(trace.peak_memory[d]) for d in used],
+                          corrected_peak_bytes=corrected_peaks(graph, strategy, trace, used))
+        result = run(strategy)
+        if not result.expressible:
+            row.expressible, row.reason = False, result.reason
+        else:
+            row.measured_s, row.spread_s = result.measured_step_s, result.spread_s
+            row.measured_peak_bytes = [result.peak_memory_bytes.get(testbed.devices[d], 0) for d in used]
+            row.scratch_bytes = [result.scratch_bytes.get(testbed.devices[d], 0) for d in used]
+        rows.append(row)
+        seen[key] = row
+    say("done", len(candidates), len(candidates))
+    return FidelityReport(model, batch, testbed.describe(), len(graph.ops), steps, corrections,
+                          rows, time.perf_counter() - t0)
+
+
+def report_table(report: FidelityReport) -> str:
+    """The report as a fixed-width text table (times in ms, memory in MiB)."""
+    lines = [f"{report.model} (batch {report.batch}, {report.ops} ops) on {report.testbed}; "
+             f"median of {report.steps} steps per strategy",
+             f"{'strategy':<16} {'source':<9} {'splits':>6} {'dev':>3} {'measured ms':>11} "
+             f"{'p10-p90 ms':>13} {'sim ms':>8} {'err':>7} {'corr ms':>8} {'err':>7} "
+             f"{'mem MiB meas/sim/corr':>22}"]
+    for r in report.rows:
+        name = r.strategy + (f" (={','.join(r.same_as)})" if r.same_as else "")
+        if not r.measured_s:
+            lines.append(f"{name:<16} {r.source:<9} {r.splits:>6} {r.devices_used:>3} "
+                         f"not run: {r.reason[:90]}")
+            continue
+        err = (r.simulated_s - r.measured_s) / r.measured_s
+        cerr = (r.corrected_s - r.measured_s) / r.measured_s
+        mem = "/".join(f"{max(v) / 2**20:.1f}" for v in (r.measured_peak_bytes, r.simulated_peak_bytes,
+                                                          r.corrected_peak_bytes))
+        lines.append(f"{name:<16} {r.source:<9} {r.splits:>6} {r.devices_used:>3} "
+                     f"{r.measured_s * 1e3:>11.2f} {r.spread_s[0] * 1e3:>6.2f}-{r.spread_s[1] * 1e3:<6.2f} "
+                     f"{r.simulated_s * 1e3:>8.2f} {err:>+7.1%} {r.corrected_s * 1e3:>8.2f} {cerr:>+7.1%} "
+                     f"{mem:>22}")
+    s = report.summary()
+    a, c = s["as_measured"], s["corrected"]
+    for name, v in (("as measured", a), ("corrected", c)):
+        lines.append(f"{name}: median |err| {v['median_abs_error']:.1%}, worst {v['worst_abs_error']:.1%}, "
+                     f"Kendall tau {v['kendall_tau']:.2f}; memory peaks median |err| "
+                     f"{v['memory_median_abs_error']:.1%}")
+    k = report.corrections
+    lines.append(f"corrections (fitted on {k.get('calibration_strategies', 0)} random strategies): "
+                 f"link latency {k['latency_s'] * 1e6:.0f} us, each extra worker "
+                 f"{k['worker_s'] * 1e3:.2f} ms, each step {k['step_s'] * 1e3:.2f} ms; median "
+                 f"p10-p90 spread of the measured steps {s['median_spread']:.1%}")
+    return "\n".join(lines)
+
+
+def summary_table(reports: list[FidelityReport]) -> str:
+    """One line per model: median and worst |error| and Kendall tau, as measured and corrected,
+    and the memory peaks' median |error|; then the same pooled over every model's runs."""
+    lines = [f"{'model':<14} {'batch':>5} {'ops':>5} {'runs':>4} | {'as measured: med':>16} "
+             f"{'worst':>7} {'tau':>5} {'mem':>6} | {'corrected: med':>14} {'worst':>7} {'tau':>5} "
+             f"{'mem':>6} | {'spread':>6}"]
+    for r in reports:
+        s = r.summary()
+        a, c = s["as_measured"], s["corrected"]
+        lines.append(f"{r.model:<14} {r.batch:>5} {r.ops:>5} {s['strategies']:>4} | "
+                     f"{a['median_abs_error']:>16.1%} {a['worst_abs_error']:>7.1%} "
+                     f"{a['kendall_tau']:>5.2f} {a['memory_median_abs_error']:>6.1%} | "
+                     f"{c['median_abs_error']:>14.1%} {c['worst_abs_error']:>7.1%} "
+                     f"{c['kendall_tau']:>5.2f} {c['memory_median_abs_error']:>6.1%} | "
+                     f"{s['median_spread']:>6.1%}")
+    rows = [row for r in reports for row in r.measured]
+    if rows:
+        meas = [row.measured_s for row in rows]
+        for name, attr in (("as measured", "simulated_s"), ("corrected", "corrected_s")):
+            err = np.abs(relative_errors([getattr(row, attr) for row in rows], meas))
+            taus = [r.summary()["as_measured" if attr == "simulated_s" else "corrected"]["kendall_tau"]
+                    for r in reports]
+            lines.append(f"all models, {name}: median |err| {np.median(err):.1%} over {len(rows)} "
+                         f"runs, worst {np.max(err):.1%}; Kendall tau per model: median "
+                         f"{np.nanmedian(taus):.2f}, lowest {np.nanmin(taus):.2f}")
+    return "\n".join(lines)
