@@ -11,13 +11,14 @@
     moplace searchers
     moplace clusters
     moplace graphs
-    moplace profile MODEL_OR_PY --batch N [--device-count K] -o graph.json   (TensorFlow)
-    moplace apply GRAPH (--strategy FILE | --baseline NAME) --steps N [--json] (TensorFlow)
+    moplace profile MODEL_OR_PY --batch N [--device-count K | --testbed K] -o graph.json   (TensorFlow)
+    moplace apply GRAPH (--strategy FILE | --baseline NAME) --steps N [--testbed K] [--json] (TensorFlow)
+    moplace fidelity MODEL_OR_PY --batch N [--testbed 2] [-o STEM] [--json]   (TensorFlow)
     moplace zoo
 
 User errors print one line on stderr and exit 2; no tracebacks. One module per command group:
-`evaluate`, `search` (search, compare), `sweep`, `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers) and `tf` (the
-TensorFlow front end); each imports what its commands need only when they run.
+`evaluate`, `search` (search, compare), `sweep`, `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers), `tf` (the
+TensorFlow front end) and `fidelity`; each imports what its commands need only when they run.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import warnings
 
 from .. import __version__
 from ..errors import MoplaceError
-from . import catalog, evaluate, review, search, sweep, tf
+from . import catalog, evaluate, fidelity, review, search, sweep, tf
 from .args import Parser
 
 
@@ -69,6 +70,6 @@ def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="moplace", description=__doc__.split("\n\n")[0])
     p.add_argument("--version", action="version", version=f"moplace {__version__}")
     sub = p.add_subparsers(dest="command")
-    for group in (evaluate, search, sweep, review, catalog, tf):  # each module registers its command group
+    for group in (evaluate, search, sweep, review, catalog, tf, fidelity):  # each module registers its command group
         group.add_commands(sub)
     return p

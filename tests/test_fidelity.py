@@ -1,0 +1,145 @@
+"""Fidelity reports: the corrections' fit, the corrected memory, the table, the figure and MLflow.
+
+No TensorFlow run here: the numbers are the simulator's own, so what the fit must recover is
+known exactly. The testbed and the `moplace fidelity` command run for real in test_testbed.py.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import moplace
+from moplace.core.cluster import Cluster, Device
+from moplace.simulator.engine import simulate
+
+
+def two_devices():
+    return Cluster("two", [Device("w0", "V100", 16 * 2**30, 1.0), Device("w1", "V100", 16 * 2**30, 1.0)],
+                   [[0, 2e9], [2e9, 0]], [[0, 5e-4], [5e-4, 0]])
+
+
+@pytest.fixture(scope="module")
+def alexnet():
+    return moplace.load_graph("pipedream:alexnet")
+
+
+def test_calibration_recovers_the_latency_and_worker_cost_it_was_made_with(alexnet):
+    from moplace.tf.fidelity import calibrate, calibration_strategies, with_latency
+
+    cluster = two_devices()
+    strategies = calibration_strategies(alexnet, 2, 6, seed=0)
+    used = [len(set(s.placement.tolist()) | set(s.split_table.devices.tolist())) for s in strategies]
+    assert max(used) == 2 and any(s.splits for s in strategies)
+    truth = with_latency(cluster, 200e-6)
+    measured = [(s, simulate(alexnet, truth, s).makespan + 1e-3 + 3e-3 * (u - 1))
+                for s, u in zip(strategies, used)]
+    fit = calibrate(alexnet, cluster, measured, step_s=1e-3)
+    assert fit["latency_s"] == pytest.approx(200e-6)
+    assert fit["worker_s"] == pytest.approx(3e-3, rel=1e-6)
+    assert fit["calibration_median_abs_error"] < 1e-9
+    assert fit["calibration_strategies"] == 6
+
+
+def test_calibration_strategies_grow_from_few_moves_to_many(alexnet):
+    from moplace.tf.fidelity import calibration_strategies
+
+    strategies = calibration_strategies(alexnet, 2, 6, seed=3)
+    off = [float(np.mean(s.placement != 0)) for s in strategies]
+    assert off[0] < off[-1]
+    assert strategies == calibration_strategies(alexnet, 2, 6, seed=3)  # same seed, same set
+
+
+def test_corrected_peaks_add_the_largest_scratch_of_the_device():
+    from moplace.core.graph import OpGraph
+    from moplace.core.synthetic import random_dag
+    from moplace.tf.fidelity import corrected_peaks
+
+    base = random_dag(20, seed=0)
+    alone = [0, 1, 2]
+    names = [base.ops[i].name for i in alone]
+    meta = {"measured": {"scratch_bytes": {names[0]: 1000, names[1]: 5000, names[2]: 300}}}
+    g = OpGraph(base.ops, base.edges, name="dag", metadata=meta)
+    placement = np.zeros(len(g.ops), np.int64)
+    placement[alone[1]] = 1
+    s = moplace.Strategy(placement)
+    trace = simulate(g, two_devices(), s)
+    assert corrected_peaks(g, s, trace, [0, 1]) == [trace.peak_memory[0] + 1000,
+                                                    trace.peak_memory[1] + 5000]
+
+
+def report():
+    from moplace.tf.fidelity import FidelityReport, FidelityRow
+
+    rows = [FidelityRow("single", "baseline", True, devices_used=1, steps=10, measured_s=0.010,
+                        spread_s=(0.009, 0.011), simulated_s=0.008, corrected_s=0.0105,
+                        measured_peak_bytes=[100], simulated_peak_bytes=[80.0],
+                        corrected_peak_bytes=[99.0], same_as=["heft"]),
+            FidelityRow("data-parallel", "baseline", True, splits=4, devices_used=2, steps=10,
+                        measured_s=0.020, spread_s=(0.018, 0.024), simulated_s=0.030,
+                        corrected_s=0.021, measured_peak_bytes=[100, 90],
+                        simulated_peak_bytes=[50.0, 40.0], corrected_peak_bytes=[95.0, 92.0]),
+            FidelityRow("nsga2-0", "nsga2", True, splits=1, devices_used=2, steps=10,
+                        measured_s=0.015, spread_s=(0.014, 0.016), simulated_s=0.007,
+                        corrected_s=0.016, measured_peak_bytes=[100, 50],
+                        simulated_peak_bytes=[70.0, 20.0], corrected_peak_bytes=[101.0, 52.0]),
+            FidelityRow("os-dpos", "heuristic", False, reason="op 'x': a batch of 1 cannot be cut")]
+    return FidelityReport("cnn", 32, "2 worker processes", 178, 10,
+                          {"latency_s": 2e-4, "worker_s": 1e-3, "step_s": 2e-3,
+                           "calibration_strategies": 6}, rows, 12.0)
+
+
+def test_summary_errors_and_ranking():
+    s = report().summary()
+    assert s["strategies"] == 3 and s["not_expressible"] == 1
+    a, c = s["as_measured"], s["corrected"]
+    assert a["median_abs_error"] == pytest.approx(0.5)  # |-0.2|, |+0.5|, |-0.53|
+    assert a["worst_abs_error"] == pytest.approx(8 / 15)
+    assert a["kendall_tau"] == pytest.approx(1 / 3)  # the simulator puts nsga2-0 first
+    assert c["kendall_tau"] == pytest.approx(1.0)
+    assert c["median_abs_error"] == pytest.approx(0.05)
+    assert c["memory_median_abs_error"] < a["memory_median_abs_error"]
+
+
+def test_tables_name_every_strategy_and_the_corrections():
+    from moplace.tf.fidelity import report_table, summary_table
+
+    text = report_table(report())
+    assert "single (=heft)" in text and "not run: op 'x'" in text
+    assert "link latency 200 us, each extra worker 1.00 ms, each step 2.00 ms" in text
+    assert "Kendall tau 0.33" in text and "Kendall tau 1.00" in text
+    total = summary_table([report()])
+    assert "cnn" in total and "over 3 runs" in total
+
+
+def test_report_json_is_strict_and_complete():
+    from moplace import strictjson
+
+    data = json.loads(strictjson.dumps(report().as_dict()))
+    assert data["summary"]["corrected"]["kendall_tau"] == pytest.approx(1.0)
+    assert [r["strategy"] for r in data["rows"]][-1] == "os-dpos"
+
+
+def test_scatter_figure(tmp_path):
+    from moplace.review.figures.fidelity import fidelity_scatter
+
+    path = fidelity_scatter(report().as_dict()["rows"], tmp_path / "f.png", title="cnn")
+    assert path.stat().st_size > 10_000
+
+
+def test_logged_to_mlflow_with_table_and_figure(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from moplace.tf.fidelitylog import log_fidelity
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = log_fidelity(report(), uri)
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.data.tags["kind"] == "fidelity" and run.info.status == "FINISHED"
+    assert run.data.metrics["corrected.kendall_tau"] == pytest.approx(1.0)
+    assert math.isclose(float(run.data.params["correction.latency_s"]), 2e-4)
+    paths = {a.path for a in client.list_artifacts(run_id)}
+    assert {"fidelity_table.json", "fidelity.json", "figures"} <= paths
+    assert [a.path for a in client.list_artifacts(run_id, "figures")] == ["figures/fidelity.png"]
