@@ -19,7 +19,6 @@ strategies; Trinity reports about +-0.05 s.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
