@@ -19,6 +19,7 @@ strategies; Trinity reports about +-0.05 s.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -46,9 +47,21 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=f"experiments/results/fidelity-{rev}",
                    help="path stem of the .txt and .json written")
     p.add_argument("--mlflow", metavar="URI", help="also log each model's report to MLflow")
+    p.add_argument("--from-json", metavar="FILE",
+                   help="run nothing: fit the corrections again on the calibration runs of a JSON "
+                   "this wrote, tabulate (to FILE's .txt) and log")
     args = p.parse_args(argv)
-    from moplace.tf.fidelity import report_table, run_fidelity, summary_table
+    from moplace.tf.fidelity import FidelityReport, report_table, run_fidelity, summary_table
     from moplace.tf.testbed import Testbed
+
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        reports = [FidelityReport.from_dict(m).refit() for m in saved["models"]]
+        text = "\n\n".join([*map(report_table, reports), summary_table(reports)])
+        print(text)
+        Path(args.from_json).with_suffix(".txt").write_text(text + "\n")
+        _log(reports, args.mlflow)
+        return 0
 
     reports, texts = [], []
     t0 = time.perf_counter()
@@ -76,12 +89,16 @@ def main(argv=None) -> int:
         {"args": vars(args), "seconds": time.perf_counter() - t0,
          "models": [r.as_dict() for r in reports]}, indent=1))
     print(f"wrote {out.with_suffix('.txt')} and {out.with_suffix('.json')}")
-    if args.mlflow:
+    _log(reports, args.mlflow)
+    return 0
+
+
+def _log(reports, uri) -> None:
+    if uri:
         from moplace.tf.fidelitylog import log_fidelity
 
         for report in reports:
-            print("logged", log_fidelity(report, args.mlflow))
-    return 0
+            print(f"logged {report.model} to MLflow run {log_fidelity(report, uri)}")
 
 
 if __name__ == "__main__":

@@ -25,25 +25,55 @@ def alexnet():
     return moplace.load_graph("pipedream:alexnet")
 
 
-def test_calibration_recovers_the_latency_and_worker_cost_it_was_made_with(alexnet):
-    from moplace.tf.fidelity import calibrate, calibration_strategies, with_latency
+def calibration_runs(graph, latency, worker_s, step_s, count=7, seed=0):
+    from moplace.tf.calibration import (calibration_strategies, devices_used, simulate_by_latency,
+                                        with_latency)
 
-    cluster = two_devices()
+    truth = with_latency(two_devices(), latency)
+    return [{"measured_s": simulate(graph, truth, s).makespan + step_s
+             + worker_s * (devices_used(s) - 1), "devices_used": devices_used(s),
+             "simulated_by_latency": simulate_by_latency(graph, two_devices(), s)}
+            for s in calibration_strategies(graph, 2, count, seed)]
+
+
+def test_calibration_recovers_the_latency_and_worker_cost_it_was_made_with(alexnet):
+    from moplace.tf.calibration import calibration_strategies, fit
+
     strategies = calibration_strategies(alexnet, 2, 6, seed=0)
-    used = [len(set(s.placement.tolist()) | set(s.split_table.devices.tolist())) for s in strategies]
-    assert max(used) == 2 and any(s.splits for s in strategies)
-    truth = with_latency(cluster, 200e-6)
-    measured = [(s, simulate(alexnet, truth, s).makespan + 1e-3 + 3e-3 * (u - 1))
-                for s, u in zip(strategies, used)]
-    fit = calibrate(alexnet, cluster, measured, step_s=1e-3)
-    assert fit["latency_s"] == pytest.approx(200e-6)
-    assert fit["worker_s"] == pytest.approx(3e-3, rel=1e-6)
-    assert fit["calibration_median_abs_error"] < 1e-9
-    assert fit["calibration_strategies"] == 6
+    assert any(s.splits for s in strategies)
+    runs = calibration_runs(alexnet, 200e-6, 3e-3, 1e-3)
+    assert max(r["devices_used"] for r in runs) == 2
+    k = fit(runs, step_s=1e-3)
+    assert k["latency_s"] == pytest.approx(200e-6)
+    assert k["worker_s"] == pytest.approx(3e-3, rel=1e-6)
+    assert k["calibration_median_abs_error"] < 1e-9
+    assert k["calibration_strategies"] == 7 and k["runs"] == runs
+
+
+def test_one_run_the_simulator_cannot_explain_does_not_move_the_fit(alexnet):
+    from moplace.tf.calibration import fit
+
+    runs = calibration_runs(alexnet, 200e-6, 3e-3, 1e-3)
+    runs[-1] = {**runs[-1], "measured_s": runs[-1]["measured_s"] * 30}  # a loop across workers
+    k = fit(runs, step_s=1e-3)
+    assert k["latency_s"] == pytest.approx(200e-6) and k["worker_s"] == pytest.approx(3e-3, rel=1e-6)
+
+
+def test_a_saved_report_is_fitted_again_from_its_runs(alexnet):
+    from moplace.tf.calibration import corrected
+
+    r = report()
+    r.corrections = {**r.corrections, "runs": calibration_runs(alexnet, 200e-6, 3e-3, 1e-3)}
+    r.rows[0].simulated_by_latency = list(np.linspace(0.004, 0.006, 15))
+    again = r.refit()
+    assert again.corrections["latency_s"] == pytest.approx(200e-6)
+    assert again.rows[0].corrected_s == pytest.approx(corrected(
+        r.rows[0].simulated_by_latency, 1, again.corrections))
+    assert again.rows[1].corrected_s == r.rows[1].corrected_s  # nothing stored: kept
 
 
 def test_calibration_strategies_grow_from_few_moves_to_many(alexnet):
-    from moplace.tf.fidelity import calibration_strategies
+    from moplace.tf.calibration import calibration_strategies
 
     strategies = calibration_strategies(alexnet, 2, 6, seed=3)
     off = [float(np.mean(s.placement != 0)) for s in strategies]
@@ -54,7 +84,7 @@ def test_calibration_strategies_grow_from_few_moves_to_many(alexnet):
 def test_corrected_peaks_add_the_largest_scratch_of_the_device():
     from moplace.core.graph import OpGraph
     from moplace.core.synthetic import random_dag
-    from moplace.tf.fidelity import corrected_peaks
+    from moplace.tf.calibration import corrected_peaks
 
     base = random_dag(20, seed=0)
     alone = [0, 1, 2]
@@ -100,6 +130,9 @@ def test_summary_errors_and_ranking():
     assert c["kendall_tau"] == pytest.approx(1.0)
     assert c["median_abs_error"] == pytest.approx(0.05)
     assert c["memory_median_abs_error"] < a["memory_median_abs_error"]
+    dp = s["data_parallel_speedup"]  # single over data parallel
+    assert dp["measured"] == pytest.approx(0.5) and dp["as_measured"] == pytest.approx(0.8 / 3)
+    assert dp["corrected"] == pytest.approx(0.5)
 
 
 def test_tables_name_every_strategy_and_the_corrections():
@@ -143,3 +176,13 @@ def test_logged_to_mlflow_with_table_and_figure(tmp_path):
     paths = {a.path for a in client.list_artifacts(run_id)}
     assert {"fidelity_table.json", "fidelity.json", "figures"} <= paths
     assert [a.path for a in client.list_artifacts(run_id, "figures")] == ["figures/fidelity.png"]
+
+
+def test_a_saved_report_reads_back_the_same():
+    from moplace import strictjson
+    from moplace.tf.fidelity import FidelityReport
+
+    data = json.loads(strictjson.dumps(report().as_dict()))
+    again = FidelityReport.from_dict(data)
+    assert again.summary() == report().summary()
+    assert again.rows[0].spread_s == (0.009, 0.011)

@@ -29,3 +29,17 @@ def test_relative_errors():
     assert median_abs_relative_error([1.1, 0.5, 1.0], [1.0, 1.0, 1.0]) == pytest.approx(0.1)
     with pytest.raises(ValueError):
         relative_errors([1.0], [0.0])
+
+
+def test_kendall_tau_resolved_counts_only_pairs_the_measurement_tells_apart():
+    from moplace.review.stats import kendall_tau_resolved
+
+    measured = [10.0, 10.2, 20.0, 30.0]
+    low, high = [9.0, 9.5, 19.0, 29.0], [11.0, 11.0, 21.0, 31.0]
+    # the first two overlap: swapping them in the prediction costs nothing
+    tau, pairs = kendall_tau_resolved([10.2, 10.0, 20.0, 30.0], measured, low, high)
+    assert (tau, pairs) == (pytest.approx(1.0), 5)
+    tau, _ = kendall_tau_resolved([30.0, 10.2, 20.0, 10.0], measured, low, high)
+    assert tau < 0
+    tau, pairs = kendall_tau_resolved([1, 2], [1.0, 1.1], [0.5, 0.5], [2.0, 2.0])
+    assert math.isnan(tau) and pairs == 0

@@ -34,3 +34,24 @@ def kendall_tau(x, y) -> float:
     if pairs_x == 0 or pairs_y == 0:
         return float("nan")
     return concordant_minus_discordant / np.sqrt(pairs_x * pairs_y)
+
+
+def kendall_tau_resolved(predicted, measured, low, high) -> tuple[float, int]:
+    """Kendall's tau-b over the pairs a noisy measurement tells apart, and how many there are.
+
+    A pair counts when the measured intervals ``[low, high]`` (say, the 10th to 90th
+    percentile of the timed steps) do not overlap: strategies closer than the measurement's
+    own spread have no order to get right. NaN when no pair is told apart.
+    """
+    p, m = np.asarray(predicted, float), np.asarray(measured, float)
+    lo, hi = np.asarray(low, float), np.asarray(high, float)
+    if not (p.shape == m.shape == lo.shape == hi.shape) or p.ndim != 1:
+        raise ValueError("kendall_tau_resolved needs four 1-d sequences of equal length")
+    i, j = np.triu_indices(p.size, k=1)
+    apart = (hi[i] < lo[j]) | (hi[j] < lo[i])
+    i, j = i[apart], j[apart]
+    dx, dy = np.sign(p[i] - p[j]), np.sign(m[i] - m[j])
+    pairs_x, pairs_y = float(np.sum(dx != 0)), float(np.sum(dy != 0))
+    if pairs_x == 0 or pairs_y == 0:
+        return float("nan"), int(i.size)
+    return float(np.sum(dx * dy) / np.sqrt(pairs_x * pairs_y)), int(i.size)

@@ -11,29 +11,28 @@ Two predictions are kept side by side:
 
 - **as measured**: the simulator on the cluster `moplace profile --testbed` writes (links fitted
   from isolated transfers of 1 KiB to 64 MiB);
-- **corrected**: the simulator with three costs of the testbed it does not model, fitted on
-  *calibration* strategies (random genomes, run on the testbed for this purpose and never among
-  the strategies judged): the latency a transfer adds on the critical path (an isolated
-  transfer's time also holds the price of a second worker taking part in a step, paid once
-  per step), that once-per-step price per extra worker, and the fixed cost of a step (the
-  session call, feeding, fetching: the profiled step minus its ops, measured). The corrected
-  memory peak adds the largest scratch buffer (measured per op while profiling) of the ops on
-  the device to the simulated liveness peak.
+- **corrected**: the simulator with three costs of the testbed it does not model (a link
+  latency, a price per extra worker taking part in a step, the step's fixed cost), fitted on
+  *calibration* strategies run on the testbed for this purpose and never among the strategies
+  judged (`moplace.tf.calibration`). The corrected memory peak adds the largest scratch buffer
+  (measured per op while profiling) of the ops on the device to the simulated liveness peak.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from ..core.baselines import BASELINES, baseline
 from ..errors import MoplaceError
 from ..progress import Report
-from ..review.stats import kendall_tau, relative_errors
+from ..review.stats import kendall_tau, kendall_tau_resolved, relative_errors
 from ..simulator.engine import simulate
 from .apply import ApplyResult
+from .calibration import (calibration_strategies, corrected, corrected_peaks, devices_used, fit,
+                          simulate_by_latency)
 
 #: the list schedulers run for every model (FastT's and HEFT)
 HEURISTICS = ("heft", "dpos", "m-etf", "os-dpos")
@@ -59,6 +58,7 @@ class FidelityRow:
     corrected_peak_bytes: list[float] = field(default_factory=list)
     scratch_bytes: list[int] = field(default_factory=list)
     same_as: list[str] = field(default_factory=list)  # other labels of the same strategy
+    simulated_by_latency: list[float] = field(default_factory=list)  # calibration.LATENCY_GRID
 
 
 @dataclass
@@ -86,8 +86,11 @@ class FidelityReport:
         for key, attr in (("as_measured", "simulated_s"), ("corrected", "corrected_s")):
             pred = [getattr(r, attr) for r in rows]
             err = np.abs(relative_errors(pred, meas)) if rows else np.array([np.nan])
+            tau, pairs = kendall_tau_resolved(pred, meas, [r.spread_s[0] for r in rows],
+                                              [r.spread_s[1] for r in rows]) if rows else (np.nan, 0)
             out[key] = {"median_abs_error": float(np.median(err)), "worst_abs_error": float(np.max(err)),
-                        "kendall_tau": kendall_tau(pred, meas) if len(rows) > 1 else float("nan")}
+                        "kendall_tau": kendall_tau(pred, meas) if len(rows) > 1 else float("nan"),
+                        "kendall_tau_resolved": tau, "resolved_pairs": pairs}
         for key, attr in (("as_measured", "simulated_peak_bytes"), ("corrected", "corrected_peak_bytes")):
             mem = [(s, m) for r in rows for s, m in zip(getattr(r, attr), r.measured_peak_bytes)
                    if m > 0]
@@ -95,7 +98,26 @@ class FidelityReport:
                 [s for s, _ in mem], [m for _, m in mem])))) if mem else float("nan"))
         spreads = [(r.spread_s[1] - r.spread_s[0]) / r.measured_s for r in rows if r.spread_s]
         out["median_spread"] = float(np.median(spreads)) if spreads else float("nan")
+        out["data_parallel_speedup"] = _speedup(rows)
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FidelityReport":
+        """A report from its `as_dict` (a saved JSON report), to tabulate or log again."""
+        rows = [FidelityRow(**{**r, "spread_s": tuple(r["spread_s"]) if r.get("spread_s") else None})
+                for r in data["rows"]]
+        return cls(data["model"], data["batch"], data["testbed"], data["ops"], data["steps"],
+                   data["corrections"], rows, data.get("seconds", 0.0))
+
+    def refit(self) -> "FidelityReport":
+        """This report with the corrections fitted again on its stored calibration runs (and
+        every corrected step recomputed): after the fit itself changed."""
+        k = self.corrections
+        again = {**fit(k.get("runs", []), k["step_s"]),
+                 **{key: v for key, v in k.items() if key == "as_measured_latency_s"}}
+        rows = [replace(r, corrected_s=corrected(r.simulated_by_latency, r.devices_used, again))
+                if r.simulated_by_latency else r for r in self.rows]
+        return replace(self, corrections=again, rows=rows)
 
     def as_dict(self) -> dict:
         return {"model": self.model, "batch": self.batch, "testbed": self.testbed, "ops": self.ops,
@@ -103,90 +125,18 @@ class FidelityReport:
                 "summary": self.summary(), "rows": [asdict(r) for r in self.rows]}
 
 
-#: link latencies the calibration tries (seconds)
-LATENCY_GRID = (0.0, 10e-6, 25e-6, 50e-6, 75e-6, 100e-6, 150e-6, 200e-6, 300e-6, 400e-6,
-                600e-6, 800e-6, 1e-3, 1.5e-3, 2e-3)
-
-
-def with_latency(cluster, latency: float):
-    """``cluster`` with every link's latency set to ``latency`` (bandwidths kept)."""
-    n = cluster.n_devices
-    return cluster.with_links({(i, j): (latency, float(cluster.bandwidth[i, j]))
-                               for i in range(n) for j in range(n) if i != j})
-
-
-def corrected_runtime(graph, cluster, strategy, corrections: dict) -> float:
-    """The simulated step on the corrected links, plus the testbed's fixed costs: the step's,
-    and each extra worker's."""
-    trace = simulate(graph, with_latency(cluster, corrections["latency_s"]), strategy)
-    return trace.makespan + corrections["step_s"] + corrections["worker_s"] * (
-        max(_devices_used(strategy) - 1, 0))
-
-
-def corrected_peaks(graph, strategy, trace, used: list[int]) -> list[float]:
-    """Simulated liveness peaks plus the largest profiled scratch buffer of an op on the
-    device (a split op's parts: their share)."""
-    scratch = graph.metadata.get("measured", {}).get("scratch_bytes", {})
-    extra = {d: 0.0 for d in used}
-    for name, nbytes in scratch.items():
-        i = graph.index.get(name)
-        if i is None:
-            continue
-        split = strategy.splits.get(i)
-        for d in (split.devices if split else (int(strategy.placement[i]),)):
-            if d in extra:
-                extra[d] = max(extra[d], nbytes / (split.parts if split else 1))
-    return [float(trace.peak_memory[d]) + extra[d] for d in used]
-
-
-def calibrate(graph, cluster, measured: list[tuple[object, float]], step_s: float) -> dict:
-    """Fit the link latency and the per-extra-worker cost to calibration runs
-    (``(strategy, measured seconds)``): for each latency of `LATENCY_GRID`, the worker cost
-    that minimizes the squared relative error (closed form, at least 0); the pair with the
-    smallest median |relative error| wins."""
-    best = None
-    extra = np.array([max(_devices_used(s) - 1, 0) for s, _ in measured], float)
-    meas = np.array([m for _, m in measured], float)
-    for latency in LATENCY_GRID:
-        lat = with_latency(cluster, latency)
-        sim = np.array([simulate(graph, lat, s).makespan for s, _ in measured]) + step_s
-        # minimize sum(((sim + w * extra) / meas - 1) ** 2) over w >= 0
-        a, r = extra / meas, 1.0 - sim / meas
-        w = max(float(a @ r / (a @ a)), 0.0) if a @ a > 0 else 0.0
-        err = float(np.median(np.abs((sim + w * extra) / meas - 1)))
-        if best is None or err < best["calibration_median_abs_error"]:
-            best = {"latency_s": latency, "worker_s": w, "calibration_median_abs_error": err}
-    return {**best, "step_s": step_s, "calibration_strategies": len(measured)}
-
-
-def _devices_used(strategy) -> int:
-    return len(set(strategy.placement.tolist()) | set(strategy.split_table.devices.tolist()))
-
-
-def calibration_strategies(graph, n_devices: int, count: int, seed: int) -> list:
-    """``count`` random strategies from few to many transfers: each moves a growing share of
-    the co-location groups (3% to 60%) from device 0 to random other devices, and every
-    second one also splits as large a share of the batch-splittable groups on batch."""
-    from ..core.baselines import topological_priority
-    from ..core.strategy import Split, spread_groups
-
-    rng = np.random.default_rng(seed + 7919)
-    n_groups = graph.arrays.n_groups
-    splittable = [g for g, members in enumerate(graph.groups)
-                  if all("batch" in graph.ops[i].splittable for i in members)]
-    priority = topological_priority(graph)
-    out = []
-    for k, share in enumerate(np.geomspace(0.03, 0.6, count) if count > 1 else [0.2]):
-        moved = rng.random(n_groups) < share
-        devices = np.where(moved, rng.integers(1, max(n_devices, 2), n_groups), 0) % n_devices
-        splits = {}
-        if k % 2 and n_devices > 1:
-            for g in splittable:
-                if rng.random() < share:
-                    first = int(devices[g])
-                    splits[g] = Split("batch", tuple((first + d) % n_devices for d in range(n_devices)))
-        out.append(spread_groups(graph, devices, splits, priority))
-    return out
+def _speedup(rows) -> dict:
+    """Single device over data parallel: measured, simulated as measured, and corrected."""
+    by = {}
+    for r in rows:
+        for name in (r.strategy, *r.same_as):
+            by.setdefault(name, r)
+    one, dp = by.get("single"), by.get("data-parallel")
+    if one is None or dp is None:
+        return {}
+    return {"measured": one.measured_s / dp.measured_s,
+            "as_measured": one.simulated_s / dp.simulated_s,
+            "corrected": one.corrected_s / dp.corrected_s}
 
 
 def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int = 2000,
@@ -241,8 +191,9 @@ def run_fidelity(model: str, batch: int, testbed, *, steps: int = 20, warmup: in
         say("calibration runs", done, len(calib))
         result = run(strategy)
         if result.expressible:
-            runs.append((strategy, result.measured_step_s))
-    corrections = calibrate(graph, cluster, runs, float(graph.metadata["measured"]["step_overhead_s"]))
+            runs.append({"measured_s": result.measured_step_s, "devices_used": devices_used(strategy),
+                         "simulated_by_latency": simulate_by_latency(graph, cluster, strategy)})
+    corrections = fit(runs, float(graph.metadata["measured"]["step_overhead_s"]))
     corrections["as_measured_latency_s"] = {f"{i}->{j}": float(cluster.latency[i, j])
                                             for i in range(testbed.count)
                                             for j in range(testbed.count) if i != j}
@@ -259,9 +210,11 @@ def run_fidelity(model: str, batch: int, testbed, *, steps: int = 20, warmup: in
             continue
         used = sorted(set(strategy.placement.tolist()) | set(strategy.split_table.devices.tolist()))
         trace = simulate(graph, cluster, strategy)
+        by_latency = simulate_by_latency(graph, cluster, strategy)
         row = FidelityRow(label, source, True, splits=len(strategy.splits), devices_used=len(used),
                           steps=steps, simulated_s=trace.makespan,
-                          corrected_s=corrected_runtime(graph, cluster, strategy, corrections),
+                          corrected_s=corrected(by_latency, len(used), corrections),
+                          simulated_by_latency=by_latency,
                           simulated_peak_bytes=[float(trace.peak_memory[d]) for d in used],
                           corrected_peak_bytes=corrected_peaks(graph, strategy, trace, used))
         result = run(strategy)
@@ -303,38 +256,53 @@ def report_table(report: FidelityReport) -> str:
     a, c = s["as_measured"], s["corrected"]
     for name, v in (("as measured", a), ("corrected", c)):
         lines.append(f"{name}: median |err| {v['median_abs_error']:.1%}, worst {v['worst_abs_error']:.1%}, "
-                     f"Kendall tau {v['kendall_tau']:.2f}; memory peaks median |err| "
-                     f"{v['memory_median_abs_error']:.1%}")
+                     f"Kendall tau {v['kendall_tau']:.2f} ({v['kendall_tau_resolved']:.2f} over the "
+                     f"{v['resolved_pairs']} pairs whose p10-p90 spreads do not overlap); memory "
+                     f"peaks median |err| {v['memory_median_abs_error']:.1%}")
+    dp = s["data_parallel_speedup"]
+    if dp:
+        lines.append(f"data-parallel speed-up over one device: measured {dp['measured']:.2f}x, "
+                     f"simulated {dp['as_measured']:.2f}x as measured, {dp['corrected']:.2f}x corrected")
     k = report.corrections
     lines.append(f"corrections (fitted on {k.get('calibration_strategies', 0)} random strategies): "
-                 f"link latency {k['latency_s'] * 1e6:.0f} us, each extra worker "
+                 f"link latency {(k['latency_s'] or 0) * 1e6:.0f} us, each extra worker "
                  f"{k['worker_s'] * 1e3:.2f} ms, each step {k['step_s'] * 1e3:.2f} ms; median "
                  f"p10-p90 spread of the measured steps {s['median_spread']:.1%}")
     return "\n".join(lines)
 
 
 def summary_table(reports: list[FidelityReport]) -> str:
-    """One line per model: median and worst |error| and Kendall tau, as measured and corrected,
-    and the memory peaks' median |error|; then the same pooled over every model's runs."""
-    lines = [f"{'model':<14} {'batch':>5} {'ops':>5} {'runs':>4} | {'as measured: med':>16} "
-             f"{'worst':>7} {'tau':>5} {'mem':>6} | {'corrected: med':>14} {'worst':>7} {'tau':>5} "
-             f"{'mem':>6} | {'spread':>6}"]
+    """One line per model: median and worst |error|, Kendall tau (all pairs, and the pairs the
+    measurement tells apart) and the memory peaks' median |error|, as measured and corrected,
+    and the data-parallel speed-up; then the errors pooled over every model's runs."""
+    lines = [f"{'':<14} {'':>5} {'':>5} {'':>4} | {'as measured':^34} | {'corrected':^34} | "
+             f"{'data-parallel speed-up':^23} |",
+             f"{'model':<14} {'batch':>5} {'ops':>5} {'runs':>4} | {'med':>6} {'worst':>7} {'tau':>5} "
+             f"{'tau*':>5} {'mem':>6} | {'med':>6} {'worst':>7} {'tau':>5} {'tau*':>5} {'mem':>6} | "
+             f"{'meas':>5} {'sim':>5} {'corr':>5} {'pairs*':>6} | {'spread':>6}"]
     for r in reports:
         s = r.summary()
-        a, c = s["as_measured"], s["corrected"]
-        lines.append(f"{r.model:<14} {r.batch:>5} {r.ops:>5} {s['strategies']:>4} | "
-                     f"{a['median_abs_error']:>16.1%} {a['worst_abs_error']:>7.1%} "
-                     f"{a['kendall_tau']:>5.2f} {a['memory_median_abs_error']:>6.1%} | "
-                     f"{c['median_abs_error']:>14.1%} {c['worst_abs_error']:>7.1%} "
-                     f"{c['kendall_tau']:>5.2f} {c['memory_median_abs_error']:>6.1%} | "
+        cells = []
+        for key in ("as_measured", "corrected"):
+            v = s[key]
+            cells.append(f"{v['median_abs_error']:>6.1%} {v['worst_abs_error']:>7.1%} "
+                         f"{v['kendall_tau']:>5.2f} {v['kendall_tau_resolved']:>5.2f} "
+                         f"{v['memory_median_abs_error']:>6.1%}")
+        dp = s["data_parallel_speedup"] or {"measured": np.nan, "as_measured": np.nan,
+                                             "corrected": np.nan}
+        lines.append(f"{r.model:<14} {r.batch:>5} {r.ops:>5} {s['strategies']:>4} | {cells[0]} | "
+                     f"{cells[1]} | {dp['measured']:>5.2f} {dp['as_measured']:>5.2f} "
+                     f"{dp['corrected']:>5.2f} {s['corrected']['resolved_pairs']:>6} | "
                      f"{s['median_spread']:>6.1%}")
+    lines.append("tau*: Kendall tau over the pairs whose measured p10-p90 spreads do not overlap "
+                 "(pairs*); speed-up: single device over data parallel")
     rows = [row for r in reports for row in r.measured]
     if rows:
         meas = [row.measured_s for row in rows]
-        for name, attr in (("as measured", "simulated_s"), ("corrected", "corrected_s")):
+        for name, key, attr in (("as measured", "as_measured", "simulated_s"),
+                                ("corrected", "corrected", "corrected_s")):
             err = np.abs(relative_errors([getattr(row, attr) for row in rows], meas))
-            taus = [r.summary()["as_measured" if attr == "simulated_s" else "corrected"]["kendall_tau"]
-                    for r in reports]
+            taus = [r.summary()[key]["kendall_tau"] for r in reports]
             lines.append(f"all models, {name}: median |err| {np.median(err):.1%} over {len(rows)} "
                          f"runs, worst {np.max(err):.1%}; Kendall tau per model: median "
                          f"{np.nanmedian(taus):.2f}, lowest {np.nanmin(taus):.2f}")

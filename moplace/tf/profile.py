@@ -3,9 +3,10 @@
 Runs warm-up steps, then several steps with full tracing, and takes per node the median of
 its measured time (``all_end_rel`` from `step_stats`: the kernel plus the executor's own work
 for the node, in nanoseconds where TensorFlow reports them). Profile with one inter-op thread
-so that ops run one at a time and do not inflate each other's times. Control flow and function
-calls (an LSTM's ``While`` loop) run their bodies as nodes of their own, named after the op
-that runs them; their time is credited to that op. Nodes that never appear in the step stats did not run (dead branches
+so that ops run one at a time and do not inflate each other's times. Nodes that function calls and
+loops run inside them (where step stats list them: ``[Func/]<op>/...``) are credited to the op
+that runs them; an LSTM's ``While`` loop runs as one kernel (see
+`moplace.tf.trace._with_variable_handles`). Nodes that never appear in the step stats did not run (dead branches
 TensorFlow prunes); they are reported, not guessed.
 """
 

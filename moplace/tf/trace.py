@@ -116,10 +116,19 @@ def _tf_variable(v):
 
 
 def _with_variable_handles(graph_def, variables: dict[str, VariableInfo]):
-    """A copy of ``graph_def`` whose capture placeholders are `VarHandleOp`s."""
+    """A copy of ``graph_def`` whose capture placeholders are `VarHandleOp`s, and whose loops
+    and conditionals stay single ops.
+
+    A session lowers a functional ``While`` or ``If`` into Switch/Merge/Enter/Exit nodes placed
+    one by one; a loop whose nodes then land on two devices exchanges messages at every
+    iteration (gnmt's layer split on two worker processes: 3,643 RecvTensor calls and 790 ms a
+    step, against 209 calls and 69 ms kept whole). The simulator has a loop as one op on one
+    device, and so does the real step with lowering off."""
     out = type(graph_def)()
     out.CopyFrom(graph_def)
     for node in out.node:
+        if "_lower_using_switch_merge" in node.attr:
+            node.attr["_lower_using_switch_merge"].b = False
         info = variables.get(node.name)
         if info is None:
             continue

@@ -345,6 +345,19 @@ class Arguments:
             n.append((f"sweep {' '.join(extra)[:30]}", sweep + extra))
         for v in ("/proc/nope", str(existing), str(wd), "", "nosuch.toml", *odd):
             n.append((f"sweep file {v[-20:]!r}", ["sweep", v, *sweep[2:]]))
+        # the TensorFlow commands: refused before TensorFlow loads or a testbed worker starts
+        fidelity = ["fidelity", "nosuch.py", "--batch", "8", "--no-mlflow", "--json"]
+        for extra in (["--testbed", "0"], ["--testbed", "65"], ["--testbed", BIG], ["--steps", "2"],
+                      ["--calibration", "-1"], ["--front-points", "abc"], ["--batch", "0"],
+                      ["-o", "/proc/nope/x"], ["-o", str(wd)]):
+            n.append((f"fidelity {' '.join(extra)[:30]}", fidelity + extra))
+        n.append(("fidelity missing model file", fidelity))
+        for extra in (["--testbed", "0"], ["--testbed", "2", "--device-count", "2"],
+                      ["--testbed", "x"]):
+            n.append((f"profile {' '.join(extra)[:30]}",
+                      ["profile", "mlp", "--batch", "4", "-o", str(wd / "g.json"), *extra]))
+            n.append((f"apply {' '.join(extra)[:30]}",
+                      ["apply", GRAPH, "--baseline", "single", "--steps", "1", *extra]))
         for name, argv in b.items():  # an empty string for every value
             for k in range(1, len(argv)):
                 if not argv[k].startswith("--"):
