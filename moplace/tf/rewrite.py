@@ -47,8 +47,11 @@ def plan_split_ops(traced, graph: OpGraph, strategy: Strategy) -> dict[int, list
     """The parts of every split op of ``strategy``; `SplitRefused` names the first op that
     cannot be cut as asked (and why)."""
     ops = {op.name: op for op in traced.func_graph.get_operations()}
-    need_axes = any(s.dim == "batch" for s in strategy.splits.values())
-    axes = batch_axes(traced) if need_axes else None
+    axes = None
+    if any(s.dim == "batch" for s in strategy.splits.values()):
+        if traced.batch_axes is None:  # a second trace: once per traced step
+            traced.batch_axes = batch_axes(traced)
+        axes = traced.batch_axes
     plans = {}
     for i, split in strategy.splits.items():
         name = graph.ops[i].name

@@ -54,6 +54,7 @@ class TracedStep:
     optimizer_scope: str
     source: dict = field(default_factory=dict)
     function: object = None  # the tf.function itself, to time the step as Keras users run it
+    batch_axes: dict | None = None  # per node, per output: see moplace.tf.splitrules.batch_axes
 
 
 def trace_training_step(setup, *, source: dict | None = None) -> TracedStep:
