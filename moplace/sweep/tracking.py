@@ -74,9 +74,11 @@ class SweepRun:
                               parent_run_id=self.run_id, figures=self.figures)
 
     def mark_lost(self, run_id: str, trial_number: int) -> None:
-        """End the child run a dead worker left running (its trial runs again as ``trial_number``)."""
+        """End the child run a dead worker left (its trial runs again as ``trial_number``). A
+        worker killed after its search ended but before the study heard of it left the run
+        FINISHED: it is marked lost too, so each complete trial has one finished run."""
         try:
-            if self.client.get_run(run_id).info.status == "RUNNING":
+            if self.client.get_run(run_id).info.status in ("RUNNING", "FINISHED"):
                 self.client.set_tag(run_id, "status", f"worker lost; run again as trial {trial_number}")
                 self.client.set_terminated(run_id, status="KILLED")
         except Exception:  # noqa: BLE001 - a run deleted meanwhile: nothing to end
