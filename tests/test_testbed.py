@@ -52,7 +52,8 @@ def test_profile_measures_on_the_testbed_and_its_links(mlp, bed):
     assert [d.name for d in mlp.cluster.devices] == ["w0-cpu", "w1-cpu"]
 
 
-@pytest.mark.parametrize("name", ["single", "data-parallel", "layer-split"])
+@pytest.mark.parametrize("name", ["single", "data-parallel",
+                                  pytest.param("layer-split", marks=pytest.mark.slow)])
 def test_strategies_run_on_the_workers_and_train_alike(mlp, bed, name):
     s = baseline(name, mlp.graph, 2)
     result, simulated = apply_to_model(mlp.graph, s, mlp.cluster, steps=3, traced=mlp.traced,
@@ -144,6 +145,7 @@ def test_a_strategy_that_cannot_run_exits_non_zero_naming_the_op(tmp_path):
     assert out.returncode == 1 and json.loads(out.stdout)["expressible"] is False
 
 
+@pytest.mark.slow  # a TensorFlow process and a worker, ~17 s: the default suite keeps under 4 min
 def test_workers_exit_when_the_process_holding_the_testbed_is_killed():
     import signal
     import time
