@@ -52,7 +52,7 @@ def test_profile_measures_on_the_testbed_and_its_links(mlp, bed):
     assert [d.name for d in mlp.cluster.devices] == ["w0-cpu", "w1-cpu"]
 
 
-@pytest.mark.parametrize("name", ["single", "data-parallel",
+@pytest.mark.parametrize("name", [pytest.param("single", marks=pytest.mark.slow), "data-parallel",
                                   pytest.param("layer-split", marks=pytest.mark.slow)])
 def test_strategies_run_on_the_workers_and_train_alike(mlp, bed, name):
     s = baseline(name, mlp.graph, 2)

@@ -121,6 +121,7 @@ def test_slices_and_concatenations_are_made_once_and_shared(cnn):
         assert nodes[grads[0].input[2].split(":")[0]].op == "Slice"
 
 
+@pytest.mark.slow  # 12 strategies of the searchers' genome, each a session: keeps the default suite short
 def test_random_genome_strategies_give_the_same_step(cnn):
     problem = Problem(cnn.graph, cnn.cluster)
     rng = np.random.default_rng(3)
