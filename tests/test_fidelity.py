@@ -26,12 +26,11 @@ def alexnet():
 
 
 def calibration_runs(graph, latency, worker_s, step_s, count=7, seed=0):
-    from moplace.tf.calibration import (calibration_strategies, devices_used, simulate_by_latency,
-                                        with_latency)
+    from moplace.tf.calibration import calibration_strategies, simulate_by_latency, with_latency
 
     truth = with_latency(two_devices(), latency)
     return [{"measured_s": simulate(graph, truth, s).makespan + step_s
-             + worker_s * (devices_used(s) - 1), "devices_used": devices_used(s),
+             + worker_s * (len(s.used_devices) - 1), "devices_used": len(s.used_devices),
              "simulated_by_latency": simulate_by_latency(graph, two_devices(), s)}
             for s in calibration_strategies(graph, 2, count, seed)]
 

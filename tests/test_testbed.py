@@ -59,7 +59,7 @@ def test_strategies_run_on_the_workers_and_train_alike(mlp, bed, name):
     result, simulated = apply_to_model(mlp.graph, s, mlp.cluster, steps=3, traced=mlp.traced,
                                        testbed=bed)
     assert result.expressible and result.trained and simulated > 0
-    used = {bed.devices[d] for d in set(s.placement.tolist()) | set(s.split_table.devices.tolist())}
+    used = {bed.devices[d] for d in s.used_devices}
     assert set(result.peak_memory_bytes) == used
     assert all(v > 0 for v in result.peak_memory_bytes.values())
     lo, hi = result.spread_s

@@ -148,6 +148,11 @@ class Strategy:
         return h.digest()
 
     @cached_property
+    def used_devices(self) -> list[int]:
+        """The devices that run any of this strategy's ops or split parts, in order."""
+        return sorted(set(self.placement.tolist()) | set(self.split_table.devices.tolist()))
+
+    @cached_property
     def split_table(self) -> "SplitTable":
         """The splits as flat arrays (computed once; the strategy is immutable)."""
         return SplitTable.of(self.splits)

@@ -94,11 +94,10 @@ def apply_strategy(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace
         ticker.stage("memory step")
         with quiet_stderr():
             metadata = runner.step(trace=True).metadata
-        used = sorted(set(strategy.placement.tolist()) | set(strategy.split_table.devices.tolist()))
         peaks = device_peaks(metadata, devices, _resident(traced, graph, strategy, len(devices)))
         scratch = largest_scratch(metadata, devices)
-        result.peak_memory_bytes = {devices[k]: peaks[k] for k in used}
-        result.scratch_bytes = {devices[k]: scratch[k] for k in used}
+        result.peak_memory_bytes = {devices[k]: peaks[k] for k in strategy.used_devices}
+        result.scratch_bytes = {devices[k]: scratch[k] for k in strategy.used_devices}
         ticker.tick()
     return result
 

@@ -36,10 +36,6 @@ def with_latency(cluster, latency: float):
                                for i in range(n) for j in range(n) if i != j})
 
 
-def devices_used(strategy) -> int:
-    return len(set(strategy.placement.tolist()) | set(strategy.split_table.devices.tolist()))
-
-
 def simulate_by_latency(graph, cluster, strategy) -> list[float]:
     """The simulated step at each latency of `LATENCY_GRID`."""
     return [simulate(graph, with_latency(cluster, lat), strategy).makespan for lat in LATENCY_GRID]

@@ -30,9 +30,9 @@ from ..costs.linkfit import LinkFit, LinkFitError, fit_link
 from ..progress import Ticker
 from ._tf import tf
 from .devices import DeviceSetupError, host_cluster
+from .memory import device_index
 
-__all__ = ["DEFAULT_SIZES", "fit_transfers", "measure_concurrent", "measure_transfers",
-           "profile_cluster"]
+__all__ = ["DEFAULT_SIZES", "fit_transfers", "measure_transfers", "profile_cluster"]
 
 #: 8 sizes from 1 KiB to 64 MiB, geometric, rounded to whole float32 elements.
 DEFAULT_SIZES = tuple(int(2 ** (10 + 16 * k / 7)) // 4 * 4 for k in range(8))
@@ -123,43 +123,6 @@ def fit_transfers(samples: dict[Pair, list[tuple[int, float]]]) -> dict[Pair, Li
     return fits
 
 
-def measure_concurrent(devices: list[str], pairs: list[Pair] | None = None, *, many: int = 16,
-                       repeats: int = 5, inner: int = 10, target: str = "") -> dict[Pair, dict]:
-    """What one more transfer costs when a step already moves others, per pair.
-
-    One run moves ``many`` small (1 KiB) tensors from ``devices[i]`` to ``[j]`` at once,
-    another moves one, a third moves none (the same reads, consumed on j). Returns per pair
-    ``latency_s``, the marginal cost of a transfer ((many - 1) more transfers over their
-    count), and ``first_s``, what the first transfer costs beyond that: on a testbed of
-    worker processes, the price of a second worker taking part in a step at all (a RunGraph
-    call and a rendezvous), which a step pays once, however many tensors it moves.
-    """
-    n = len(devices)
-    pairs = [(i, j) for i in range(n) for j in range(n) if i != j] if pairs is None else pairs
-    graph = tf.Graph()
-    with graph.as_default():
-        used = sorted({d for p in pairs for d in p})
-        src = {(d, k): _variable(devices[d], 256) for d in used for k in range(many)}
-        runs = {}
-        for i, j in pairs:
-            runs[i, j] = [tf.group(*[_consume(src[j, k], devices[j]) for k in range(many)]),
-                          tf.group(_consume(src[i, 0], devices[j]),
-                                   *[_consume(src[j, k], devices[j]) for k in range(1, many)]),
-                          tf.group(*[_consume(src[i, k], devices[j]) for k in range(many)])]
-        init = tf.compat.v1.global_variables_initializer()
-    out = {}
-    with tf.compat.v1.Session(target, graph=graph, config=_config()) as sess:
-        sess.run(init)
-        for pair, (none, one, all_) in runs.items():
-            for r in (none, one, all_):
-                sess.run(r)
-            t = [statistics.median(_time(sess, r, inner) for _ in range(repeats))
-                 for r in (none, one, all_)]
-            latency = max(0.0, (t[2] - t[1]) / (many - 1))
-            out[pair] = {"latency_s": latency, "first_s": max(0.0, t[1] - t[0] - latency)}
-    return out
-
-
 def _flat(data) -> bool:
     """True when the largest transfer took at most 1.5x the smallest although it is at least
     100x larger: a zero-copy pass, whatever small slope a fit would find in the noise."""
@@ -210,14 +173,10 @@ def _check_placement(sess, target, device: str) -> None:
     meta = tf.compat.v1.RunMetadata()
     sess.run(target, options=tf.compat.v1.RunOptions(output_partition_graphs=True),
              run_metadata=meta)
-    want = tf.DeviceSpec.from_string(device)
     for g in meta.partition_graphs:
         for node in g.node:
-            got = tf.DeviceSpec.from_string(node.device)
             if node.op == "_Recv" and node.attr["tensor_type"].type == tf.float32.as_datatype_enum \
-                    and (got.device_type, got.device_index or 0) == (want.device_type,
-                                                                     want.device_index or 0) \
-                    and want.job in (None, got.job) and want.task in (None, got.task):
+                    and device_index(node.device, [device]) == 0:
                 return
     raise DeviceSetupError(f"no _Recv on {device}: the transfer was not placed as asked")
 

@@ -31,7 +31,7 @@ from ..progress import Report
 from ..review.stats import kendall_tau, kendall_tau_resolved, relative_errors
 from ..simulator.engine import simulate
 from .apply import ApplyResult
-from .calibration import (calibration_strategies, corrected, corrected_peaks, devices_used, fit,
+from .calibration import (calibration_strategies, corrected, corrected_peaks, fit,
                           simulate_by_latency)
 
 #: the list schedulers run for every model (FastT's and HEFT)
@@ -113,8 +113,9 @@ class FidelityReport:
         """This report with the corrections fitted again on its stored calibration runs (and
         every corrected step recomputed): after the fit itself changed."""
         k = self.corrections
-        again = {**fit(k.get("runs", []), k["step_s"]),
-                 **{key: v for key, v in k.items() if key == "as_measured_latency_s"}}
+        again = fit(k.get("runs", []), k["step_s"])
+        if "as_measured_latency_s" in k:
+            again["as_measured_latency_s"] = k["as_measured_latency_s"]
         rows = [replace(r, corrected_s=corrected(r.simulated_by_latency, r.devices_used, again))
                 if r.simulated_by_latency else r for r in self.rows]
         return replace(self, corrections=again, rows=rows)
@@ -191,7 +192,7 @@ def run_fidelity(model: str, batch: int, testbed, *, steps: int = 20, warmup: in
         say("calibration runs", done, len(calib))
         result = run(strategy)
         if result.expressible:
-            runs.append({"measured_s": result.measured_step_s, "devices_used": devices_used(strategy),
+            runs.append({"measured_s": result.measured_step_s, "devices_used": len(strategy.used_devices),
                          "simulated_by_latency": simulate_by_latency(graph, cluster, strategy)})
     corrections = fit(runs, float(graph.metadata["measured"]["step_overhead_s"]))
     corrections["as_measured_latency_s"] = {f"{i}->{j}": float(cluster.latency[i, j])
@@ -208,7 +209,7 @@ def run_fidelity(model: str, batch: int, testbed, *, steps: int = 20, warmup: in
         if key in seen:  # the same strategy under another name runs once
             seen[key].same_as.append(label)
             continue
-        used = sorted(set(strategy.placement.tolist()) | set(strategy.split_table.devices.tolist()))
+        used = strategy.used_devices
         trace = simulate(graph, cluster, strategy)
         by_latency = simulate_by_latency(graph, cluster, strategy)
         row = FidelityRow(label, source, True, splits=len(strategy.splits), devices_used=len(used),

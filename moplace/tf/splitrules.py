@@ -176,10 +176,6 @@ def _channel_axis(op) -> int:
     return 3 if (fmt.decode() if isinstance(fmt, bytes) else fmt) == "NHWC" else 1
 
 
-def _rank(t) -> int:
-    return t.shape.rank
-
-
 def _conv(op):  # filter [kh, kw, in, out]; channel = output channels
     c = _channel_axis(op)
     return op.inputs[1].shape.as_list()[3], {1: (3, 1)}, (c, 1)
@@ -217,9 +213,9 @@ def _matmul(op):  # columns of b
 
 def _batch_matmul(op):  # columns of y (its last axis, or the one before when adjointed)
     y = op.inputs[1]
-    axis = _rank(y) - (2 if op.get_attr("adj_y") else 1)
+    axis = y.shape.rank - (2 if op.get_attr("adj_y") else 1)
     out = op.outputs[0]
-    return out.shape.as_list()[-1], {1: (axis, 1)}, (_rank(out) - 1, 1)
+    return out.shape.as_list()[-1], {1: (axis, 1)}, (out.shape.rank - 1, 1)
 
 
 _CHANNEL = {
