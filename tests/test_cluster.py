@@ -270,3 +270,16 @@ def test_bad_units(text, unit):
 def test_device_speed_validated():
     with pytest.raises(ClusterError, match="speed"):
         Cluster("s", [Device("a", "V100", GiB, 0.0)], [[math.inf]], [[0.0]])
+
+
+def test_exported_cluster_reads_back_or_is_refused():
+    from moplace.core.presets.export import cluster_to_toml
+
+    c = load_cluster("4xV100-NVLink")
+    back = parse_cluster(cluster_to_toml(c))
+    assert np.array_equal(back.bandwidth, c.bandwidth) and np.array_equal(back.latency, c.latency)
+    # a link fitted at 1.3e20 B/s (noise, seen from a testbed profile) is refused when written,
+    # not left in a file that every later command refuses to load
+    bad = c.with_links({(0, 1): (3e-4, 1.3152454065223967e20)})
+    with pytest.raises(ClusterError, match="would not load.*1 PB/s"):
+        cluster_to_toml(bad)

@@ -53,6 +53,7 @@ def test_negative_intercept_is_clamped_and_refit_through_origin():
     ([(1e6, 1e-3), (2e6, -1e-3)], "non-negative"),
     ([(1e6, 2e-3), (2e6, 1e-3)], "bandwidth is undefined"),
     ([(1e6, 1e-3), (2e6, 1e-3)], "bandwidth is undefined"),
+    ([(1e6, 1e-3), (2e6, 1e-3 + 1e-15)], "beyond 1 PB/s"),  # a slope of noise (seen: 1.3e20 B/s)
     ([(1, 2, 3)], "pairs"),
     ([("a", 1)], "numbers"),
 ])

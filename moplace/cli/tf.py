@@ -105,9 +105,10 @@ def _profile(args) -> int:
                            steps=args.steps, estimate_kinds=kinds, part_counts=parts,
                            progress=display.job(f"profile {args.model}"), testbed=bed)
     graph = _with_links(pm.graph, pm.cluster)
-    save_graph(graph, args.output)
+    cluster_text = cluster_to_toml(pm.cluster, description=f"measured by moplace profile {args.model}")
+    save_graph(graph, args.output)  # after the cluster is known to write: both files or neither
     cluster_path = Path(args.output).with_suffix(".cluster.toml")
-    cluster_path.write_text(cluster_to_toml(pm.cluster, description=f"measured by moplace profile {args.model}"))
+    cluster_path.write_text(cluster_text)
     m, untimed = graph.metadata["measured"], graph.metadata["untimed"]
     print(f"{graph.name}: {len(graph.ops)} ops, {len(graph.edges)} edges "
           f"({graph.metadata['folded']['count']} constants folded, "

@@ -13,6 +13,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from ..core.presets import MAX_RATE
 from ..errors import ClusterError
 
 __all__ = ["LinkFit", "LinkFitError", "fit_link", "fit_links"]
@@ -44,7 +45,9 @@ def fit_link(samples: Iterable[tuple[float, float]], *, relative: bool = False) 
     1 / its seconds), so that samples spanning 1 KiB to 64 MiB all count, not just the largest
     (which alone would decide the latency).
 
-    Needs at least two distinct sizes, finite non-negative values and a positive fitted slope.
+    Needs at least two distinct sizes, finite non-negative values and a positive fitted slope
+    whose bandwidth is at most 1 PB/s (`MAX_RATE`, the fastest link a cluster may name): a
+    flatter slope is noise on a transfer whose time does not grow measurably with size.
     A negative fitted intercept is clamped to 0 and the slope refit through the origin: latency
     cannot be negative (the simulator requires >= 0), and because the squared error is convex,
     when the free optimum has a negative intercept the best fit with intercept >= 0 has it at 0.
@@ -64,6 +67,9 @@ def fit_link(samples: Iterable[tuple[float, float]], *, relative: bool = False) 
     if not slope > 0:
         raise LinkFitError(f"fitted seconds per byte is {slope:.3g}: time does not grow with size, "
                            "so bandwidth is undefined")
+    if 1.0 / slope > MAX_RATE:
+        raise LinkFitError(f"fitted bandwidth {1.0 / slope:.3g} B/s is beyond 1 PB/s: time does "
+                           "not grow measurably with size, so bandwidth is undefined")
     residual = secs - (latency + size * slope)
     rmse = float(np.sqrt(np.mean(residual**2)))
     return LinkFit(float(latency), float(1.0 / slope), rmse, int(len(size)))

@@ -26,6 +26,7 @@ import time
 import warnings
 
 from ..core.cluster import Cluster
+from ..core.presets import MAX_RATE
 from ..costs.linkfit import LinkFit, LinkFitError, fit_link
 from ..progress import Ticker
 from ._tf import tf
@@ -116,7 +117,8 @@ def fit_transfers(samples: dict[Pair, list[tuple[int, float]]]) -> dict[Pair, Li
             spread = max(max(secs) - min(secs), 1e-6)
             latency = statistics.median(secs)
             rmse = statistics.fmean((s - latency) ** 2 for s in secs) ** 0.5
-            fits[pair] = LinkFit(latency, max(b for b, _ in data) / spread, rmse, len(data))
+            bound = min(max(b for b, _ in data) / spread, MAX_RATE)
+            fits[pair] = LinkFit(latency, bound, rmse, len(data))
             warnings.warn(f"pair {pair}: transfer time does not grow with size (zero-copy?); "
                           f"bandwidth {fits[pair].bandwidth_Bps:.3g} B/s is a lower bound",
                           stacklevel=2)

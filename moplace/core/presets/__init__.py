@@ -29,7 +29,9 @@ SHARING = ("dedicated", "port", "bus")
 #: Routes and the simulator's tables grow with the square of the device count: 256 devices
 #: load in under a second, 1,000 took 12 s.
 MAX_DEVICES = 256
-_RANGE = {"size": (1.0, 2.0**50, "1 B to 1 PiB"), "rate": (1.0, 1e15, "1 B/s to 1 PB/s"),
+#: The fastest link a cluster file may name (1 PB/s); a fitted link is never faster.
+MAX_RATE = 1e15
+_RANGE = {"size": (1.0, 2.0**50, "1 B to 1 PiB"), "rate": (1.0, MAX_RATE, "1 B/s to 1 PB/s"),
           "time": (0.0, 1e4, "0 to 10000 s")}
 MAX_SPEED = 1e6
 _PREFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,

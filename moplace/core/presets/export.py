@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import ClusterError
+from ...errors import ClusterError, FormatError
+from . import parse_cluster
 
 
 def cluster_to_toml(cluster, *, description: str = "") -> str:
-    """The TOML text of ``cluster`` (devices must all be of one kind, memory and speed)."""
+    """The TOML text of ``cluster`` (devices must all be of one kind, memory and speed).
+
+    The text is read back before it is returned: a figure the loader would refuse (a fitted
+    link beyond 1 PB/s) is a `ClusterError` here, not a file no command can load later.
+    """
     d0 = cluster.devices[0]
     if any((d.kind, d.memory_bytes, d.speed) != (d0.kind, d0.memory_bytes, d0.speed)
            for d in cluster.devices):
@@ -35,7 +40,12 @@ def cluster_to_toml(cluster, *, description: str = "") -> str:
                 lines += ["", "[[links]]", f'from = "gpu{i}"', f'to = "gpu{j}"',
                           f"bandwidth = {float(cluster.bandwidth[i, j])!r}",
                           f"latency = {float(cluster.latency[i, j])!r}", "bidirectional = false"]
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    try:
+        parse_cluster(text, f"cluster {cluster.name!r}")
+    except (ClusterError, FormatError) as exc:
+        raise ClusterError(f"cannot write a cluster file that would not load: {exc}") from None
+    return text
 
 
 def _q(text: str) -> str:
