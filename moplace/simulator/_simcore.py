@@ -11,102 +11,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _ev_before(t1, s1, t2, s2):
-    return t1 < t2 or (t1 == t2 and s1 < s2)
+from ._heaps import _ev_pop, _ev_push, _mem_put, _rq_pop, _rq_push
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _ev_put(ev_t, ev_s, ev_i, k, t, s, i):
-    ev_t[k] = t
-    ev_s[k] = s
-    ev_i[k] = i
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _ev_push(ev_t, ev_s, ev_i, n, t, s, i):
-    """Add event (time t, sequence s, id i) to the heap of size n; returns the new size."""
-    k = n
-    while k > 0:  # move the hole up instead of swapping
-        p = (k - 1) >> 1
-        if not _ev_before(t, s, ev_t[p], ev_s[p]):
-            break
-        _ev_put(ev_t, ev_s, ev_i, k, ev_t[p], ev_s[p], ev_i[p])
-        k = p
-    _ev_put(ev_t, ev_s, ev_i, k, t, s, i)
-    return n + 1
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _ev_pop(ev_t, ev_s, ev_i, n):
-    """Remove the earliest event; returns (its id, the new size)."""
-    top = ev_i[0]
-    n -= 1
-    t, s, i = ev_t[n], ev_s[n], ev_i[n]
-    k = 0
-    while True:
-        c = 2 * k + 1
-        if c >= n:
-            break
-        if c + 1 < n and _ev_before(ev_t[c + 1], ev_s[c + 1], ev_t[c], ev_s[c]):
-            c += 1
-        if not _ev_before(ev_t[c], ev_s[c], t, s):
-            break
-        _ev_put(ev_t, ev_s, ev_i, k, ev_t[c], ev_s[c], ev_i[c])
-        k = c
-    _ev_put(ev_t, ev_s, ev_i, k, t, s, i)
-    return top, n
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _rq_before(p1, t1, p2, t2):
-    # higher priority first; on a tie the lower task index
-    return p1 > p2 or (p1 == p2 and t1 < t2)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _rq_push(rq, key, base, n, p, task):
-    """Add ``task`` with priority ``p`` to the ready heap stored at rq/key[base:base+n]."""
-    k = base + n
-    while k > base:
-        par = base + ((k - base - 1) >> 1)
-        if not _rq_before(p, task, key[par], rq[par]):
-            break
-        rq[k], key[k] = rq[par], key[par]
-        k = par
-    rq[k], key[k] = task, p
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _rq_pop(rq, key, base, n):
-    """Remove and return the highest-priority task of the ready heap at rq/key[base:base+n]."""
-    top = rq[base]
-    n -= 1
-    last, lk = rq[base + n], key[base + n]
-    k = 0
-    while True:
-        c = 2 * k + 1
-        if c >= n:
-            break
-        ci = base + c
-        if c + 1 < n and _rq_before(key[ci + 1], rq[ci + 1], key[ci], rq[ci]):
-            ci += 1
-            c += 1
-        if not _rq_before(key[ci], rq[ci], lk, last):
-            break
-        rq[base + k], key[base + k] = rq[ci], key[ci]
-        k = c
-    rq[base + k], key[base + k] = last, lk
-    return top
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _mem_put(memory, k, t, d, v):
-    memory[k, 0] = t
-    memory[k, 1] = d
-    memory[k, 2] = v
-    return k + 1
+def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
+               record: bool) -> tuple[int, int]:
+    """Lengths of the int64 and float64 work buffers `simulate_core` needs for a task graph of
+    ``n`` tasks (``n_compute`` of them compute tasks) and ``n_e`` edges."""
+    cap = n + n_e + 1
+    rec = n_e if record else 0
+    return (3 * n + n_compute + 2 * cap + 4 * n_e + 5 * n_dev + 1 + rec,
+            3 * n_dev + n_res + n_compute + cap + n_e + 2 * rec)
 
 
 @njit(cache=True, error_model="numpy")
@@ -114,113 +29,145 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
                   coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes,
-                  static_mem, record=False):
-    """Run the task graph; returns (start, end, sent, recv, peak_mem, n_transfers, n_done,
-    transfers, memory). With ``record``, ``transfers`` is a (n_transfers, 6) array, one row per
-    transfer in issue order: producing task, source device, destination device, bytes, start
-    and arrival time; and ``memory`` a (k, 3) array, one row per change of a device's resident
-    bytes in event order: time, device, bytes resident after the change (parameters included).
-    Without it both are empty."""
+                  static_mem, record, iw, fw, start, end):
+    """Run the task graph: fills ``start`` and ``end`` (one entry per task) and returns (sent,
+    recv, peak_mem, n_transfers, n_done, transfers, memory).
+
+    ``iw`` and ``fw`` are work buffers of at least `work_sizes` int64 and float64 entries,
+    reused across calls: nothing of the size of the graph is allocated here. With ``record``,
+    ``transfers`` is a (n_transfers, 6) array, one row per transfer in issue order: producing
+    task, source device, destination device, bytes, start and arrival time; and ``memory`` a
+    (k, 3) array, one row per change of a device's resident bytes in event order: time,
+    device, bytes resident after the change (parameters included). Without it both are empty.
+    """
     n = dev.shape[0]
     n_e = e_dst.shape[0]
-    start = np.full(n, np.nan)
-    end = np.full(n, np.nan)
+    cap = n + n_e + 1
+    n_rec = n_e if record else 0
+    # the work buffers, carved into views (nothing is copied)
+    pending = iw[0:n]
+    refs = iw[n:2 * n]  # holders of a task's output: local consumers + transfers out
+    ready_stack = iw[2 * n:3 * n]  # collectives whose inputs are all in, to be started
+    o = 3 * n
+    rq = iw[o:o + n_compute]
+    o += n_compute
+    ev_s = iw[o:o + cap]
+    o += cap
+    ev_i = iw[o:o + cap]
+    o += cap
+    x_dst = iw[o:o + n_e]
+    o += n_e
+    x_task = iw[o:o + n_e]
+    o += n_e
+    x_refs = iw[o:o + n_e]
+    o += n_e
+    edge_x = iw[o:o + n_e]  # the transfer that brought edge e's data (written before read)
+    o += n_e
+    rq_base = iw[o:o + n_dev + 1]
+    o += n_dev + 1
+    rq_n = iw[o:o + n_dev]
+    o += n_dev
+    busy = iw[o:o + n_dev]
+    o += n_dev
+    x_of_dev = iw[o:o + n_dev]
+    o += n_dev
+    touched = iw[o:o + n_dev]
+    o += n_dev
+    x_src = iw[o:o + n_rec]
+    cur = fw[0:n_dev]
+    xb = fw[n_dev:2 * n_dev]
+    res_free = fw[2 * n_dev:2 * n_dev + n_res]
+    f = 2 * n_dev + n_res
+    rq_key = fw[f:f + n_compute]
+    f += n_compute
+    ev_t = fw[f:f + cap]
+    f += cap
+    x_bytes = fw[f:f + n_e]
+    f += n_e
+    x_start = fw[f:f + n_rec]
+    f += n_rec
+    x_end = fw[f:f + n_rec]
+
     sent = np.zeros(n_dev)
     recv = np.zeros(n_dev)
-    cur = static_mem.copy()
     peak = static_mem.copy()
-    res_free = np.zeros(n_res)
-
-    pending = np.zeros(n, np.int64)
-    refs = np.zeros(n, np.int64)  # holders of a task's output: local consumers + transfers out
-    for e in range(n_e):
-        pending[e_dst[e]] += 1
+    for d in range(n_dev):
+        cur[d] = static_mem[d]
+        xb[d] = 0.0
+        x_of_dev[d] = -1
+        busy[d] = 0
+        rq_n[d] = 0
+        rq_base[d] = 0
+    rq_base[n_dev] = 0
+    for r in range(n_res):
+        res_free[r] = 0.0
     for t in range(n):
-        for e in range(out_ptr[t], out_ptr[t + 1]):
-            if e_local[e]:
-                refs[t] += 1
+        pending[t] = in_ptr[t + 1] - in_ptr[t]
+        refs[t] = 0
+    for e in range(n_e):  # edges are sorted by source: a sequential pass
+        if e_local[e]:
+            refs[e_src[e]] += 1
 
     # per-device ready heaps share one array, device d owns [rq_base[d], rq_base[d+1])
-    rq_base = np.zeros(n_dev + 1, np.int64)
     for t in range(n_compute):
         rq_base[dev[t] + 1] += 1
     for d in range(n_dev):
         rq_base[d + 1] += rq_base[d]
-    rq = np.empty(max(n_compute, 1), np.int64)
-    rq_key = np.empty(max(n_compute, 1))
-    rq_n = np.zeros(n_dev, np.int64)
-    busy = np.zeros(n_dev, np.bool_)
-
-    cap = n + n_e + 1
-    ev_t = np.empty(cap)
-    ev_s = np.empty(cap, np.int64)
-    ev_i = np.empty(cap, np.int64)
     ev_n = 0
     seq = 0
-
-    x_dst = np.empty(n_e, np.int64)
-    x_bytes = np.empty(n_e)
-    x_task = np.empty(n_e, np.int64)
-    x_refs = np.zeros(n_e, np.int64)
-    n_rec = n_e if record else 0
-    x_src = np.empty(n_rec, np.int64)
-    x_start = np.empty(n_rec)
-    x_end = np.empty(n_rec)
     memory = np.empty((2 * (n + n_rec) if record else 0, 3))
     n_mem = 0
-    edge_x = np.full(n_e, -1, np.int64)
     n_x = 0
-    xb = np.zeros(n_dev)
-    x_of_dev = np.full(n_dev, -1, np.int64)
-    touched = np.empty(n_dev, np.int64)
 
-    ready_stack = np.empty(n, np.int64)  # tasks whose inputs are all in, to be queued
+    # ready compute tasks go straight to their device's heap (its order does not depend on
+    # the order of insertion); ready collectives wait on a stack and start, in the order the
+    # stack gives, before idle devices pick their tasks
     n_ready = 0
     for t in range(n):
         if pending[t] == 0:
-            ready_stack[n_ready] = t
-            n_ready += 1
-
-    now = 0.0
-    n_done = 0
-    while True:
-        # queue newly ready tasks: compute tasks to their device, collectives start at once
-        while n_ready > 0:
-            n_ready -= 1
-            t = ready_stack[n_ready]
             if t < n_compute:
                 d = dev[t]
                 _rq_push(rq, rq_key, rq_base[d], rq_n[d], prio[t], t)
                 rq_n[d] += 1
             else:
-                c = t - n_compute
-                s = now
-                for k in range(coll_res_ptr[c], coll_res_ptr[c + 1]):
-                    s = max(s, res_free[coll_res[k]])
-                f = s + coll_dur[c]
-                for k in range(coll_res_ptr[c], coll_res_ptr[c + 1]):
-                    res_free[coll_res[k]] = f
-                for k in range(coll_ptr[c], coll_ptr[c + 1]):
-                    sent[coll_dev[k]] += coll_bytes[c]
-                    recv[coll_dev[k]] += coll_bytes[c]
-                start[t] = s
-                end[t] = f
-                ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, t)
-                seq += 1
+                ready_stack[n_ready] = t
+                n_ready += 1
+
+    now = 0.0
+    n_done = 0
+    while True:
+        while n_ready > 0:  # collectives start at once, holding their ring's links
+            n_ready -= 1
+            t = ready_stack[n_ready]
+            c = t - n_compute
+            s = now
+            for k in range(coll_res_ptr[c], coll_res_ptr[c + 1]):
+                s = max(s, res_free[coll_res[k]])
+            f = s + coll_dur[c]
+            for k in range(coll_res_ptr[c], coll_res_ptr[c + 1]):
+                res_free[coll_res[k]] = f
+            for k in range(coll_ptr[c], coll_ptr[c + 1]):
+                sent[coll_dev[k]] += coll_bytes[c]
+                recv[coll_dev[k]] += coll_bytes[c]
+            start[t] = s
+            end[t] = f
+            ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, t)
+            seq += 1
         # idle devices start their highest-priority ready task
         for d in range(n_dev):
-            if not busy[d] and rq_n[d] > 0:
+            if busy[d] == 0 and rq_n[d] > 0:
                 t = _rq_pop(rq, rq_key, rq_base[d], rq_n[d])
                 rq_n[d] -= 1
-                busy[d] = True
+                busy[d] = 1
                 start[t] = now
-                end[t] = now + dur[t]
+                fin = now + dur[t]
+                end[t] = fin
                 cur[d] += out_bytes[t]
                 if record:
                     n_mem = _mem_put(memory, n_mem, now, d, cur[d])
                 if cur[d] > peak[d]:
                     peak[d] = cur[d]
-                ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, end[t], seq, t)
+                ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, fin, seq, t)
                 seq += 1
         if ev_n == 0:
             break
@@ -231,7 +178,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 t = i
                 n_done += 1
                 if t < n_compute:
-                    busy[dev[t]] = False
+                    busy[dev[t]] = 0
                 # release inputs held for this task
                 for k in range(in_ptr[t], in_ptr[t + 1]):
                     e = in_edge[k]
@@ -257,8 +204,13 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     if e_local[e]:
                         pending[c] -= 1
                         if pending[c] == 0:
-                            ready_stack[n_ready] = c
-                            n_ready += 1
+                            if c < n_compute:
+                                dc = dev[c]
+                                _rq_push(rq, rq_key, rq_base[dc], rq_n[dc], prio[c], c)
+                                rq_n[dc] += 1
+                            else:
+                                ready_stack[n_ready] = c
+                                n_ready += 1
                     else:
                         dd = dev[c]
                         sd = e_srcdev[e]  # one source device per producer (see TaskGraph)
@@ -282,18 +234,17 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     x_dst[n_x] = dd
                     x_bytes[n_x] = xb[dd]
                     x_task[n_x] = t
+                    x_refs[n_x] = 0
                     if record:
                         x_src[n_x] = sd
                         x_start[n_x] = s
                         x_end[n_x] = f
-                    x_of_dev[dd] = n_x
                     refs[t] += 1
                     ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, n + n_x)
                     seq += 1
                     n_x += 1
-                for k in range(n_t):
-                    xb[touched[k]] = 0.0
-                    x_of_dev[touched[k]] = -1
+                    xb[dd] = 0.0
+                    x_of_dev[dd] = -1
                 if refs[t] == 0 and t < n_compute:
                     cur[dev[t]] -= out_bytes[t]
                     if record:
@@ -319,8 +270,12 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                         x_refs[x] += 1
                         pending[c] -= 1
                         if pending[c] == 0:
-                            ready_stack[n_ready] = c
-                            n_ready += 1
+                            if c < n_compute:
+                                _rq_push(rq, rq_key, rq_base[dd], rq_n[dd], prio[c], c)
+                                rq_n[dd] += 1
+                            else:
+                                ready_stack[n_ready] = c
+                                n_ready += 1
     transfers = np.empty((n_x if record else 0, 6))
     for x in range(transfers.shape[0]):
         transfers[x, 0] = x_task[x]
@@ -329,7 +284,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
         transfers[x, 3] = x_bytes[x]
         transfers[x, 4] = x_start[x]
         transfers[x, 5] = x_end[x]
-    return start, end, sent, recv, peak, n_x, n_done, transfers, memory[:n_mem]
+    return sent, recv, peak, n_x, n_done, transfers, memory[:n_mem]
 
 
 @njit(cache=True, error_model="numpy")

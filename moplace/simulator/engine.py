@@ -22,6 +22,7 @@ Same inputs, same trace: ties are broken by index and event sequence, never by c
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy as np
 from ..core.graph import OpGraph
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
-from ._simcore import simulate_core
+from ._simcore import simulate_core, work_sizes
 from .delta import SimulationBase, patched_task_graph
 from .taskgraph import TaskGraph, build_task_graph
 
@@ -126,17 +127,41 @@ def simulate(graph: OpGraph, cluster, strategy: Strategy, *, costs: CostModel | 
 def run_task_graph(tg: TaskGraph, cluster, n_ops: int, record: bool = False) -> Trace:
     """Simulate an already expanded task graph."""
     n_dev = cluster.n_devices
-    comp = slice(0, tg.n_compute)
-    static = np.bincount(tg.dev[comp], weights=tg.param_bytes, minlength=n_dev).astype(np.float64)
-    start, end, sent, recv, peak, n_x, n_done, transfers, memory = simulate_core(
+    static = tg.static_memory(n_dev)
+    iw, fw = _workspace(tg, cluster, record)
+    start, end = np.empty(tg.n_tasks), np.empty(tg.n_tasks)
+    out = simulate_core(
         n_dev, tg.dev, tg.dur, tg.prio, tg.out_bytes, tg.n_compute,
         tg.out_ptr, tg.e_src, tg.e_dst, tg.e_bytes, tg.e_srcdev, tg.e_local, tg.in_ptr, tg.in_edge,
         cluster.route_ptr, cluster.route_res, cluster.n_resources,
         cluster.bandwidth, cluster.latency,
         tg.coll_ptr, tg.coll_dev, tg.coll_res_ptr, tg.coll_res, tg.coll_dur, tg.coll_bytes,
-        static, record)
+        static, record, iw, fw, start, end)
+    return trace_from_outputs(tg, cluster, n_ops, static, start, end, *out)
+
+
+_WORK = threading.local()
+
+
+def _workspace(tg: TaskGraph, cluster, record: bool) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's work buffers, grown (never shrunk) to what ``tg`` needs: a search
+    evaluating thousands of strategies allocates them once."""
+    ni, nf = work_sizes(tg.n_tasks, tg.n_compute, tg.e_src.size, cluster.n_devices,
+                        cluster.n_resources, record)
+    iw, fw = getattr(_WORK, "iw", None), getattr(_WORK, "fw", None)
+    if iw is None or iw.size < ni:
+        iw = _WORK.iw = np.empty(ni, np.int64)
+    if fw is None or fw.size < nf:
+        fw = _WORK.fw = np.empty(nf)
+    return iw, fw
+
+
+def trace_from_outputs(tg: TaskGraph, cluster, n_ops: int, static, start, end, sent, recv, peak,
+                       n_x, n_done, transfers, memory) -> Trace:
+    """The `Trace` of a simulated task graph from what the event loop returned."""
     if n_done != tg.n_tasks:  # cannot happen for an acyclic graph; guard against kernel bugs
         raise RuntimeError(f"simulator finished {n_done} of {tg.n_tasks} tasks")
+    comp = slice(0, tg.n_compute)
     if tg.n_tasks == n_ops:  # no splits: tasks are ops
         op_start, op_end = start, end
     else:  # an op spans its first part's start to its last part's (or all-reduce's) end
@@ -150,7 +175,7 @@ def run_task_graph(tg: TaskGraph, cluster, n_ops: int, record: bool = False) -> 
         task_op=tg.task_op, task_device=tg.dev, task_start=start, task_end=end,
         op_start=op_start, op_end=op_end, sent=sent, received=recv, peak_memory=peak,
         capacity=np.asarray(cluster.memory, np.float64),
-        busy=np.bincount(tg.dev[comp], weights=tg.dur[comp], minlength=n_dev),
+        busy=np.bincount(tg.dev[comp], weights=tg.dur[comp], minlength=cluster.n_devices),
         n_transfers=int(n_x), device_names=cluster.device_names, device_kinds=cluster.kinds,
         static_memory=static, collective_ptr=tg.coll_ptr, collective_dev=tg.coll_dev,
         transfers=transfers, memory=memory)

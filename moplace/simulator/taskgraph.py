@@ -73,6 +73,11 @@ class TaskGraph:
     def n_tasks(self) -> int:
         return self.dev.shape[0]
 
+    def static_memory(self, n_dev: int) -> np.ndarray:
+        """Bytes of parameters each device holds for the whole step."""
+        return np.bincount(self.dev[:self.n_compute], weights=self.param_bytes,
+                           minlength=n_dev).astype(np.float64)
+
 
 def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
     """The task graph of ``strategy`` on ``graph`` (the strategy must be validated)."""

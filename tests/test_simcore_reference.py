@@ -1,0 +1,80 @@
+"""The fast event loop gives the reference loop's trace, bit for bit.
+
+`moplace.simulator.reference` keeps the event loop as it was before it was made faster. Every
+bundled graph, under every baseline and under random strategies with splits, on clusters with
+dedicated links (4xV100-NVLink), shared NICs (2x4xV100-IB100) and a shared PCIe bus
+(4xP100-PCIe), must give the same start and end of every task, the same traffic, peaks, and
+recorded transfers and memory changes: compared with ``array_equal``, so to the last ulp.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moplace import CostModel, list_bundled, load_cluster, load_graph
+from moplace.core.baselines import BASELINES, baseline
+from moplace.core.genome import GenomeSpace
+from moplace.core.synthetic import layered_dag
+from moplace.simulator.engine import run_task_graph
+from moplace.simulator.reference import reference_trace
+from moplace.simulator.taskgraph import build_task_graph
+
+CLUSTERS = ("4xV100-NVLink", "2x4xV100-IB100", "4xP100-PCIe")
+FIELDS = ("task_start", "task_end", "op_start", "op_end", "sent", "received", "peak_memory",
+          "static_memory", "busy", "transfers", "memory")
+
+
+def assert_same_trace(fast, ref, what):
+    assert fast.makespan == ref.makespan, what
+    assert fast.n_transfers == ref.n_transfers, what
+    for name in FIELDS:
+        a, b = getattr(fast, name), getattr(ref, name)
+        assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True), f"{what}: {name}"
+
+
+def _strategies(graph, n_dev, seed):
+    out = {name: baseline(name, graph, n_dev) for name in BASELINES}
+    space = GenomeSpace(graph, n_dev)
+    rng = np.random.default_rng(seed)
+    for k, x in enumerate(space.sample(3, rng)):
+        out[f"random genome {k}"] = space.decode(x)
+    return out
+
+
+def _compare(graph, cluster, seed=0):
+    costs = CostModel(graph, cluster)
+    n = 0
+    for name, strategy in _strategies(graph, cluster.n_devices, seed).items():
+        tg = build_task_graph(graph, strategy, costs)
+        for record in (False, True):
+            fast = run_task_graph(tg, cluster, len(graph.ops), record=record)
+            ref = reference_trace(tg, cluster, len(graph.ops), record=record)
+            assert_same_trace(fast, ref, f"{graph.name} on {cluster.name}, {name}, record={record}")
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("cluster_name", CLUSTERS)
+def test_every_bundled_graph_gives_the_reference_trace(cluster_name):
+    cluster = load_cluster(cluster_name)
+    n = sum(_compare(load_graph(name), cluster, seed) for seed, name in enumerate(list_bundled()))
+    assert n == len(list_bundled()) * (len(list(BASELINES)) + 3) * 2
+
+
+@pytest.mark.parametrize("n_dev", [4, 8])
+def test_synthetic_graphs_give_the_reference_trace(n_dev):
+    cluster = load_cluster({4: "4xV100-NVLink", 8: "8xV100-16GB-NVLink"}[n_dev])
+    for seed in range(3):
+        _compare(layered_dag(400, width=12, seed=seed), cluster, seed)
+
+
+def test_the_comparison_can_fail():
+    # one task made a picosecond longer: the traces differ, and the comparison says so
+    graph, cluster = load_graph("pipedream:vgg16"), load_cluster("4xV100-NVLink")
+    tg = build_task_graph(graph, baseline("round-robin", graph, 4), CostModel(graph, cluster))
+    ref = reference_trace(tg, cluster, len(graph.ops))
+    tg.dur = tg.dur.copy()
+    tg.dur[5] += 1e-12
+    with pytest.raises(AssertionError, match="nudged"):
+        assert_same_trace(run_task_graph(tg, cluster, len(graph.ops)), ref, "nudged")
