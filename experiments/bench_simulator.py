@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from moplace import CostModel, Strategy, baseline, list_bundled, load_cluster, load_graph  # noqa: E402
 from moplace.core.synthetic import layered_dag  # noqa: E402
 from moplace.simulator.engine import run_task_graph, simulate  # noqa: E402
-from moplace.simulator.taskgraph import build_task_graph  # noqa: E402
+from moplace.simulator.build import build_task_graph  # noqa: E402
 
 CLUSTERS = {4: "4xV100-NVLink", 8: "8xV100-16GB-NVLink"}
 

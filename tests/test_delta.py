@@ -14,7 +14,7 @@ from moplace.core.synthetic import layered_dag
 from moplace.optimize.problem import Problem
 from moplace.simulator.delta import DeltaRequest, patched_task_graph
 from moplace.simulator.engine import simulate
-from moplace.simulator.taskgraph import build_task_graph
+from moplace.simulator.build import build_task_graph
 
 from conftest import make_cluster
 

@@ -18,7 +18,7 @@ from moplace.core.genome import GenomeSpace
 from moplace.core.synthetic import layered_dag
 from moplace.simulator.engine import run_task_graph
 from moplace.simulator.reference import reference_trace
-from moplace.simulator.taskgraph import build_task_graph
+from moplace.simulator.build import build_task_graph
 
 CLUSTERS = ("4xV100-NVLink", "2x4xV100-IB100", "4xP100-PCIe")
 FIELDS = ("task_start", "task_end", "op_start", "op_end", "sent", "received", "peak_memory",

@@ -32,7 +32,8 @@ from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
 from ._simcore import simulate_core, work_sizes
 from .delta import SimulationBase, patched_task_graph
-from .taskgraph import TaskGraph, build_task_graph
+from .build import build_task_graph
+from .taskgraph import TaskGraph
 
 
 @dataclass(frozen=True, eq=False)

@@ -79,10 +79,11 @@ class TaskGraph:
                            minlength=n_dev).astype(np.float64)
 
 
-def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
-    """The task graph of ``strategy`` on ``graph`` (the strategy must be validated)."""
-    if not strategy.splits:
-        return _unsplit_task_graph(graph, strategy, costs)
+def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
+                           ) -> tuple[TaskGraph, np.ndarray]:
+    """The task graph of a strategy with splits, built in full, and the bytes each edge moves
+    when it does move data (they differ from ``e_bytes`` only on an edge from an all-reduce to
+    an update that runs on one of the ring's devices, which reads the gradient locally)."""
     a = graph.arrays
     parts, dims, split_dev = _split_arrays(strategy, len(graph.ops))
     ptr = np.zeros(len(graph.ops) + 1, np.int64)
@@ -94,16 +95,19 @@ def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> Ta
     out_b, par_b = _memory(a, task_op, parts, dims)
     colls = _Collectives(graph, costs, ptr, parts, dims, dev)
     n_compute, n_coll = len(task_op), len(colls.ops)
-    return TaskGraph(
+    edges = _edges(a, ptr, parts, dims, dev, colls, n_compute)
+    moved_bytes = edges.pop("moved_bytes")
+    tg = TaskGraph(
         n_compute=n_compute,
         task_op=np.concatenate([task_op, colls.ops]),
         dev=np.concatenate([dev, np.full(n_coll, -1, np.int64)]),
         dur=np.concatenate([dur, colls.dur]),
         prio=np.concatenate([strategy.priority[task_op], np.zeros(n_coll)]),
         out_bytes=np.concatenate([out_b, np.zeros(n_coll)]),
-        param_bytes=par_b, **_edges(a, ptr, parts, dims, dev, colls, n_compute),
+        param_bytes=par_b, **edges,
         coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
         coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr)
+    return tg, moved_bytes
 
 
 def _split_arrays(strategy: Strategy, n_ops: int):
@@ -115,7 +119,7 @@ def _split_arrays(strategy: Strategy, n_ops: int):
     return parts, dims, t.devices
 
 
-def _unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
+def unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
     """Fast path without splits: tasks are ops and edges the graph's edges, CSR reused."""
     a = graph.arrays
     dev = strategy.placement
@@ -264,13 +268,14 @@ def _len(x, y) -> float:
 
 
 def _edges(a, ptr, parts, dims, dev, colls: _Collectives, n_compute) -> dict:
-    src, dst, nb, sdev = [], [], [], []
+    src, dst, nb, sdev, moved = [], [], [], [], []
     coll_of_op = np.full(parts.size, -1, np.int64)
     coll_of_op[colls.ops] = np.arange(colls.ops.size)
     # every part of a collective's op feeds the collective (control edges, nothing moves)
     parts_in = np.flatnonzero(coll_of_op[np.repeat(np.arange(parts.size), parts)] >= 0)
     c = coll_of_op[np.repeat(np.arange(parts.size), parts)[parts_in]]
     src.append(parts_in), dst.append(n_compute + c), nb.append(np.zeros(c.size)), sdev.append(dev[parts_in])
+    moved.append(nb[-1])
     # update ops read the reduced gradient from the collective: locally on a ring device
     gated = (coll_of_op[a.src] >= 0) & (a.role[a.dst] == _UPDATE)
     g = np.flatnonzero(gated)
@@ -282,8 +287,11 @@ def _edges(a, ptr, parts, dims, dev, colls: _Collectives, n_compute) -> dict:
     src.append(n_compute + c), dst.append(v_task)
     nb.append(np.where(here, 0.0, a.edge_bytes[e_rep]))
     sdev.append(np.where(here, dev[v_task], colls.first[c]))
+    moved.append(a.edge_bytes[e_rep])
+    k = len(nb)
     _plain_edges(a, np.flatnonzero(~gated), ptr, parts, dims, dev, src, dst, nb, sdev)
-    return _sorted_edges(src, dst, nb, sdev, dev, n_compute, n_compute + colls.ops.size)
+    moved.extend(nb[k:])
+    return _sorted_edges(src, dst, nb, sdev, moved, dev, n_compute, n_compute + colls.ops.size)
 
 
 def _plain_edges(a, plain, ptr, parts, dims, dev, src, dst, nb, sdev) -> None:
@@ -303,17 +311,20 @@ def _plain_edges(a, plain, ptr, parts, dims, dev, src, dst, nb, sdev) -> None:
         nb.append((a.edge_bytes[sel][:, None] * fs[None, :]).ravel()), sdev.append(dev[s])
 
 
-def _sorted_edges(src, dst, nb, sdev, dev, n_compute, n_tasks) -> dict:
-    cat = (lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt))
+def _sorted_edges(src, dst, nb, sdev, moved, dev, n_compute, n_tasks) -> dict:
+    def cat(xs, dt):
+        return np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)
+
     e_src, e_dst = cat(src, np.int64), cat(dst, np.int64)
-    e_bytes, e_srcdev = cat(nb, np.float64), cat(sdev, np.int64)
+    e_bytes, e_srcdev, e_moved = cat(nb, np.float64), cat(sdev, np.int64), cat(moved, np.float64)
     # sort by (src, dst): two stable counting-sort passes, least significant key first
     _, by_dst = group_by(e_dst, n_tasks)
     out_ptr, by_src = group_by(e_src[by_dst], n_tasks)
     order = by_dst[by_src]
     e_src, e_dst, e_bytes, e_srcdev = e_src[order], e_dst[order], e_bytes[order], e_srcdev[order]
+    e_moved = e_moved[order]
     dst_dev = np.where(e_dst < n_compute, dev[np.minimum(e_dst, n_compute - 1)], -1)
     e_local = (e_dst >= n_compute) | (e_srcdev == dst_dev) | (e_bytes <= 0)
     in_ptr, in_edge = group_by(e_dst, n_tasks)
     return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
-                out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge)
+                out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge, moved_bytes=e_moved)

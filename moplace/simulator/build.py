@@ -1,0 +1,131 @@
+"""How a strategy becomes a task graph: `build_task_graph`, with shapes built once per split
+configuration and filled in per strategy.
+
+A strategy's splits (which ops are cut, how many ways, on which dimension, onto which devices)
+decide the task graph's shape: its tasks, edges and their sizes, and the all-reduces. Its
+placement and priorities decide only
+
+- the device and duration of each task of an unsplit op,
+- every task's priority,
+- where each edge's data leaves from and whether it moves at all (``e_srcdev``, ``e_local``),
+- and, for an edge from an all-reduce to an update op, whether the update runs on one of the
+  ring's devices and reads the reduced gradient locally (``e_bytes`` 0) or receives it.
+
+`Skeleton` holds a task graph built in full for one strategy and the indices of those
+entries; `Skeleton.instance` fills them in for another strategy with the same splits. The
+result is equal, array for array, to what a full build gives (tests/test_skeleton.py).
+`skeleton_for` keeps the last skeletons of each cost model (so of each graph and cluster), up
+to `MAX_SKELETONS` of them and `MAX_BYTES` in all.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+
+from ..core.strategy import Strategy
+from ..core.graph import OpGraph
+from ..costs.costmodel import CostModel
+from .taskgraph import TaskGraph, build_split_task_graph, unsplit_task_graph
+
+#: skeletons kept per cost model, and their arrays' bytes in all (the oldest go first)
+MAX_SKELETONS = 16
+MAX_BYTES = 256 * 2**20
+
+_CACHE: "weakref.WeakKeyDictionary[object, OrderedDict]" = weakref.WeakKeyDictionary()
+
+
+def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
+    """The task graph of ``strategy`` on ``graph`` (the strategy must be validated).
+
+    Without splits, tasks are ops and the graph's own arrays serve. With splits, the shape is
+    the cached skeleton of the split configuration (`skeleton_for`), filled in for this
+    strategy's placement and priorities."""
+    if not strategy.splits:
+        return unsplit_task_graph(graph, strategy, costs)
+    return skeleton_for(graph, strategy, costs).instance(strategy, costs)
+
+
+def split_key(strategy: Strategy) -> bytes:
+    """What a task graph's shape depends on: the split ops, their parts, dimensions and the
+    devices of the parts."""
+    t = strategy.split_table
+    return b"|".join(np.ascontiguousarray(a, np.int64).tobytes()
+                     for a in (t.ops, t.parts, t.dims, t.devices))
+
+
+def skeleton_for(graph, strategy: Strategy, costs) -> "Skeleton":
+    """The skeleton of ``strategy``'s splits on ``graph`` under ``costs``, from the cache or
+    built (and kept)."""
+    kept = _CACHE.get(costs)
+    if kept is None:
+        kept = _CACHE[costs] = OrderedDict()
+    key = split_key(strategy)
+    sk = kept.get(key)
+    if sk is not None and sk.graph is graph:
+        kept.move_to_end(key)
+        return sk
+    sk = Skeleton(graph, strategy, costs)
+    kept[key] = sk
+    total = sum(s.nbytes for s in kept.values())
+    while len(kept) > 1 and (len(kept) > MAX_SKELETONS or total > MAX_BYTES):
+        total -= kept.popitem(last=False)[1].nbytes
+    return sk
+
+
+class Skeleton:
+    """A task graph built for one strategy, with what changes with placement and order."""
+
+    def __init__(self, graph, strategy: Strategy, costs):
+        tg, moved_bytes = build_split_task_graph(graph, strategy, costs)
+        for value in vars(tg).values():
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+        self.graph, self.tg = graph, tg
+        nc = tg.n_compute
+        #: tasks of unsplit ops: the placement decides their device and duration
+        self.free = np.flatnonzero(np.diff(tg.op_ptr)[tg.task_op[:nc]] == 1)
+        self.free_op = tg.task_op[self.free]
+        self.coll_dst = tg.e_dst >= nc
+        self.dst_task = np.minimum(tg.e_dst, max(nc - 1, 0))
+        #: edges from an all-reduce to an update op
+        self.gated = np.flatnonzero(tg.e_src >= nc)
+        self.gated_c = tg.e_src[self.gated] - nc
+        self.gated_dst = tg.e_dst[self.gated]
+        self.gated_bytes = moved_bytes[self.gated]
+        n_coll = tg.n_tasks - nc
+        self.first = tg.coll_dev[tg.coll_ptr[:-1]] if n_coll else np.zeros(0, np.int64)
+        self.member = np.zeros((n_coll, max(int(tg.dev.max(initial=0)) + 1, 1)), bool)
+        rows = np.repeat(np.arange(n_coll), np.diff(tg.coll_ptr))
+        self.member[rows, tg.coll_dev] = True
+        self.nbytes = sum(v.nbytes for v in (*vars(tg).values(), *vars(self).values())
+                          if isinstance(v, np.ndarray))
+
+    def instance(self, strategy: Strategy, costs) -> TaskGraph:
+        """The task graph of ``strategy``, which has this skeleton's splits."""
+        tg, nc, free = self.tg, self.tg.n_compute, self.free
+        dev, dur = tg.dev.copy(), tg.dur.copy()
+        dev[free] = strategy.placement[self.free_op]
+        dur[free] = costs.compute[self.free_op, dev[free]]
+        prio = strategy.priority[tg.task_op]
+        prio[nc:] = 0.0
+        e_srcdev = dev[tg.e_src]
+        e_bytes = tg.e_bytes
+        if self.gated.size:
+            d = dev[self.gated_dst]
+            member = self.member
+            here = (d < member.shape[1]) & member[self.gated_c, np.minimum(d, member.shape[1] - 1)]
+            e_bytes = e_bytes.copy()
+            e_bytes[self.gated] = np.where(here, 0.0, self.gated_bytes)
+            e_srcdev[self.gated] = np.where(here, d, self.first[self.gated_c])
+        dst_dev = np.where(self.coll_dst, -1, dev[self.dst_task])
+        e_local = self.coll_dst | (e_srcdev == dst_dev) | (e_bytes <= 0)
+        return TaskGraph(
+            n_compute=nc, task_op=tg.task_op, dev=dev, dur=dur, prio=prio,
+            out_bytes=tg.out_bytes, param_bytes=tg.param_bytes, e_src=tg.e_src, e_dst=tg.e_dst,
+            e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local, out_ptr=tg.out_ptr,
+            in_ptr=tg.in_ptr, in_edge=tg.in_edge, coll_ptr=tg.coll_ptr, coll_dev=tg.coll_dev,
+            coll_res_ptr=tg.coll_res_ptr, coll_res=tg.coll_res, coll_dur=tg.coll_dur,
+            coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr)
