@@ -135,7 +135,8 @@ def search(problem: Problem, searcher: Searcher, *, budget: Budget | int = 1000,
     from when it exists and to write the state to while running, whenever
     ``checkpoint_every`` seconds or ``checkpoint_every_evaluations`` evaluations have passed
     since the last write, whichever comes first, and at the end (see the module docstring).
-    ``evaluator``: None (evaluate here, one by one), or an object whose
+    ``evaluator``: None (evaluate here with `Problem.evaluate_batch`: one strategy per core at
+    a time on graphs large enough to gain from it, else one by one), or an object whose
     ``stream(problem, strategies)`` yields the strategies' evaluations in order (a Dask
     cluster: `moplace.scale.dask.DaskEvaluator`); the result is the same either way."""
     budget = budget if isinstance(budget, Budget) else Budget(evaluations=budget)
@@ -230,10 +231,15 @@ class _Run:
         hold, check = self.sigint.hold, self.sigint.check
         batch, evaluations = self.pending
         if self.evaluator is None:
+            step = self.problem.parallel_width()  # one strategy per core at a time
             while len(evaluations) < len(batch) and not self._out_of_time():
+                chunk = batch[len(evaluations):len(evaluations) + step]
                 with self.sigint.shield():  # every Ctrl-C waits for the compiled simulator
-                    self._add(batch[len(evaluations)], self.problem.evaluate(batch[len(evaluations)]))
-                self._after_evaluation()
+                    done = self.problem.evaluate_batch(chunk)
+                for strategy, ev in zip(chunk, done):
+                    with self.sigint.shield():
+                        self._add(strategy, ev)
+                    self._after_evaluation()
         elif len(evaluations) < len(batch) and not self._out_of_time():
             stream = self.evaluator.stream(self.problem, batch[len(evaluations):])
             try:

@@ -24,7 +24,7 @@ def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
             3 * n_dev + n_res + n_compute + cap + n_e + 2 * rec)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)  # threads run it side by side
 def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
@@ -135,6 +135,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
 
     now = 0.0
     n_done = 0
+    wake = True
     while True:
         while n_ready > 0:  # collectives start at once, holding their ring's links
             n_ready -= 1
@@ -153,8 +154,9 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
             end[t] = f
             ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, t)
             seq += 1
-        # idle devices start their highest-priority ready task
-        for d in range(n_dev):
+        # idle devices start their highest-priority ready task (only worth a look when a
+        # device fell idle or an idle one got a ready task: otherwise none can start)
+        for d in range(n_dev if wake else 0):
             if busy[d] == 0 and rq_n[d] > 0:
                 t = _rq_pop(rq, rq_key, rq_base[d], rq_n[d])
                 rq_n[d] -= 1
@@ -169,6 +171,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     peak[d] = cur[d]
                 ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, fin, seq, t)
                 seq += 1
+        wake = False
         if ev_n == 0:
             break
         now = ev_t[0]
@@ -179,6 +182,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 n_done += 1
                 if t < n_compute:
                     busy[dev[t]] = 0
+                    wake = True
                 # release inputs held for this task
                 for k in range(in_ptr[t], in_ptr[t + 1]):
                     e = in_edge[k]
@@ -208,6 +212,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                                 dc = dev[c]
                                 _rq_push(rq, rq_key, rq_base[dc], rq_n[dc], prio[c], c)
                                 rq_n[dc] += 1
+                                wake |= busy[dc] == 0
                             else:
                                 ready_stack[n_ready] = c
                                 n_ready += 1
@@ -273,6 +278,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                             if c < n_compute:
                                 _rq_push(rq, rq_key, rq_base[dd], rq_n[dd], prio[c], c)
                                 rq_n[dd] += 1
+                                wake |= busy[dd] == 0
                             else:
                                 ready_stack[n_ready] = c
                                 n_ready += 1

@@ -20,6 +20,7 @@ to `MAX_SKELETONS` of them and `MAX_BYTES` in all.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 
@@ -35,6 +36,7 @@ MAX_SKELETONS = 16
 MAX_BYTES = 256 * 2**20
 
 _CACHE: "weakref.WeakKeyDictionary[object, OrderedDict]" = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
 
 
 def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
@@ -58,21 +60,34 @@ def split_key(strategy: Strategy) -> bytes:
 
 def skeleton_for(graph, strategy: Strategy, costs) -> "Skeleton":
     """The skeleton of ``strategy``'s splits on ``graph`` under ``costs``, from the cache or
-    built (and kept)."""
+    built (and kept). Safe from several threads (`Problem.evaluate_batch`)."""
+    key = split_key(strategy)
+    with _LOCK:
+        sk = _lookup(graph, costs, key)
+    if sk is None:
+        sk = Skeleton(graph, strategy, costs)  # outside the lock: other threads go on
+        with _LOCK:
+            _keep(costs, key, sk)
+    return sk
+
+
+def _lookup(graph, costs, key: bytes) -> "Skeleton | None":
+    kept = _CACHE.get(costs)
+    sk = None if kept is None else kept.get(key)
+    if sk is None or sk.graph is not graph:
+        return None
+    kept.move_to_end(key)
+    return sk
+
+
+def _keep(costs, key: bytes, sk: "Skeleton") -> None:
     kept = _CACHE.get(costs)
     if kept is None:
         kept = _CACHE[costs] = OrderedDict()
-    key = split_key(strategy)
-    sk = kept.get(key)
-    if sk is not None and sk.graph is graph:
-        kept.move_to_end(key)
-        return sk
-    sk = Skeleton(graph, strategy, costs)
     kept[key] = sk
     total = sum(s.nbytes for s in kept.values())
     while len(kept) > 1 and (len(kept) > MAX_SKELETONS or total > MAX_BYTES):
         total -= kept.popitem(last=False)[1].nbytes
-    return sk
 
 
 class Skeleton:
