@@ -18,6 +18,7 @@ import networkx as nx
 import numpy as np
 
 from ..errors import GraphError, shown
+from ._topo import lexicographic_topo_order
 
 ROLES = ("forward", "backward", "update", "other")
 SPLIT_DIMS = ("batch", "channel")
@@ -217,10 +218,10 @@ class OpGraph:
         raise GraphError(f"edge endpoint {ref!r} is not an op name or index in 0..{len(self.ops) - 1}")
 
     def _check_acyclic(self) -> None:
-        g = self.to_networkx()
-        if nx.is_directed_acyclic_graph(g):
+        src, dst = self._endpoints()
+        if lexicographic_topo_order(len(self.ops), src, dst).size == len(self.ops):
             return
-        cycle = nx.find_cycle(g)
+        cycle = nx.find_cycle(self.to_networkx())  # only to name the cycle
         names = [u for u, _ in cycle] + [cycle[0][0]]
         shown = names if len(names) <= 12 else names[:6] + ["..."] + names[-5:]
         raise GraphError(f"graph {self.name!r} has a cycle: " + " -> ".join(shown))
@@ -277,29 +278,35 @@ class OpGraph:
     @cached_property
     def groups(self) -> tuple[tuple[int, ...], ...]:
         """Co-location groups as tuples of op indices, numbered as in ``arrays.group``."""
-        members: dict[int, list[int]] = {}
-        for i, g in enumerate(self.arrays.group):
-            members.setdefault(int(g), []).append(i)
-        return tuple(tuple(members[g]) for g in range(self.arrays.n_groups))
+        group = self.arrays.group
+        order = np.argsort(group, kind="stable")
+        bounds = np.searchsorted(group[order], np.arange(self.arrays.n_groups + 1))
+        members = order.tolist()
+        return tuple(tuple(members[a:b]) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()))
 
     @cached_property
     def group_head(self) -> np.ndarray:
         """Per op, the first op of its co-location group (itself when alone)."""
-        heads = np.array([members[0] for members in self.groups], np.int64)
-        return heads[self.arrays.group]
+        group = self.arrays.group
+        _, first = np.unique(group, return_index=True)  # ids are 0..n_groups-1, all used
+        return first.astype(np.int64)[group]
+
+    def _endpoints(self) -> tuple[np.ndarray, np.ndarray]:
+        """Source and destination op of every edge, as int64 arrays."""
+        m = len(self.edges)
+        return (np.fromiter((e.src for e in self.edges), np.int64, m),
+                np.fromiter((e.dst for e in self.edges), np.int64, m))
 
     @cached_property
     def arrays(self) -> CompiledGraph:
         """The graph compiled to flat numpy arrays (computed once)."""
         n = len(self.ops)
-        src = np.fromiter((e.src for e in self.edges), np.int64, len(self.edges))
-        dst = np.fromiter((e.dst for e in self.edges), np.int64, len(self.edges))
+        src, dst = self._endpoints()
         nbytes = np.fromiter((e.bytes for e in self.edges), np.float64, len(self.edges))
         out_ptr, out_edge = _csr(src, n)
         in_ptr, in_edge = _csr(dst, n)
         group, n_groups = _group_ids(self.ops)
-        topo = np.array(list(nx.lexicographical_topological_sort(
-            _index_digraph(n, src, dst))), dtype=np.int64)
+        topo = lexicographic_topo_order(n, src, dst)
         compiled = CompiledGraph(
             src=src, dst=dst, edge_bytes=nbytes, out_ptr=out_ptr, out_edge=out_edge,
             in_ptr=in_ptr, in_edge=in_edge,
@@ -338,9 +345,3 @@ def _group_ids(ops) -> tuple[np.ndarray, int]:
         group[i] = ids.setdefault(key, len(ids))
     return group, len(ids)
 
-
-def _index_digraph(n, src, dst) -> nx.DiGraph:
-    g = nx.DiGraph()
-    g.add_nodes_from(range(n))
-    g.add_edges_from(zip(src.tolist(), dst.tolist()))
-    return g

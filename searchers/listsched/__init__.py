@@ -4,7 +4,9 @@
   `heft`, `dpos`, ranks, critical paths, and `heuristic_strategies`, the seeds other
   searchers start from.
 - `kernels`: their compiled (numba) loops; `metf`: m-ETF, with its own kernel.
-- `searcher`: the one-shot searchers ``heft``, ``dpos`` and ``m-etf``;
+- `candidates`: each scheduler's candidate schedules (three memory budgets, groups kept or
+  regrouped), judged by the simulator;
+- `searcher`: the one-shot searchers ``heft``, ``dpos`` and ``m-etf`` (the best candidate);
   `osdpos`: ``os-dpos``, which also splits ops.
 """
 

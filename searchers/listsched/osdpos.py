@@ -1,8 +1,10 @@
 """FastT's OS-DPOS as an ask/tell searcher: DPOS, then split critical-path ops while it pays.
 
-1. The first batch holds the DPOS strategy and the four baselines; the search goes on from
-   the fastest feasible one (FastT starts from data parallelism when the model fits one
-   device; starting from the best of these includes that start).
+1. The first batch holds the candidate schedules of DPOS, HEFT and m-ETF
+   (`searchers.listsched.candidates`: three memory budgets, groups kept or regrouped) and the
+   four baselines; the search goes on from the fastest feasible one (FastT starts from DPOS,
+   or from data parallelism when the model fits one device; starting from the best of every
+   list scheduler includes those starts).
 2. Critical-path ops (DPOS's upward rank on maximum costs), by descending compute time, are
    tried one at a time: the next batch holds the current strategy with that op's co-location
    group cut by each split option the genome allows (every splittable dimension and part
@@ -22,7 +24,9 @@ from moplace.core.baselines import BASELINES, baseline
 from moplace.core.strategy import Strategy
 from moplace.optimize.searcher import Searcher
 
-from .schedule import ListSchedInput, critical_path, dpos, transfer_weights, upward_rank
+from .candidates import schedule_candidates
+from .metf import metf
+from .schedule import ListSchedInput, critical_path, dpos, heft, transfer_weights, upward_rank
 
 
 class OsDposSearcher(Searcher):
@@ -43,7 +47,9 @@ class OsDposSearcher(Searcher):
     def _setup(self) -> None:
         p = self.problem
         inp = ListSchedInput.from_problem(p.graph, p.cluster, p.costs)
-        self._first = [Strategy(*_dpos(inp))] + [baseline(b, p.graph, p.n_devices) for b in BASELINES]
+        self._first = [c.strategy for schedule in (dpos, heft, metf)
+                       for c in schedule_candidates(p, schedule)]
+        self._first += [baseline(b, p.graph, p.n_devices) for b in BASELINES]
         rank = upward_rank(inp, inp.compute.max(axis=1), transfer_weights(inp, "max"))
         path = critical_path(inp, rank)
         work = inp.compute.max(axis=1)[path]
@@ -93,7 +99,3 @@ class OsDposSearcher(Searcher):
     def settings(self) -> dict:
         return {"patience": self.patience}
 
-
-def _dpos(inp: ListSchedInput):
-    result = dpos(inp)
-    return result.placement, result.priority()

@@ -12,8 +12,12 @@ from moplace.core.baselines import baseline
 from moplace.core.strategy import Strategy
 from moplace.optimize.searcher import OneShot
 
-from .schedule import ListSchedInput, dpos, heft
+from .candidates import best_candidate
 from .metf import metf
+from .schedule import dpos, heft
+
+#: the label of the scheduler's classic schedule (static memory, groups kept)
+CLASSIC = "static memory, grouped"
 
 
 #: The baselines that split nothing: a list schedule must beat them to be returned.
@@ -21,23 +25,27 @@ NO_SPLIT_BASELINES = ("single", "round-robin", "layer-split")
 
 
 class _ListScheduler(OneShot):
-    """A list schedule, or the fastest no-split baseline when that is faster (FastT keeps the
-    current strategy when a new one is slower): a user who trusts the heuristic never gets a
-    plan slower than one of the plain ones. `notes` says when it fell back."""
+    """The scheduler's best candidate schedule (`searchers.listsched.candidates`: three memory
+    budgets, groups kept or regrouped, judged by the simulator), or the fastest no-split
+    baseline when that is faster (FastT keeps the current strategy when a new one is slower):
+    a user who trusts the heuristic never gets a plan slower than one of the plain ones.
+    `notes` says which candidate won, and when it fell back."""
 
     schedule = None  # the scheduling function
     estimated_makespan = None
     fell_back = None  # the baseline returned instead of the schedule, if any
+    candidate = None  # the label of the candidate schedule kept
 
     def propose(self) -> Strategy:
         p = self.problem
-        result = type(self).schedule(ListSchedInput.from_problem(p.graph, p.cluster, p.costs))
-        self.estimated_makespan = result.makespan
-        scheduled = Strategy(result.placement, result.priority())
+        best = best_candidate(p, type(self).schedule)
+        self.estimated_makespan, self.candidate = best.estimate, best.label
+        scheduled, own = best.strategy, best.evaluation
         self.fell_back, self._note = None, None
-        # the baselines are simulated once per problem (they fix the hypervolume reference);
-        # the schedule's own simulation is the one check a one-shot heuristic makes
-        own = p.evaluate(scheduled)
+        if best.label != CLASSIC:
+            self._note = (f"{self.name}: the {best.label} schedule was the fastest that fits "
+                          f"({own.values[0] * 1e3:.4g} ms)")
+        # the baselines are simulated once per problem (they fix the hypervolume reference)
         rivals = [(ev.values[0], name) for name, ev in p.baselines.items()
                   if name in NO_SPLIT_BASELINES and ev.feasible]
         if not rivals:
