@@ -20,7 +20,7 @@ def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
     ``n`` tasks (``n_compute`` of them compute tasks) and ``n_e`` edges."""
     cap = n + n_e + 1
     rec = n_e if record else 0
-    return (3 * n + n_compute + 2 * cap + 4 * n_e + 5 * n_dev + 1 + rec,
+    return (3 * n + n_compute + 2 * cap + 6 * n_e + 5 * n_dev + 1 + rec,
             3 * n_dev + n_res + n_compute + cap + n_e + 2 * rec)
 
 
@@ -62,6 +62,12 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     x_refs = iw[o:o + n_e]
     o += n_e
     edge_x = iw[o:o + n_e]  # the transfer that brought edge e's data (written before read)
+    o += n_e
+    # each edge in one number, read in order: its consumer when local, -1 - it when not
+    out_code = iw[o:o + n_e]
+    o += n_e
+    # each in-edge of a task (in in_edge's order): its producer when local, -1 - the edge not
+    in_code = iw[o:o + n_e]
     o += n_e
     rq_base = iw[o:o + n_dev + 1]
     o += n_dev + 1
@@ -107,6 +113,12 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     for e in range(n_e):  # edges are sorted by source: a sequential pass
         if e_local[e]:
             refs[e_src[e]] += 1
+            out_code[e] = e_dst[e]
+        else:
+            out_code[e] = -1 - e_dst[e]
+    for k in range(n_e):
+        e = in_edge[k]
+        in_code[k] = e_src[e] if e_local[e] else -1 - e
 
     # per-device ready heaps share one array, device d owns [rq_base[d], rq_base[d+1])
     for t in range(n_compute):
@@ -185,16 +197,16 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     wake = True
                 # release inputs held for this task
                 for k in range(in_ptr[t], in_ptr[t + 1]):
-                    e = in_edge[k]
-                    if e_local[e]:
-                        p = e_src[e]
+                    code = in_code[k]
+                    if code >= 0:
+                        p = code
                         refs[p] -= 1
                         if refs[p] == 0 and p < n_compute:
                             cur[dev[p]] -= out_bytes[p]
                             if record:
                                 n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
                     else:
-                        x = edge_x[e]
+                        x = edge_x[-1 - code]
                         x_refs[x] -= 1
                         if x_refs[x] == 0:
                             cur[x_dst[x]] -= x_bytes[x]
@@ -204,8 +216,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 n_t = 0
                 sd = 0
                 for e in range(out_ptr[t], out_ptr[t + 1]):
-                    c = e_dst[e]
-                    if e_local[e]:
+                    c = out_code[e]
+                    if c >= 0:
                         pending[c] -= 1
                         if pending[c] == 0:
                             if c < n_compute:
@@ -217,7 +229,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                                 ready_stack[n_ready] = c
                                 n_ready += 1
                     else:
-                        dd = dev[c]
+                        dd = dev[-1 - c]
                         sd = e_srcdev[e]  # one source device per producer (see TaskGraph)
                         if x_of_dev[dd] == -1:
                             touched[n_t] = dd
@@ -269,8 +281,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     if record:
                         n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
                 for e in range(out_ptr[p], out_ptr[p + 1]):
-                    c = e_dst[e]
-                    if not e_local[e] and dev[c] == dd:
+                    c = -1 - out_code[e]
+                    if c >= 0 and dev[c] == dd:
                         edge_x[e] = x
                         x_refs[x] += 1
                         pending[c] -= 1
