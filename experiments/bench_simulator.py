@@ -1,36 +1,50 @@
-"""Simulator speed: evaluations per second and ns per op, and the cost of loading real graphs.
+"""Simulator speed, before and after, in one run: evaluations per second, ns per op, scaling.
 
-    python3 experiments/bench_simulator.py [--sizes 1000 10000 100000] [--seconds 2] [--json]
+    python3 experiments/bench_simulator.py [--sizes 1000 10000 100000] [--seconds 2]
+                                           [--no-bundled] [--json FILE]
 
-Part 1 times `simulate()` end to end (validation, task-graph build, compiled event loop) and the
-compiled loop alone, on synthetic layered DAGs (width 16, fan-in 2) with 4 and 8 devices
-(presets 4xV100-NVLink and 8xV100-16GB-NVLink), for three strategies: random placement with
-random priorities (many transfers), round-robin, and data parallelism (every op split n ways,
-with all-reduces). One thread: the simulator is sequential code.
+Part 1, on synthetic layered DAGs (width 16, fan-in 2) with 4 and 8 devices (presets
+4xV100-NVLink and 8xV100-16GB-NVLink), for three strategies: random placement with random
+priorities (many transfers), round-robin, and data parallelism (every op split n ways, with
+all-reduces; each evaluation has new random priorities, as a search's would). Columns:
+
+- ``before``: `simulate()` as it was: validation, the task graph expanded in full for every
+  strategy, and the reference event loop (`moplace.simulator.reference`, which allocates its
+  work arrays per call);
+- ``full``: `simulate()` now: validation, the task graph from its split configuration's cached
+  skeleton, the event loop with reused work buffers;
+- ``core`` / ``core before``: the compiled event loop alone on a built task graph, now and
+  before;
+- ``batch``: `Problem.evaluate_batch` on all cores (threads), evaluations per second, and its
+  ratio to `Problem.evaluate` one by one on the same strategies.
+
+Each figure is the best of three timed rounds (machines are shared and noisy). Then the
+scaling exponent of the core loop's time against the number of ops (1 = linear), and the
+bytes per op of a task graph with the loop's work buffers.
 
 Part 2 times, for each bundled graph: parsing the file, compiling it to arrays, building the
 cost matrix for 8xV100-16GB-NVLink, and one simulation of data parallelism.
-
-Machines are shared and noisy: each figure is the best of several timed rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
-os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from moplace import CostModel, Strategy, baseline, list_bundled, load_cluster, load_graph  # noqa: E402
-from moplace.core.synthetic import layered_dag  # noqa: E402
-from moplace.simulator.engine import run_task_graph, simulate  # noqa: E402
-from moplace.simulator.build import build_task_graph  # noqa: E402
+from moplace import CostModel, Strategy, baseline, list_bundled, load_cluster, load_graph
+from moplace.core.synthetic import layered_dag
+from moplace.optimize.problem import Problem, batch_workers
+from moplace.simulator._simcore import work_sizes
+from moplace.simulator.build import build_task_graph
+from moplace.simulator.engine import run_task_graph, simulate
+from moplace.simulator.reference import reference_trace
+from moplace.simulator.taskgraph import build_split_task_graph, unsplit_task_graph
 
 CLUSTERS = {4: "4xV100-NVLink", 8: "8xV100-16GB-NVLink"}
+BATCH = 16  # strategies per batch
 
 
 def best_rate(fn, seconds: float, rounds: int = 3) -> float:
@@ -49,14 +63,33 @@ def best_rate(fn, seconds: float, rounds: int = 3) -> float:
     return best
 
 
-def strategies(graph, n_dev: int, seed: int = 0) -> dict:
+def strategy_sets(graph, n_dev: int, seed: int = 0) -> dict[str, list[Strategy]]:
+    """BATCH strategies of each kind (the first is the one timed alone)."""
     rng = np.random.default_rng(seed)
     n = len(graph.ops)
+    dp = baseline("data-parallel", graph, n_dev)
     return {
-        "random": Strategy(rng.integers(0, n_dev, n), rng.random(n)),
-        "round-robin": baseline("round-robin", graph, n_dev),
-        "data-parallel": baseline("data-parallel", graph, n_dev),
+        "random": [Strategy(rng.integers(0, n_dev, n), rng.random(n)) for _ in range(BATCH)],
+        "round-robin": [baseline("round-robin", graph, n_dev)] * BATCH,
+        "data-parallel": [dp.derive(priority=rng.random(n)) for _ in range(BATCH)],
     }
+
+
+def simulate_before(graph, cluster, strategy, costs):
+    """`simulate()` as it was: validation, the task graph built in full, the reference loop."""
+    strategy.validate(graph, cluster.n_devices)
+    tg = (build_split_task_graph(graph, strategy, costs)[0] if strategy.splits
+          else unsplit_task_graph(graph, strategy, costs))
+    return reference_trace(tg, cluster, len(graph.ops))
+
+
+def _cycler(items):
+    state = {"k": 0}
+
+    def next_item():
+        state["k"] = (state["k"] + 1) % len(items)
+        return items[state["k"]]
+    return next_item
 
 
 def bench_synthetic(sizes, seconds: float) -> list[dict]:
@@ -67,22 +100,60 @@ def bench_synthetic(sizes, seconds: float) -> list[dict]:
             cluster = load_cluster(preset)
             costs = CostModel(graph, cluster)
             costs.compute  # noqa: B018 - built once per (graph, cluster), as a search does
-            for name, s in strategies(graph, n_dev).items():
-                tg = build_task_graph(graph, s, costs)
-                full = best_rate(lambda: simulate(graph, cluster, s, costs=costs), seconds)
+            problem = Problem(graph, cluster, costs=costs)
+            for name, batch in strategy_sets(graph, n_dev).items():
+                pick = _cycler(batch)
+                tg = build_task_graph(graph, batch[0], costs)
+                before = best_rate(lambda: simulate_before(graph, cluster, pick(), costs), seconds)
+                full = best_rate(lambda: simulate(graph, cluster, pick(), costs=costs), seconds)
                 core = best_rate(lambda: run_task_graph(tg, cluster, size), seconds)
+                core_before = best_rate(lambda: reference_trace(tg, cluster, size), seconds)
+                one = best_rate(lambda: [problem.evaluate(s) for s in batch], seconds) * BATCH
+                many = best_rate(lambda: problem.evaluate_batch(batch), seconds) * BATCH
+                ni, nf = work_sizes(tg.n_tasks, tg.n_compute, tg.e_src.size, n_dev,
+                                    cluster.n_resources, False)
+                tg_bytes = sum(v.nbytes for v in vars(tg).values() if isinstance(v, np.ndarray))
                 rows.append({"ops": size, "devices": n_dev, "strategy": name, "tasks": tg.n_tasks,
-                             "task_edges": int(tg.e_src.size), "evals_per_s": full,
-                             "ns_per_op": 1e9 / full / size, "core_evals_per_s": core,
-                             "core_ns_per_op": 1e9 / core / size})
+                             "task_edges": int(tg.e_src.size), "before_evals_per_s": before,
+                             "evals_per_s": full, "ns_per_op": 1e9 / full / size,
+                             "core_evals_per_s": core, "core_ns_per_op": 1e9 / core / size,
+                             "core_before_evals_per_s": core_before,
+                             "batch_evals_per_s": many, "serial_evals_per_s": one,
+                             "batch_workers": problem.parallel_width(),
+                             "bytes_per_op": (tg_bytes + 8 * (ni + nf)) / size})
                 print(_row(rows[-1]), flush=True)
     return rows
 
 
+HEADER = (f"{'ops':>7} {'dev':>3} {'strategy':<14} {'tasks':>7} {'before':>8} {'full':>8} "
+          f"{'x':>5} {'ns/op':>7} {'core':>8} {'core bef':>8} {'x':>5} {'ns/op':>7} "
+          f"{'batch':>8} {'/serial':>7} {'B/op':>6}")
+
+
 def _row(r: dict) -> str:
     return (f"{r['ops']:>7} {r['devices']:>3} {r['strategy']:<14} {r['tasks']:>7} "
-            f"{r['evals_per_s']:>10.1f} {r['ns_per_op']:>9.1f} {r['core_evals_per_s']:>10.1f} "
-            f"{r['core_ns_per_op']:>9.1f}")
+            f"{r['before_evals_per_s']:>8.1f} {r['evals_per_s']:>8.1f} "
+            f"{r['evals_per_s'] / r['before_evals_per_s']:>5.2f} {r['ns_per_op']:>7.1f} "
+            f"{r['core_evals_per_s']:>8.1f} {r['core_before_evals_per_s']:>8.1f} "
+            f"{r['core_evals_per_s'] / r['core_before_evals_per_s']:>5.2f} "
+            f"{r['core_ns_per_op']:>7.1f} {r['batch_evals_per_s']:>8.1f} "
+            f"{r['batch_evals_per_s'] / r['serial_evals_per_s']:>7.2f} {r['bytes_per_op']:>6.0f}")
+
+
+def scaling(rows) -> list[dict]:
+    """Per (devices, strategy): the exponent b of core seconds ~ ops^b (least squares in logs)."""
+    out = []
+    keys = sorted({(r["devices"], r["strategy"]) for r in rows})
+    for dev, name in keys:
+        sel = [r for r in rows if (r["devices"], r["strategy"]) == (dev, name)]
+        if len(sel) < 2:
+            continue
+        x = np.log([r["ops"] for r in sel])
+        y = np.log([1.0 / r["core_evals_per_s"] for r in sel])
+        m = np.log([r["bytes_per_op"] * r["ops"] for r in sel])
+        out.append({"devices": dev, "strategy": name, "time_exponent": float(np.polyfit(x, y, 1)[0]),
+                    "memory_exponent": float(np.polyfit(x, m, 1)[0])})
+    return out
 
 
 def bench_bundled() -> list[dict]:
@@ -117,11 +188,23 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write all figures to FILE")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    simulate(*_tiny())  # compile (or load the cached compilation) outside the timings
-    print(f"first simulate (numba compile or cache load): {time.perf_counter() - t0:.2f} s\n")
-    print(f"{'ops':>7} {'dev':>3} {'strategy':<14} {'tasks':>7} {'evals/s':>10} {'ns/op':>9} "
-          f"{'core ev/s':>10} {'core ns/op':>9}")
+    graph, cluster, strategy = _tiny()
+    simulate(graph, cluster, strategy)  # compile (or load the cached compilation) outside the timings
+    simulate_before(graph, cluster, strategy, CostModel(graph, cluster))
+    print(f"first simulate, now and before (numba compile or cache load): "
+          f"{time.perf_counter() - t0:.2f} s; batch threads: {batch_workers()}\n")
+    print("evaluations per second (before / full = simulate(), core = the compiled loop alone; "
+          "x = after / before;\nbatch = Problem.evaluate_batch on all cores, /serial = its ratio "
+          "to Problem.evaluate one by one; B/op = bytes of task graph and work buffers per op)")
+    print(HEADER)
     out = {"synthetic": bench_synthetic(args.sizes, args.seconds)}
+    out["scaling"] = scaling(out["synthetic"])
+    if out["scaling"]:
+        print(f"\nscaling of the core loop with ops ({', '.join(map(str, args.sizes))}): "
+              "exponent of time and of memory (1 = linear)")
+        for s in out["scaling"]:
+            print(f"  {s['devices']} devices, {s['strategy']:<14} time {s['time_exponent']:.3f}"
+                  f"  memory {s['memory_exponent']:.3f}")
     if not args.no_bundled:
         print(f"\n{'bundled graph (8xV100-16GB-NVLink)':<42} {'ops':>6} {'edges':>6} {'parse ms':>9} "
               f"{'arrays ms':>10} {'costs ms':>9} {'sim DP ms':>12}")
