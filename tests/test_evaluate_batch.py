@@ -12,12 +12,12 @@ from moplace.core.baselines import BASELINES, baseline
 from moplace.core.genome import GenomeSpace
 from moplace.core.synthetic import layered_dag
 from moplace.optimize import problem as problem_module
-from moplace.optimize.problem import THREADED_MIN_TASKS, Problem
+from moplace.optimize.problem import THREADED_MIN_OPS, Problem
 
 
 @pytest.fixture(scope="module")
 def problem():
-    graph = layered_dag(THREADED_MIN_TASKS, width=16, seed=4)
+    graph = layered_dag(THREADED_MIN_OPS, width=16, seed=4)
     return Problem(graph, load_cluster("4xV100-NVLink"))
 
 

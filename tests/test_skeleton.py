@@ -78,3 +78,29 @@ def test_the_cache_is_bounded(monkeypatch):
             sk.skeleton_for(graph, s, costs)
             keys.add(sk.split_key(s))
     assert len(keys) > 3 and len(sk._CACHE[costs]) == 3
+
+
+def test_edges_sort_by_source_then_destination_stably():
+    from moplace.simulator._edgesort import sort_edges
+
+    rng = np.random.default_rng(5)
+    n_tasks, n_compute, m = 40, 36, 300
+    src = rng.integers(0, n_tasks, m)
+    dst = rng.integers(0, n_tasks, m)  # repeated (src, dst) pairs: stability shows
+    nbytes = rng.choice([0.0, 1.0, 5.0], m)
+    srcdev = rng.integers(0, 3, m)
+    moved = rng.random(m)
+    dev = rng.integers(0, 3, n_compute)
+    out = sort_edges(src, dst, nbytes, srcdev, moved, dev, n_compute, n_tasks)
+    e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge = out
+    order = np.lexsort((dst, src))  # stable: by source, then destination, then input order
+    for got, want in ((e_src, src), (e_dst, dst), (e_bytes, nbytes), (e_srcdev, srcdev),
+                      (e_moved, moved)):
+        np.testing.assert_array_equal(got, want[order])
+    dst_dev = np.where(e_dst < n_compute, dev[np.minimum(e_dst, n_compute - 1)], -1)
+    np.testing.assert_array_equal(e_local, (e_dst >= n_compute) | (e_srcdev == dst_dev)
+                                  | (e_bytes <= 0))
+    np.testing.assert_array_equal(out_ptr, np.searchsorted(e_src, np.arange(n_tasks + 1)))
+    np.testing.assert_array_equal(in_edge, np.argsort(e_dst, kind="stable"))
+    counts = np.bincount(e_dst, minlength=n_tasks)
+    np.testing.assert_array_equal(in_ptr, np.concatenate([[0], np.cumsum(counts)]))

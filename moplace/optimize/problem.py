@@ -38,7 +38,7 @@ from ..simulator.evaluation import Evaluation
 
 #: below this many ops, `Problem.evaluate_batch` evaluates one by one: the Python around the
 #: event loop (validation, task-graph build, scoring) holds the GIL and would serialise threads
-THREADED_MIN_TASKS = 2000
+THREADED_MIN_OPS = 2000
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
@@ -112,16 +112,16 @@ class Problem:
         side by side on the problem's own arrays, with no copy or pickling of task graphs, and
         each thread keeps its work buffers. ``workers``: threads to use (default:
         `parallel_width`). Graphs too small for the event loop to
-        outweigh the Python around it (`THREADED_MIN_TASKS`) are evaluated one by one."""
+        outweigh the Python around it (`THREADED_MIN_OPS`) are evaluated one by one."""
         strategies = list(strategies)
         n = self.parallel_width() if workers is None else int(workers)
-        if n <= 1 or len(strategies) <= 1 or len(self.graph.ops) < THREADED_MIN_TASKS:
+        if n <= 1 or len(strategies) <= 1 or len(self.graph.ops) < THREADED_MIN_OPS:
             return [self.evaluate(s) for s in strategies]
         return list(_pool(n).map(self.evaluate, strategies))
 
     def parallel_width(self) -> int:
         """Strategies `evaluate_batch` scores at once: one per core, or 1 for a small graph."""
-        return batch_workers() if len(self.graph.ops) >= THREADED_MIN_TASKS else 1
+        return batch_workers() if len(self.graph.ops) >= THREADED_MIN_OPS else 1
 
     def violation(self, trace) -> float:
         """Bytes by which ``trace`` breaks capacity and the user's limits (0: feasible)."""

@@ -303,24 +303,3 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
         transfers[x, 4] = x_start[x]
         transfers[x, 5] = x_end[x]
     return sent, recv, peak, n_x, n_done, transfers, memory[:n_mem]
-
-
-@njit(cache=True, error_model="numpy")
-def group_by(keys, n_keys):
-    """Stable counting sort of integer ``keys`` in 0..n_keys-1, in O(len + n_keys).
-
-    Returns (ptr, order): ``keys[order]`` is non-decreasing, equal keys keep their order, and
-    the positions holding key k are ``order[ptr[k]:ptr[k + 1]]``.
-    """
-    ptr = np.zeros(n_keys + 1, np.int64)
-    for i in range(keys.shape[0]):
-        ptr[keys[i] + 1] += 1
-    for k in range(n_keys):
-        ptr[k + 1] += ptr[k]
-    fill = ptr[:-1].copy()
-    order = np.empty(keys.shape[0], np.int64)
-    for i in range(keys.shape[0]):
-        k = keys[i]
-        order[fill[k]] = i
-        fill[k] += 1
-    return ptr, order

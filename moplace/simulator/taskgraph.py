@@ -28,7 +28,7 @@ from ..arrays import segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS, OpGraph
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
-from ._simcore import group_by
+from ._edgesort import sort_edges
 
 _UPDATE = ROLES.index("update")
 _DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1
@@ -317,14 +317,7 @@ def _sorted_edges(src, dst, nb, sdev, moved, dev, n_compute, n_tasks) -> dict:
 
     e_src, e_dst = cat(src, np.int64), cat(dst, np.int64)
     e_bytes, e_srcdev, e_moved = cat(nb, np.float64), cat(sdev, np.int64), cat(moved, np.float64)
-    # sort by (src, dst): two stable counting-sort passes, least significant key first
-    _, by_dst = group_by(e_dst, n_tasks)
-    out_ptr, by_src = group_by(e_src[by_dst], n_tasks)
-    order = by_dst[by_src]
-    e_src, e_dst, e_bytes, e_srcdev = e_src[order], e_dst[order], e_bytes[order], e_srcdev[order]
-    e_moved = e_moved[order]
-    dst_dev = np.where(e_dst < n_compute, dev[np.minimum(e_dst, n_compute - 1)], -1)
-    e_local = (e_dst >= n_compute) | (e_srcdev == dst_dev) | (e_bytes <= 0)
-    in_ptr, in_edge = group_by(e_dst, n_tasks)
+    (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr,
+     in_edge) = sort_edges(e_src, e_dst, e_bytes, e_srcdev, e_moved, dev, n_compute, n_tasks)
     return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
                 out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge, moved_bytes=e_moved)
