@@ -37,9 +37,8 @@ import numpy as np
 from moplace import CostModel, Strategy, baseline, list_bundled, load_cluster, load_graph
 from moplace.core.synthetic import layered_dag
 from moplace.optimize.problem import Problem, batch_workers
-from moplace.simulator._simcore import work_sizes
 from moplace.simulator.build import build_task_graph
-from moplace.simulator.engine import run_task_graph, simulate
+from moplace.simulator.engine import run_task_graph, simulate, work_sizes
 from moplace.simulator.reference import reference_trace
 from moplace.simulator.taskgraph import build_split_task_graph, unsplit_task_graph
 

@@ -81,7 +81,7 @@ def test_the_cache_is_bounded(monkeypatch):
 
 
 def test_edges_sort_by_source_then_destination_stably():
-    from moplace.simulator._edgesort import sort_edges
+    from moplace.simulator.taskgraph import sort_edges
 
     rng = np.random.default_rng(5)
     n_tasks, n_compute, m = 40, 36, 300
