@@ -23,7 +23,8 @@ def _assert_same(a, b, what):
             assert va == vb, f"{what}: {name}"
 
 
-@pytest.mark.parametrize("cluster_name", ["4xV100-NVLink", "2x4xV100-IB100"])
+@pytest.mark.parametrize("cluster_name", ["4xV100-NVLink",
+                                          pytest.param("2x4xV100-IB100", marks=pytest.mark.slow)])
 def test_instances_equal_full_builds(cluster_name):
     cluster = load_cluster(cluster_name)
     rng = np.random.default_rng(0)

@@ -104,3 +104,40 @@ def _mem_put(memory, k, t, d, v):
     memory[k, 1] = d
     memory[k, 2] = v
     return k + 1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rq4_push(rq, key, base, n, p, task):
+    """`_rq_push` on a 4-ary heap: half the levels, so half the hard-to-predict branches."""
+    k = n
+    while k > 0:
+        par = (k - 1) >> 2
+        if not _rq_before(p, task, key[base + par], rq[base + par]):
+            break
+        rq[base + k], key[base + k] = rq[base + par], key[base + par]
+        k = par
+    rq[base + k], key[base + k] = task, p
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rq4_pop(rq, key, base, n):
+    """`_rq_pop` on a 4-ary heap (the same task comes out: the order is total)."""
+    top = rq[base]
+    n -= 1
+    last, lk = rq[base + n], key[base + n]
+    k = 0
+    while True:
+        c = 4 * k + 1
+        if c >= n:
+            break
+        best = c
+        end = min(c + 4, n)
+        for j in range(c + 1, end):
+            if _rq_before(key[base + j], rq[base + j], key[base + best], rq[base + best]):
+                best = j
+        if not _rq_before(key[base + best], rq[base + best], lk, last):
+            break
+        rq[base + k], key[base + k] = rq[base + best], key[base + best]
+        k = best
+    rq[base + k], key[base + k] = last, lk
+    return top

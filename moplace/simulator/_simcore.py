@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._heaps import _ev_pop, _ev_push, _mem_put, _rq_pop, _rq_push
+from ._heaps import _ev_pop, _ev_push, _mem_put, _rq4_pop as _rq_pop, _rq4_push as _rq_push
 
 
 def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
