@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # threads of Problem.evaluate_batch build side by side
 def sort_edges(src, dst, nbytes, srcdev, moved, dev, n_compute, n_tasks):
     """Edges sorted by (src, dst), stably, as (e_src, e_dst, e_bytes, e_srcdev, e_moved,
     e_local, out_ptr, in_ptr, in_edge). ``dev``: the device of each compute task; an edge is
