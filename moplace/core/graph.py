@@ -218,8 +218,7 @@ class OpGraph:
         raise GraphError(f"edge endpoint {ref!r} is not an op name or index in 0..{len(self.ops) - 1}")
 
     def _check_acyclic(self) -> None:
-        src, dst = self._endpoints()
-        if lexicographic_topo_order(len(self.ops), src, dst).size == len(self.ops):
+        if self._topo_order.size == len(self.ops):
             return
         cycle = nx.find_cycle(self.to_networkx())  # only to name the cycle
         names = [u for u, _ in cycle] + [cycle[0][0]]
@@ -291,6 +290,12 @@ class OpGraph:
         _, first = np.unique(group, return_index=True)  # ids are 0..n_groups-1, all used
         return first.astype(np.int64)[group]
 
+    @cached_property
+    def _topo_order(self) -> np.ndarray:
+        """Ops in lexicographic topological order (fewer than all of them on a cycle): found
+        once, by the cycle check, and kept for ``arrays.topo``."""
+        return lexicographic_topo_order(len(self.ops), *self._endpoints())
+
     def _endpoints(self) -> tuple[np.ndarray, np.ndarray]:
         """Source and destination op of every edge, as int64 arrays."""
         m = len(self.edges)
@@ -306,7 +311,7 @@ class OpGraph:
         out_ptr, out_edge = _csr(src, n)
         in_ptr, in_edge = _csr(dst, n)
         group, n_groups = _group_ids(self.ops)
-        topo = lexicographic_topo_order(n, src, dst)
+        topo = self._topo_order
         compiled = CompiledGraph(
             src=src, dst=dst, edge_bytes=nbytes, out_ptr=out_ptr, out_edge=out_edge,
             in_ptr=in_ptr, in_edge=in_edge,

@@ -14,6 +14,12 @@ from numba import njit
 from ._heaps import _ev_pop, _ev_push, _mem_put, _rq4_pop as _rq_pop, _rq4_push as _rq_push
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _take(buf, o, k):
+    """The view ``buf[o:o + k]`` and the offset after it."""
+    return buf[o:o + k], o + k
+
+
 def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
                record: bool) -> tuple[int, int]:
     """Lengths of the int64 and float64 work buffers `simulate_core` needs for a task graph of
@@ -21,7 +27,7 @@ def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
     cap = n + n_e + 1
     rec = n_e if record else 0
     return (3 * n + n_compute + 2 * cap + 6 * n_e + 5 * n_dev + 1 + rec,
-            3 * n_dev + n_res + n_compute + cap + n_e + 2 * rec)
+            2 * n_dev + n_res + n_compute + cap + n_e + 2 * rec)
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # threads run it side by side
@@ -44,55 +50,37 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     n_e = e_dst.shape[0]
     cap = n + n_e + 1
     n_rec = n_e if record else 0
-    # the work buffers, carved into views (nothing is copied)
-    pending = iw[0:n]
-    refs = iw[n:2 * n]  # holders of a task's output: local consumers + transfers out
-    ready_stack = iw[2 * n:3 * n]  # collectives whose inputs are all in, to be started
-    o = 3 * n
-    rq = iw[o:o + n_compute]
-    o += n_compute
-    ev_s = iw[o:o + cap]
-    o += cap
-    ev_i = iw[o:o + cap]
-    o += cap
-    x_dst = iw[o:o + n_e]
-    o += n_e
-    x_task = iw[o:o + n_e]
-    o += n_e
-    x_refs = iw[o:o + n_e]
-    o += n_e
-    edge_x = iw[o:o + n_e]  # the transfer that brought edge e's data (written before read)
-    o += n_e
+    # the work buffers, carved into views (nothing is copied), in `work_sizes`' order
+    pending, o = _take(iw, 0, n)
+    refs, o = _take(iw, o, n)  # holders of a task's output: local consumers + transfers out
+    ready_stack, o = _take(iw, o, n)  # collectives whose inputs are all in, to be started
+    rq, o = _take(iw, o, n_compute)
+    ev_s, o = _take(iw, o, cap)
+    ev_i, o = _take(iw, o, cap)
+    x_dst, o = _take(iw, o, n_e)
+    x_task, o = _take(iw, o, n_e)
+    x_refs, o = _take(iw, o, n_e)
+    edge_x, o = _take(iw, o, n_e)  # the transfer that brought edge e's data (written first)
     # each edge in one number, read in order: its consumer when local, -1 - it when not
-    out_code = iw[o:o + n_e]
-    o += n_e
+    out_code, o = _take(iw, o, n_e)
     # each in-edge of a task (in in_edge's order): its producer when local, -1 - the edge not
-    in_code = iw[o:o + n_e]
-    o += n_e
-    rq_base = iw[o:o + n_dev + 1]
-    o += n_dev + 1
-    rq_n = iw[o:o + n_dev]
-    o += n_dev
-    busy = iw[o:o + n_dev]
-    o += n_dev
-    x_of_dev = iw[o:o + n_dev]
-    o += n_dev
-    touched = iw[o:o + n_dev]
-    o += n_dev
-    x_src = iw[o:o + n_rec]
-    cur = fw[0:n_dev]
-    xb = fw[n_dev:2 * n_dev]
-    res_free = fw[2 * n_dev:2 * n_dev + n_res]
-    f = 2 * n_dev + n_res
-    rq_key = fw[f:f + n_compute]
-    f += n_compute
-    ev_t = fw[f:f + cap]
-    f += cap
-    x_bytes = fw[f:f + n_e]
-    f += n_e
-    x_start = fw[f:f + n_rec]
-    f += n_rec
-    x_end = fw[f:f + n_rec]
+    in_code, o = _take(iw, o, n_e)
+    rq_base, o = _take(iw, o, n_dev + 1)
+    rq_n, o = _take(iw, o, n_dev)
+    busy, o = _take(iw, o, n_dev)
+    x_of_dev, o = _take(iw, o, n_dev)
+    touched, o = _take(iw, o, n_dev)
+    x_src, o = _take(iw, o, n_rec)
+    cur, f = _take(fw, 0, n_dev)
+    xb, f = _take(fw, f, n_dev)
+    res_free, f = _take(fw, f, n_res)
+    rq_key, f = _take(fw, f, n_compute)
+    ev_t, f = _take(fw, f, cap)
+    x_bytes, f = _take(fw, f, n_e)
+    x_start, f = _take(fw, f, n_rec)
+    x_end, f = _take(fw, f, n_rec)
+    if o > iw.shape[0] or f > fw.shape[0]:
+        raise ValueError("simulate_core: work buffers smaller than work_sizes says")
 
     sent = np.zeros(n_dev)
     recv = np.zeros(n_dev)

@@ -111,10 +111,10 @@ class Skeleton:
         self.gated_dst = tg.e_dst[self.gated]
         self.gated_bytes = moved_bytes[self.gated]
         n_coll = tg.n_tasks - nc
-        self.first = tg.coll_dev[tg.coll_ptr[:-1]] if n_coll else np.zeros(0, np.int64)
-        self.member = np.zeros((n_coll, max(int(tg.dev.max(initial=0)) + 1, 1)), bool)
-        rows = np.repeat(np.arange(n_coll), np.diff(tg.coll_ptr))
-        self.member[rows, tg.coll_dev] = True
+        self.first = tg.coll_dev[tg.coll_ptr[:-1]]  # each ring's first device
+        #: member[c, d]: device d is on the ring of collective c
+        self.member = np.zeros((n_coll, costs.cluster.n_devices), bool)
+        self.member[np.repeat(np.arange(n_coll), np.diff(tg.coll_ptr)), tg.coll_dev] = True
         self.nbytes = sum(v.nbytes for v in (*vars(tg).values(), *vars(self).values())
                           if isinstance(v, np.ndarray))
 
@@ -130,8 +130,7 @@ class Skeleton:
         e_bytes = tg.e_bytes
         if self.gated.size:
             d = dev[self.gated_dst]
-            member = self.member
-            here = (d < member.shape[1]) & member[self.gated_c, np.minimum(d, member.shape[1] - 1)]
+            here = self.member[self.gated_c, d]
             e_bytes = e_bytes.copy()
             e_bytes[self.gated] = np.where(here, 0.0, self.gated_bytes)
             e_srcdev[self.gated] = np.where(here, d, self.first[self.gated_c])

@@ -69,8 +69,8 @@ def schedule_candidates(problem, schedule: Callable[[ListSchedInput], ListSchedR
         inp = dataclasses.replace(base, op_memory=op_memory(problem, budget), topo=base.topo)
         for grouping in GROUPINGS:
             if grouping == "regrouped":
-                if base.group.max() + 1 == base.group.size:
-                    continue  # no groups: the same schedule
+                if graph.arrays.n_groups == len(graph.ops):
+                    continue  # no co-location groups: the same schedule
                 free = dataclasses.replace(inp, group=np.arange(base.group.size), topo=base.topo)
                 result = schedule(free)
                 placement = regroup(base.group, result.placement, weight, problem.n_devices)
