@@ -219,3 +219,24 @@ def test_normalized_priority_keeps_order_and_ties():
         for j in range(p.size):
             assert (p[i] < p[j]) == (q[i] < q[j]) and (p[i] == p[j]) == (q[i] == q[j])
     assert normalized_priority(np.array([2.0])).tolist() == [0.5]
+
+
+def test_exact_duplicates_finds_what_pymoos_distance_test_finds():
+    from pymoo.core.duplicate import DefaultDuplicateElimination
+    from pymoo.core.population import Population
+    from searchers.nsga2.operators import ExactDuplicates
+
+    rng = np.random.default_rng(3)
+    X = np.round(rng.random((40, 300)) * 3) / 3  # few distinct values: duplicates happen
+    X[:, :250] = 0.0
+    X[5] = X[2]
+    X[9] = X[4]
+    X[9, :250] = -0.0  # -0.0 genes equal 0.0
+    X[17] = X[12]
+    other = np.vstack([X[30:], rng.random((5, 300))])
+    X[25] = other[-1]
+    pop, ref = Population.new(X=X[:30]), Population.new(X=other)
+    for args in ((), (ref,)):
+        ours = ExactDuplicates().do(pop, *args, return_indices=True)[2]
+        pymoo = DefaultDuplicateElimination().do(pop, *args, return_indices=True)[2]
+        assert ours == pymoo and {5, 9, 17} <= set(ours)

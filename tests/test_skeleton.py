@@ -81,27 +81,81 @@ def test_the_cache_is_bounded(monkeypatch):
     assert len(keys) > 3 and len(sk._CACHE[costs]) == 3
 
 
-def test_edges_sort_by_source_then_destination_stably():
-    from moplace.simulator.taskgraph import sort_edges
+def _edges_by_hand(graph, strategy, n_compute, dev, coll_ops, coll_devs):
+    """A split task graph's edges from the definitions, one pair of parts at a time: a part
+    holds its slice of the unit square (batch, channel) and a consumer part needs its batch
+    slice (batch split, not an update), its channel shard (channel-split update) or all."""
+    n = len(graph.ops)
+    parts = [strategy.splits[i].parts if i in strategy.splits else 1 for i in range(n)]
+    dims = [strategy.splits[i].dim if i in strategy.splits else None for i in range(n)]
+    first = np.concatenate([[0], np.cumsum(parts)])
+    coll = {op: c for c, op in enumerate(coll_ops)}
 
-    rng = np.random.default_rng(5)
-    n_tasks, n_compute, m = 40, 36, 300
-    src = rng.integers(0, n_tasks, m)
-    dst = rng.integers(0, n_tasks, m)  # repeated (src, dst) pairs: stability shows
-    nbytes = rng.choice([0.0, 1.0, 5.0], m)
-    srcdev = rng.integers(0, 3, m)
-    moved = rng.random(m)
-    dev = rng.integers(0, 3, n_compute)
-    out = sort_edges(src, dst, nbytes, srcdev, moved, dev, n_compute, n_tasks)
-    e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge = out
-    order = np.lexsort((dst, src))  # stable: by source, then destination, then input order
-    for got, want in ((e_src, src), (e_dst, dst), (e_bytes, nbytes), (e_srcdev, srcdev),
-                      (e_moved, moved)):
-        np.testing.assert_array_equal(got, want[order])
-    dst_dev = np.where(e_dst < n_compute, dev[np.minimum(e_dst, n_compute - 1)], -1)
-    np.testing.assert_array_equal(e_local, (e_dst >= n_compute) | (e_srcdev == dst_dev)
-                                  | (e_bytes <= 0))
-    np.testing.assert_array_equal(out_ptr, np.searchsorted(e_src, np.arange(n_tasks + 1)))
-    np.testing.assert_array_equal(in_edge, np.argsort(e_dst, kind="stable"))
-    counts = np.bincount(e_dst, minlength=n_tasks)
-    np.testing.assert_array_equal(in_ptr, np.concatenate([[0], np.cumsum(counts)]))
+    def box(k, n_parts, dim):
+        part = (k / n_parts, (k + 1) / n_parts)
+        return (part, (0.0, 1.0)) if dim == "batch" else ((0.0, 1.0), part) if dim == "channel" \
+            else ((0.0, 1.0), (0.0, 1.0))
+
+    def overlap(x, y):
+        return max(0.0, min(x[1], y[1]) - max(x[0], y[0]))
+
+    rows = []  # (src task, dst task, bytes, source device, bytes when moved)
+    for e in sorted(graph.edges, key=lambda e: (e.src, e.dst)):
+        u, v = e.src, e.dst
+        update = graph.ops[v].role == "update"
+        if u in coll and update:  # the reduced gradient, from the all-reduce
+            for j in range(parts[v]):
+                d = int(dev[first[v] + j])
+                here = d in coll_devs[coll[u]]
+                rows.append((n_compute + coll[u], first[v] + j, 0.0 if here else e.bytes,
+                             d if here else coll_devs[coll[u]][0], e.bytes))
+            continue
+        need = ("batch" if dims[v] == "batch" and not update
+                else "channel" if dims[v] == "channel" and update else None)
+        for k in range(parts[u]):
+            held = box(k, parts[u], dims[u])
+            for j in range(parts[v]):
+                wanted = box(j, parts[v], need)
+                f = overlap(held[0], wanted[0]) * overlap(held[1], wanted[1])
+                if f > 0:
+                    b = e.bytes * f
+                    rows.append((first[u] + k, first[v] + j, b, int(dev[first[u] + k]), b))
+    for u, c in coll.items():  # every part feeds its op's all-reduce
+        for k in range(parts[u]):
+            rows.append((first[u] + k, n_compute + c, 0.0, int(dev[first[u] + k]), 0.0))
+    return sorted(rows, key=lambda r: (r[0], r[1]))
+
+
+@pytest.mark.parametrize("cluster_name", ["4xV100-NVLink", "2x4xV100-IB100"])
+def test_split_edges_are_the_pairs_of_parts_that_share_data(cluster_name):
+    cluster = load_cluster(cluster_name)
+    rng = np.random.default_rng(7)
+    kinds = set()
+    for name in ("pipedream:resnet18", "dnn:LayerGraphs/bert24_training",
+                 "dnn:OperatorGraphs/bert_l-3_training"):
+        graph = load_graph(name)
+        costs = CostModel(graph, cluster)
+        space = GenomeSpace(graph, cluster.n_devices)
+        for s in [space.decode(x) for x in space.sample(2, rng)] + [
+                baseline("data-parallel", graph, cluster.n_devices)]:
+            tg, moved = build_split_task_graph(graph, s, costs)
+            nc = tg.n_compute
+            coll_ops = tg.task_op[nc:].tolist()
+            coll_devs = [tg.coll_dev[tg.coll_ptr[c]:tg.coll_ptr[c + 1]].tolist()
+                         for c in range(len(coll_ops))]
+            want = _edges_by_hand(graph, s, nc, tg.dev, coll_ops, coll_devs)
+            got = list(zip(tg.e_src.tolist(), tg.e_dst.tolist(), tg.e_bytes.tolist(),
+                           tg.e_srcdev.tolist(), moved.tolist()))
+            assert len(got) == len(want), name
+            for g, w in zip(got, want):
+                assert g[:2] == w[:2] and g[3] == w[3], (name, g, w)
+                assert g[2] == pytest.approx(w[2], rel=1e-12) and g[4] == pytest.approx(w[4], rel=1e-12)
+                kinds.add("collective" if g[0] >= nc else "control" if g[1] >= nc else "parts")
+            local = (tg.e_dst >= nc) | (tg.e_bytes <= 0) | (
+                tg.e_srcdev == tg.dev[np.minimum(tg.e_dst, nc - 1)])
+            np.testing.assert_array_equal(tg.e_local, local)
+            np.testing.assert_array_equal(tg.out_ptr, np.searchsorted(tg.e_src, np.arange(tg.n_tasks + 1)))
+            np.testing.assert_array_equal(tg.in_edge, np.argsort(tg.e_dst, kind="stable"))
+            np.testing.assert_array_equal(
+                tg.in_ptr, np.concatenate([[0], np.cumsum(np.bincount(tg.e_dst, minlength=tg.n_tasks))]))
+    assert kinds == {"collective", "control", "parts"}

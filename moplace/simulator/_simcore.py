@@ -135,7 +135,9 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
 
     now = 0.0
     n_done = 0
-    wake = True
+    # devices that may start a task: those that fell idle or, idle, got a ready task (bit d
+    # of wmask; beyond 62 devices any flag means a scan of all)
+    wmask = (1 << n_dev) - 1 if n_dev <= 62 else 1
     while True:
         while n_ready > 0:  # collectives start at once, holding their ring's links
             n_ready -= 1
@@ -154,10 +156,13 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
             end[t] = f
             ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, f, seq, t)
             seq += 1
-        # idle devices start their highest-priority ready task (only worth a look when a
-        # device fell idle or an idle one got a ready task: otherwise none can start)
-        for d in range(n_dev if wake else 0):
-            if busy[d] == 0 and rq_n[d] > 0:
+        # idle devices start their highest-priority ready task, in device order; only those
+        # flagged can (a scan of every device cost 10% of the loop on 4 devices, more on 8)
+        m = wmask if n_dev <= 62 else (-1 if wmask else 0)
+        wmask = 0
+        d = 0
+        while m != 0 and d < n_dev:
+            if (m & 1) and busy[d] == 0 and rq_n[d] > 0:
                 t = _rq_pop(rq, rq_key, rq_base[d], rq_n[d])
                 rq_n[d] -= 1
                 busy[d] = 1
@@ -171,7 +176,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     peak[d] = cur[d]
                 ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, fin, seq, t)
                 seq += 1
-        wake = False
+            m >>= 1
+            d += 1
         if ev_n == 0:
             break
         now = ev_t[0]
@@ -182,7 +188,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 n_done += 1
                 if t < n_compute:
                     busy[dev[t]] = 0
-                    wake = True
+                    wmask |= 1 << min(dev[t], 62)
                 # release inputs held for this task
                 for k in range(in_ptr[t], in_ptr[t + 1]):
                     code = in_code[k]
@@ -212,7 +218,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                                 dc = dev[c]
                                 _rq_push(rq, rq_key, rq_base[dc], rq_n[dc], prio[c], c)
                                 rq_n[dc] += 1
-                                wake |= busy[dc] == 0
+                                wmask |= (busy[dc] == 0) << min(dc, 62)
                             else:
                                 ready_stack[n_ready] = c
                                 n_ready += 1
@@ -278,7 +284,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                             if c < n_compute:
                                 _rq_push(rq, rq_key, rq_base[dd], rq_n[dd], prio[c], c)
                                 rq_n[dd] += 1
-                                wake |= busy[dd] == 0
+                                wmask |= (busy[dd] == 0) << min(dd, 62)
                             else:
                                 ready_stack[n_ready] = c
                                 n_ready += 1

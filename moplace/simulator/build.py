@@ -29,6 +29,7 @@ import numpy as np
 from ..core.strategy import Strategy
 from ..core.graph import OpGraph
 from ..costs.costmodel import CostModel
+from ._fill import fill_instance
 from .taskgraph import TaskGraph, build_split_task_graph, unsplit_task_graph
 
 #: skeletons kept per cost model, and their arrays' bytes in all (the oldest go first)
@@ -103,8 +104,6 @@ class Skeleton:
         #: tasks of unsplit ops: the placement decides their device and duration
         self.free = np.flatnonzero(np.diff(tg.op_ptr)[tg.task_op[:nc]] == 1)
         self.free_op = tg.task_op[self.free]
-        self.coll_dst = tg.e_dst >= nc
-        self.dst_task = np.minimum(tg.e_dst, max(nc - 1, 0))
         #: edges from an all-reduce to an update op
         self.gated = np.flatnonzero(tg.e_src >= nc)
         self.gated_c = tg.e_src[self.gated] - nc
@@ -120,22 +119,15 @@ class Skeleton:
 
     def instance(self, strategy: Strategy, costs) -> TaskGraph:
         """The task graph of ``strategy``, which has this skeleton's splits."""
-        tg, nc, free = self.tg, self.tg.n_compute, self.free
-        dev, dur = tg.dev.copy(), tg.dur.copy()
-        dev[free] = strategy.placement[self.free_op]
-        dur[free] = costs.compute[self.free_op, dev[free]]
-        prio = strategy.priority[tg.task_op]
-        prio[nc:] = 0.0
-        e_srcdev = dev[tg.e_src]
-        e_bytes = tg.e_bytes
-        if self.gated.size:
-            d = dev[self.gated_dst]
-            here = self.member[self.gated_c, d]
-            e_bytes = e_bytes.copy()
-            e_bytes[self.gated] = np.where(here, 0.0, self.gated_bytes)
-            e_srcdev[self.gated] = np.where(here, d, self.first[self.gated_c])
-        dst_dev = np.where(self.coll_dst, -1, dev[self.dst_task])
-        e_local = self.coll_dst | (e_srcdev == dst_dev) | (e_bytes <= 0)
+        tg = self.tg
+        dev, dur, prio = np.empty_like(tg.dev), np.empty_like(tg.dur), np.empty(tg.n_tasks)
+        e_bytes, e_srcdev = np.empty_like(tg.e_bytes), np.empty_like(tg.e_srcdev)
+        e_local = np.empty(tg.e_src.size, bool)
+        fill_instance(tg.dev, tg.dur, self.free, self.free_op, strategy.placement, costs.compute,
+                      strategy.priority, tg.task_op, tg.n_compute, tg.e_src, tg.e_dst, tg.e_bytes,
+                      self.gated, self.gated_c, self.gated_dst, self.gated_bytes, self.member,
+                      self.first, dev, dur, prio, e_bytes, e_srcdev, e_local)
+        nc = tg.n_compute
         return TaskGraph(
             n_compute=nc, task_op=tg.task_op, dev=dev, dur=dur, prio=prio,
             out_bytes=tg.out_bytes, param_bytes=tg.param_bytes, e_src=tg.e_src, e_dst=tg.e_dst,

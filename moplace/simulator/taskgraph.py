@@ -13,8 +13,9 @@ all-reduce of its weight gradient among its parts' devices, after all its parts.
 with role ``update`` read the reduced gradient from the collective (locally when they run on one
 of the ring's devices); its other consumers read the parts' outputs as usual.
 
-Everything here is vectorised numpy: the Python loops run over distinct split shapes and over
-collectives, not over ops.
+Everything here is vectorised numpy, but for the edges, made in one compiled pass already in
+order (`moplace.simulator._edgebuild`): the Python loops run over distinct split shapes and
+rings, not over ops.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..arrays import segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS, OpGraph
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
-from ._edgesort import sort_edges
+from ._edgebuild import build_edges
 
 _UPDATE = ROLES.index("update")
 _DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1
@@ -268,56 +269,40 @@ def _len(x, y) -> float:
 
 
 def _edges(a, ptr, parts, dims, dev, colls: _Collectives, n_compute) -> dict:
-    src, dst, nb, sdev, moved = [], [], [], [], []
+    """The task edges, sorted by (source, destination), and their CSR indexes (`build_edges`)."""
     coll_of_op = np.full(parts.size, -1, np.int64)
     coll_of_op[colls.ops] = np.arange(colls.ops.size)
-    # every part of a collective's op feeds the collective (control edges, nothing moves)
-    parts_in = np.flatnonzero(coll_of_op[np.repeat(np.arange(parts.size), parts)] >= 0)
-    c = coll_of_op[np.repeat(np.arange(parts.size), parts)[parts_in]]
-    src.append(parts_in), dst.append(n_compute + c), nb.append(np.zeros(c.size)), sdev.append(dev[parts_in])
-    moved.append(nb[-1])
-    # update ops read the reduced gradient from the collective: locally on a ring device
+    # update ops read the reduced gradient from the collective, not from the parts
     gated = (coll_of_op[a.src] >= 0) & (a.role[a.dst] == _UPDATE)
-    g = np.flatnonzero(gated)
-    counts = parts[a.dst[g]]
-    e_rep = np.repeat(g, counts)
-    v_task = ptr[a.dst[e_rep]] + segment_ranks(counts)
-    c = coll_of_op[a.src[e_rep]]
-    here = colls.on_ring(c, dev[v_task])
-    src.append(n_compute + c), dst.append(v_task)
-    nb.append(np.where(here, 0.0, a.edge_bytes[e_rep]))
-    sdev.append(np.where(here, dev[v_task], colls.first[c]))
-    moved.append(a.edge_bytes[e_rep])
-    k = len(nb)
-    _plain_edges(a, np.flatnonzero(~gated), ptr, parts, dims, dev, src, dst, nb, sdev)
-    moved.extend(nb[k:])
-    return _sorted_edges(src, dst, nb, sdev, moved, dev, n_compute, n_compute + colls.ops.size)
-
-
-def _plain_edges(a, plain, ptr, parts, dims, dev, src, dst, nb, sdev) -> None:
-    """Part-to-part edges of ordinary op edges, by overlap of held and needed slices."""
-    u, v = a.src[plain], a.dst[plain]
-    # one int64 key per edge shape: (parts, dim) of producer and (parts, needed dim) of consumer
-    nd = _need_dim(a.role[v], dims[v])
-    keys = ((parts[u] * 4 + dims[u] + 1) << 32) | (parts[v] * 4 + nd + 1)
-    uniq, inverse = np.unique(keys, return_inverse=True)
-    for g, key in enumerate(uniq.tolist()):
-        hi, lo = key >> 32, key & 0xFFFFFFFF
-        nu, du, nv, dv = hi // 4, hi % 4 - 1, lo // 4, lo % 4 - 1
-        sel = plain if len(uniq) == 1 else plain[inverse.ravel() == g]
-        ks, js, fs = _overlap(int(nu), int(du), int(nv), int(dv))
-        s = (ptr[a.src[sel]][:, None] + ks[None, :]).ravel()
-        src.append(s), dst.append((ptr[a.dst[sel]][:, None] + js[None, :]).ravel())
-        nb.append((a.edge_bytes[sel][:, None] * fs[None, :]).ravel()), sdev.append(dev[s])
-
-
-def _sorted_edges(src, dst, nb, sdev, moved, dev, n_compute, n_tasks) -> dict:
-    def cat(xs, dt):
-        return np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)
-
-    e_src, e_dst = cat(src, np.int64), cat(dst, np.int64)
-    e_bytes, e_srcdev, e_moved = cat(nb, np.float64), cat(sdev, np.int64), cat(moved, np.float64)
-    (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr,
-     in_edge) = sort_edges(e_src, e_dst, e_bytes, e_srcdev, e_moved, dev, n_compute, n_tasks)
+    edge_shape, shape_rows, row_j, row_f = _edge_shapes(a, parts, dims)
+    (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge) = build_edges(
+        a.out_ptr, a.out_edge, a.dst, a.edge_bytes, gated, edge_shape, shape_rows, row_j, row_f,
+        ptr, parts, dev, n_compute, coll_of_op, colls.ops, colls.masks, colls.first)
     return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
                 out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge, moved_bytes=e_moved)
+
+
+def _edge_shapes(a, parts, dims):
+    """Each graph edge's shape (parts and dimension of its producer, parts and needed slice of
+    its consumer) as an index ``s``, and per shape the (consumer part, fraction) rows of each
+    producer part k: rows ``shape_rows[s, k]:shape_rows[s, k + 1]`` of ``row_j``, ``row_f``."""
+    u, v = a.src, a.dst
+    width = int(parts.max()) + 1 if parts.size else 1
+    code = ((parts[u] * 3 + dims[u] + 1) * width + parts[v]) * 3 + _need_dim(a.role[v], dims[v]) + 1
+    seen = np.zeros(9 * width * width, bool)
+    seen[code] = True
+    present = np.flatnonzero(seen)
+    lookup = np.zeros(seen.size, np.int64)
+    lookup[present] = np.arange(present.size)
+    shape_rows = np.zeros((present.size, width + 1), np.int64)
+    row_j, row_f, offset = [], [], 0
+    for s, c in enumerate(present.tolist()):
+        nd, rest = c % 3 - 1, c // 3
+        nv, rest = rest % width, rest // width
+        du, nu = rest % 3 - 1, rest // 3
+        ks, js, fs = _overlap(nu, du, nv, nd)
+        shape_rows[s] = offset + np.searchsorted(ks, np.minimum(np.arange(width + 1), nu))
+        row_j.append(js), row_f.append(fs)
+        offset += ks.size
+    cat = (lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt))
+    return lookup[code], shape_rows, cat(row_j, np.int64), cat(row_f, np.float64)

@@ -261,6 +261,7 @@ def _partner(s: GenomeStructure, u: int, rng: np.random.Generator) -> int:
 from pymoo.core.crossover import Crossover  # noqa: E402
 from pymoo.core.mutation import Mutation  # noqa: E402
 from pymoo.core.repair import Repair  # noqa: E402
+from pymoo.core.duplicate import DuplicateElimination  # noqa: E402
 
 
 class GroupCrossover(Crossover):
@@ -299,3 +300,26 @@ class GenomeRepair(Repair):
 
     def _do(self, problem, X, **kwargs):
         return repair(self.s, np.array(X, dtype=np.float64))
+
+
+class ExactDuplicates(DuplicateElimination):
+    """pymoo's duplicate test (a genome equal to another, or to one of the population) by
+    hashing each genome's genes once, instead of pymoo's default matrix of Euclidean distances
+    between every offspring and every member (a duplicate: distance <= 1e-16). The same genomes
+    are duplicates unless two differ by less than 1e-16 in all, which the rounded device and
+    split genes and the clipped priorities do not produce. On 10,000 ops (about 30,000 genes)
+    the distance matrix took 62 ms a generation."""
+
+    def _do(self, pop, other, is_duplicate):
+        seen = set() if other is None else {_genes(x) for x in other.get("X")}
+        for i, x in enumerate(pop.get("X")):
+            key = _genes(x)
+            if key in seen:
+                is_duplicate[i] = True
+            else:
+                seen.add(key)
+        return is_duplicate
+
+
+def _genes(x) -> bytes:
+    return (np.asarray(x, np.float64) + 0.0).tobytes()  # + 0.0: -0.0 and 0.0 are equal genes

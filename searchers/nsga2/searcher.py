@@ -40,6 +40,7 @@ from moplace.errors import MoplaceError, StrategyError
 from moplace.optimize.searcher import Searcher
 
 from .operators import (
+    ExactDuplicates,
     GenomeRepair,
     GenomeStructure,
     GroupCrossover,
@@ -114,7 +115,7 @@ class Nsga2Searcher(Searcher):
             pop_size=self.pop_size, sampling=X0,
             crossover=GroupCrossover(self.structure, prob=self.crossover_prob),
             mutation=StructuredMutation(self.structure, self.rates),
-            repair=GenomeRepair(self.structure), eliminate_duplicates=True)
+            repair=GenomeRepair(self.structure), eliminate_duplicates=ExactDuplicates())
         self.algorithm.setup(self.shell, seed=int(self.rng.integers(2**31)),
                              termination=_no_termination(), verbose=False)
 

@@ -1,0 +1,116 @@
+"""A split task graph's edges, made in one compiled pass already in (source, destination)
+order, with their CSR indexes (numba).
+
+The graph's edges are sorted by (source op, destination op) and a task's id is its op's first
+task plus its part, so walking each task's op's out-edges in order, and each edge's consumer
+parts in order, gives every task's out-edges sorted by destination: no sort is needed. This
+replaced building the edges per edge shape with numpy and sorting them: a whole split task
+graph of an NSGA-II genome on 10,000 ops (28,514 tasks, 132,443 edges) took 12.4 ms to build,
+now 8.4 ms, of which 2-3 ms are the first touch of the new arrays' pages on this machine. It
+releases the GIL, so the threads of `Problem.evaluate_batch` build side by side.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_rows, row_j,
+                row_f, ptr, parts, dev, n_compute, coll_of_op, coll_op, coll_mask, coll_first):
+    """The task edges, as (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr,
+    in_ptr, in_edge).
+
+    - Part k of op u sends, along each of u's out-edges e to an op v that is not gated, to
+      every part j of v that needs data part k holds: rows ``shape_rows[s, k]`` to
+      ``shape_rows[s, k + 1]`` of (``row_j``, ``row_f``) for the edge's shape
+      ``s = edge_shape[e]``, moving ``g_bytes[e] * row_f``.
+    - Every part of an op with an all-reduce ``c`` (``coll_of_op``) feeds it (a control edge
+      into task ``n_compute + c``, nothing moves).
+    - An all-reduce of op u sends the reduced gradient along u's gated edges (to updates) to
+      every part of the update: read locally (no bytes) when the part's device is on the ring
+      (``coll_mask``), else from the ring's first device.
+
+    ``e_moved`` is what an edge moves when it moves data (differs from ``e_bytes`` only for a
+    gradient read on the ring); an edge is local when it goes into a collective, stays on its
+    device, or carries no bytes. ``in_edge`` lists each task's in-edges in edge order."""
+    n_ops = parts.shape[0]
+    n_coll = coll_op.shape[0]
+    n_tasks = n_compute + n_coll
+    out_ptr = np.zeros(n_tasks + 1, np.int64)
+    for u in range(n_ops):
+        extra = 1 if coll_of_op[u] >= 0 else 0
+        for k in range(parts[u]):
+            m = extra
+            for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
+                e = g_out_edge[q]
+                if not gated[e]:
+                    s = edge_shape[e]
+                    m += shape_rows[s, k + 1] - shape_rows[s, k]
+            out_ptr[ptr[u] + k + 1] = m
+    for c in range(n_coll):
+        u = coll_op[c]
+        m = 0
+        for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
+            e = g_out_edge[q]
+            if gated[e]:
+                m += parts[g_dst[e]]
+        out_ptr[n_compute + c + 1] = m
+    for t in range(n_tasks):
+        out_ptr[t + 1] += out_ptr[t]
+    m = out_ptr[n_tasks]
+    e_src = np.empty(m, np.int64)
+    e_dst = np.empty(m, np.int64)
+    e_bytes = np.empty(m)
+    e_srcdev = np.empty(m, np.int64)
+    e_moved = np.empty(m)
+    e_local = np.empty(m, np.bool_)
+    i = 0
+    for u in range(n_ops):
+        for k in range(parts[u]):
+            t = ptr[u] + k
+            sd = dev[t]
+            for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
+                e = g_out_edge[q]
+                if gated[e]:
+                    continue
+                s, first_v = edge_shape[e], ptr[g_dst[e]]
+                for r in range(shape_rows[s, k], shape_rows[s, k + 1]):
+                    d = first_v + row_j[r]
+                    b = g_bytes[e] * row_f[r]
+                    e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = t, d, b, sd, b
+                    e_local[i] = sd == dev[d] or b <= 0
+                    i += 1
+            if coll_of_op[u] >= 0:
+                e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = (
+                    t, n_compute + coll_of_op[u], 0.0, sd, 0.0)
+                e_local[i] = True
+                i += 1
+    for c in range(n_coll):
+        u = coll_op[c]
+        for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
+            e = g_out_edge[q]
+            if not gated[e]:
+                continue
+            v = g_dst[e]
+            for j in range(parts[v]):
+                d = ptr[v] + j
+                here = (coll_mask[c] >> dev[d]) & 1 == 1
+                b = 0.0 if here else g_bytes[e]
+                sd = dev[d] if here else coll_first[c]
+                e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = (
+                    n_compute + c, d, b, sd, g_bytes[e])
+                e_local[i] = sd == dev[d] or b <= 0
+                i += 1
+    in_ptr = np.zeros(n_tasks + 1, np.int64)
+    for i in range(m):
+        in_ptr[e_dst[i] + 1] += 1
+    for t in range(n_tasks):
+        in_ptr[t + 1] += in_ptr[t]
+    fill = in_ptr[:-1].copy()
+    in_edge = np.empty(m, np.int64)
+    for i in range(m):
+        in_edge[fill[e_dst[i]]] = i
+        fill[e_dst[i]] += 1
+    return e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge
