@@ -183,6 +183,8 @@ class SplitTable:
 
 
 def _check_splits(graph: OpGraph, strategy: Strategy, n_devices: int) -> None:
+    if not strategy.splits:
+        return
     t, n = strategy.split_table, len(graph.ops)
     bad = np.flatnonzero((t.ops < 0) | (t.ops >= n))
     if bad.size:

@@ -48,3 +48,15 @@ def fill_instance(base_dev, base_dur, free, free_op, placement, compute, priorit
     for e in range(e_src.shape[0]):
         dst = e_dst[e]
         e_local[e] = dst >= n_compute or e_srcdev[e] == dev[dst] or e_bytes[e] <= 0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def fill_unsplit(placement, compute, src, dst, edge_bytes, dur, e_srcdev, e_local):
+    """The arrays of a strategy without splits that depend on its placement: each op's
+    duration on its device, where each edge's data leaves from, and whether it stays."""
+    for t in range(placement.shape[0]):
+        dur[t] = compute[t, placement[t]]
+    for e in range(src.shape[0]):
+        d = placement[src[e]]
+        e_srcdev[e] = d
+        e_local[e] = d == placement[dst[e]] or edge_bytes[e] <= 0

@@ -26,7 +26,7 @@ def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
     ``n`` tasks (``n_compute`` of them compute tasks) and ``n_e`` edges."""
     cap = n + n_e + 1
     rec = n_e if record else 0
-    return (3 * n + n_compute + 2 * cap + 6 * n_e + 5 * n_dev + 1 + rec,
+    return (3 * n + n_compute + 2 * cap + 8 * n_e + 5 * n_dev + 1 + rec,
             2 * n_dev + n_res + n_compute + cap + n_e + 2 * rec)
 
 
@@ -60,7 +60,10 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     x_dst, o = _take(iw, o, n_e)
     x_task, o = _take(iw, o, n_e)
     x_refs, o = _take(iw, o, n_e)
-    edge_x, o = _take(iw, o, n_e)  # the transfer that brought edge e's data (written first)
+    edge_x, o = _take(iw, o, n_e)  # the transfer that brings edge e's data
+    # the edges each transfer serves, as linked lists: first x_head[x], then e_next[e]
+    x_head, o = _take(iw, o, n_e)
+    e_next, o = _take(iw, o, n_e)
     # each edge in one number, read in order: its consumer when local, -1 - it when not
     out_code, o = _take(iw, o, n_e)
     # each in-edge of a task (in in_edge's order): its producer when local, -1 - the edge not
@@ -225,10 +228,17 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     else:
                         dd = dev[-1 - c]
                         sd = e_srcdev[e]  # one source device per producer (see TaskGraph)
-                        if x_of_dev[dd] == -1:
+                        if x_of_dev[dd] == -1:  # the first edge to dd: a new transfer
                             touched[n_t] = dd
+                            x_of_dev[dd] = n_x + n_t
+                            x_head[n_x + n_t] = -1
+                            x_refs[n_x + n_t] = 0
                             n_t += 1
-                            x_of_dev[dd] = -2
+                        x = x_of_dev[dd]
+                        e_next[e] = x_head[x]
+                        x_head[x] = e
+                        edge_x[e] = x
+                        x_refs[x] += 1
                         if e_bytes[e] > xb[dd]:
                             xb[dd] = e_bytes[e]
                 for k in range(n_t):
@@ -245,7 +255,6 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     x_dst[n_x] = dd
                     x_bytes[n_x] = xb[dd]
                     x_task[n_x] = t
-                    x_refs[n_x] = 0
                     if record:
                         x_src[n_x] = sd
                         x_start[n_x] = s
@@ -274,20 +283,19 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     cur[dev[p]] -= out_bytes[p]
                     if record:
                         n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
-                for e in range(out_ptr[p], out_ptr[p + 1]):
+                e = x_head[x]
+                while e >= 0:  # its consumers (in any order: each one's count goes down)
                     c = -1 - out_code[e]
-                    if c >= 0 and dev[c] == dd:
-                        edge_x[e] = x
-                        x_refs[x] += 1
-                        pending[c] -= 1
-                        if pending[c] == 0:
-                            if c < n_compute:
-                                _rq_push(rq, rq_key, rq_base[dd], rq_n[dd], prio[c], c)
-                                rq_n[dd] += 1
-                                wmask |= (busy[dd] == 0) << min(dd, 62)
-                            else:
-                                ready_stack[n_ready] = c
-                                n_ready += 1
+                    e = e_next[e]
+                    pending[c] -= 1
+                    if pending[c] == 0:
+                        if c < n_compute:
+                            _rq_push(rq, rq_key, rq_base[dd], rq_n[dd], prio[c], c)
+                            rq_n[dd] += 1
+                            wmask |= (busy[dd] == 0) << min(dd, 62)
+                        else:
+                            ready_stack[n_ready] = c
+                            n_ready += 1
     transfers = np.empty((n_x if record else 0, 6))
     for x in range(transfers.shape[0]):
         transfers[x, 0] = x_task[x]

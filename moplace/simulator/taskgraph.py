@@ -30,6 +30,7 @@ from ..core.graph import ROLES, SPLIT_DIMS, OpGraph
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
 from ._edgebuild import build_edges
+from ._fill import fill_unsplit
 
 _UPDATE = ROLES.index("update")
 _DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1
@@ -125,12 +126,12 @@ def unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> 
     a = graph.arrays
     dev = strategy.placement
     n = dev.shape[0]
-    e_srcdev = dev[a.src]
+    dur, e_srcdev, e_local = np.empty(n), np.empty(a.src.size, np.int64), np.empty(a.src.size, bool)
+    fill_unsplit(dev, costs.compute, a.src, a.dst, a.edge_bytes, dur, e_srcdev, e_local)
     return TaskGraph(
-        n_compute=n, task_op=np.arange(n), dev=dev, dur=costs.compute[np.arange(n), dev],
+        n_compute=n, task_op=np.arange(n), dev=dev, dur=dur,
         prio=strategy.priority, out_bytes=a.output_bytes, param_bytes=a.param_bytes,
-        e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev,
-        e_local=(e_srcdev == dev[a.dst]) | (a.edge_bytes <= 0),
+        e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev, e_local=e_local,
         out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, op_ptr=np.arange(n + 1),
         **_NO_COLLECTIVES)
 
