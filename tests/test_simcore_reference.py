@@ -71,6 +71,14 @@ def test_synthetic_graphs_give_the_reference_trace(n_dev):
         _compare(layered_dag(400, width=12, seed=seed), cluster, seed)
 
 
+def test_more_devices_than_the_flag_bits_give_the_reference_trace():
+    # 70 devices: beyond the 62 bits the loop keeps idle devices in, it scans all of them
+    from conftest import make_cluster
+
+    cluster = make_cluster(70, bandwidth=5e9, latency=2e-6)
+    _compare(layered_dag(300, width=80, seed=1), cluster, 1)
+
+
 def test_the_comparison_can_fail():
     # one task made a picosecond longer: the traces differ, and the comparison says so
     graph, cluster = load_graph("pipedream:vgg16"), load_cluster("4xV100-NVLink")

@@ -20,6 +20,21 @@ def _take(buf, o, k):
     return buf[o:o + k], o + k
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _ready(c, d, n_compute, prio, rq, rq_key, rq_base, rq_n, busy, ready_stack, n_ready, wmask):
+    """Task ``c`` (on device ``d`` when a compute task) has all its inputs: a compute task goes
+    to its device's ready heap (flagging the device if idle), a collective onto the stack of
+    those to start. Returns the new stack size and flags."""
+    if c < n_compute:
+        _rq_push(rq, rq_key, rq_base[d], rq_n[d], prio[c], c)
+        rq_n[d] += 1
+        wmask |= (busy[d] == 0) << min(d, 62)
+    else:
+        ready_stack[n_ready] = c
+        n_ready += 1
+    return n_ready, wmask
+
+
 def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
                record: bool) -> tuple[int, int]:
     """Lengths of the int64 and float64 work buffers `simulate_core` needs for a task graph of
@@ -127,14 +142,9 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     # stack gives, before idle devices pick their tasks
     n_ready = 0
     for t in range(n):
-        if pending[t] == 0:
-            if t < n_compute:
-                d = dev[t]
-                _rq_push(rq, rq_key, rq_base[d], rq_n[d], prio[t], t)
-                rq_n[d] += 1
-            else:
-                ready_stack[n_ready] = t
-                n_ready += 1
+        if pending[t] == 0:  # (every device is flagged below)
+            n_ready, _ = _ready(t, dev[t], n_compute, prio, rq, rq_key, rq_base, rq_n, busy,
+                                ready_stack, n_ready, 0)
 
     now = 0.0
     n_done = 0
@@ -217,14 +227,9 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     if c >= 0:
                         pending[c] -= 1
                         if pending[c] == 0:
-                            if c < n_compute:
-                                dc = dev[c]
-                                _rq_push(rq, rq_key, rq_base[dc], rq_n[dc], prio[c], c)
-                                rq_n[dc] += 1
-                                wmask |= (busy[dc] == 0) << min(dc, 62)
-                            else:
-                                ready_stack[n_ready] = c
-                                n_ready += 1
+                            n_ready, wmask = _ready(c, dev[c], n_compute, prio, rq, rq_key,
+                                                    rq_base, rq_n, busy, ready_stack, n_ready,
+                                                    wmask)
                     else:
                         dd = dev[-1 - c]
                         sd = e_srcdev[e]  # one source device per producer (see TaskGraph)
@@ -289,13 +294,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     e = e_next[e]
                     pending[c] -= 1
                     if pending[c] == 0:
-                        if c < n_compute:
-                            _rq_push(rq, rq_key, rq_base[dd], rq_n[dd], prio[c], c)
-                            rq_n[dd] += 1
-                            wmask |= (busy[dd] == 0) << min(dd, 62)
-                        else:
-                            ready_stack[n_ready] = c
-                            n_ready += 1
+                        n_ready, wmask = _ready(c, dd, n_compute, prio, rq, rq_key, rq_base, rq_n,
+                                                busy, ready_stack, n_ready, wmask)
     transfers = np.empty((n_x if record else 0, 6))
     for x in range(transfers.shape[0]):
         transfers[x, 0] = x_task[x]
