@@ -8,9 +8,11 @@ Part 1, on synthetic layered DAGs (width 16, fan-in 2) with 4 and 8 devices (pre
 priorities (many transfers), round-robin, and data parallelism (every op split n ways, with
 all-reduces; each evaluation has new random priorities, as a search's would). Columns:
 
-- ``before``: `simulate()` as it was: validation, the task graph expanded in full for every
-  strategy, and the reference event loop (`moplace.simulator.reference`, which allocates its
-  work arrays per call);
+- ``before``: `simulate()` without what issue 19 added around the loop: validation, the task
+  graph expanded in full for every strategy (by today's builder, itself faster than the
+  earlier one: `experiments/bench_simulate_api.py` times earlier commits as they were), and
+  the reference event loop (`moplace.simulator.reference`, which allocates its work arrays
+  per call);
 - ``full``: `simulate()` now: validation, the task graph from its split configuration's cached
   skeleton, the event loop with reused work buffers;
 - ``core`` / ``core before``: the compiled event loop alone on a built task graph, now and
