@@ -4,8 +4,8 @@ taken away (the results are then wrong; only the rates count).
     python3 experiments/simulator_floors.py [--ops 10000] [--seconds 3]
 
 On a synthetic layered graph (width 16, fan-in 2), 4xV100-NVLink, random placement, prints
-evaluations per second and ns per op of the compiled loop (`simulate_core`, work buffers
-reused) for:
+evaluations per second and ns per op of the compiled loop (`run_task_graph`: work buffers
+reused, the trace made from its outputs, as `bench_simulator.py`'s "core" column) for:
 
 - ``as is``: random priorities, the transfers the placement needs;
 - ``no transfers``: every edge marked local, so no transfer is issued or arrives: what is left
@@ -21,6 +21,7 @@ loop (50 ns per op) with transfers.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import numpy as np
@@ -28,29 +29,18 @@ import numpy as np
 from moplace import CostModel, Strategy, load_cluster
 from moplace.core.synthetic import layered_dag
 from moplace.simulator.build import build_task_graph
-from moplace.simulator.engine import simulate_core, work_sizes
+from moplace.simulator.engine import run_task_graph
 
 
-def loop_rate(tg, cluster, local, seconds: float) -> float:
-    n_dev = cluster.n_devices
-    static = tg.static_memory(n_dev)
-    ni, nf = work_sizes(tg.n_tasks, tg.n_compute, tg.e_src.size, n_dev, cluster.n_resources, False)
-    iw, fw = np.empty(ni, np.int64), np.empty(nf)
-    start, end = np.empty(tg.n_tasks), np.empty(tg.n_tasks)
-
-    def run():
-        simulate_core(n_dev, tg.dev, tg.dur, tg.prio, tg.out_bytes, tg.n_compute, tg.out_ptr,
-                      tg.e_src, tg.e_dst, tg.e_bytes, tg.e_srcdev, local, tg.in_ptr, tg.in_edge,
-                      cluster.route_ptr, cluster.route_res, cluster.n_resources,
-                      cluster.bandwidth, cluster.latency, tg.coll_ptr, tg.coll_dev,
-                      tg.coll_res_ptr, tg.coll_res, tg.coll_dur, tg.coll_bytes, static, False,
-                      iw, fw, start, end)
-    run()
+def loop_rate(tg, cluster, n_ops: int, seconds: float) -> float:
+    """Best evaluations per second of the compiled loop on ``tg`` (with the trace it returns,
+    as bench_simulator's "core" column)."""
+    run_task_graph(tg, cluster, n_ops)
     best = 0.0
     for _ in range(3):
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds / 3:
-            run()
+            run_task_graph(tg, cluster, n_ops)
             n += 1
         best = max(best, n / (time.perf_counter() - t0))
     return best
@@ -69,12 +59,13 @@ def main(argv=None) -> int:
     cases = (("as is", rng.random(n), False),
              ("no transfers", rng.random(n), True),
              ("no transfers, topological priorities", -np.arange(n, dtype=np.float64), True))
-    print(f"{n} ops, 4xV100-NVLink, random placement; the compiled loop alone")
+    print(f"{n} ops, 4xV100-NVLink, random placement; the compiled loop (run_task_graph)")
     for name, priority, no_transfers in cases:
         tg = build_task_graph(graph, Strategy(placement, priority), costs)
-        local = np.ones_like(tg.e_local) if no_transfers else tg.e_local
-        rate = loop_rate(tg, cluster, local, args.seconds)
-        moved = int(np.count_nonzero(~local))
+        if no_transfers:
+            tg = dataclasses.replace(tg, e_local=np.ones_like(tg.e_local))
+        rate = loop_rate(tg, cluster, n, args.seconds)
+        moved = int(np.count_nonzero(~tg.e_local))
         print(f"  {name:<38} {rate:>8.0f} evaluations/s {1e9 / rate / n:>7.1f} ns/op"
               f"  ({moved} edges between devices)")
     priority = rng.random(n)

@@ -35,6 +35,14 @@ def _ready(c, d, n_compute, prio, rq, rq_key, rq_base, rq_n, busy, ready_stack, 
     return n_ready, wmask
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _free(d, nbytes, now, cur, record, memory, n_mem):
+    """Device ``d`` lets go of ``nbytes`` at ``now`` (a row in ``memory`` when recording);
+    returns the number of rows."""
+    cur[d] -= nbytes
+    return _mem_put(memory, n_mem, now, d, cur[d]) if record else n_mem
+
+
 def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
                record: bool) -> tuple[int, int]:
     """Lengths of the int64 and float64 work buffers `simulate_core` needs for a task graph of
@@ -209,16 +217,12 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                         p = code
                         refs[p] -= 1
                         if refs[p] == 0 and p < n_compute:
-                            cur[dev[p]] -= out_bytes[p]
-                            if record:
-                                n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
+                            n_mem = _free(dev[p], out_bytes[p], now, cur, record, memory, n_mem)
                     else:
                         x = edge_x[-1 - code]
                         x_refs[x] -= 1
                         if x_refs[x] == 0:
-                            cur[x_dst[x]] -= x_bytes[x]
-                            if record:
-                                n_mem = _mem_put(memory, n_mem, now, x_dst[x], cur[x_dst[x]])
+                            n_mem = _free(x_dst[x], x_bytes[x], now, cur, record, memory, n_mem)
                 # hand outputs on: local consumers now, remote devices by one transfer each
                 n_t = 0
                 sd = 0
@@ -271,9 +275,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     xb[dd] = 0.0
                     x_of_dev[dd] = -1
                 if refs[t] == 0 and t < n_compute:
-                    cur[dev[t]] -= out_bytes[t]
-                    if record:
-                        n_mem = _mem_put(memory, n_mem, now, dev[t], cur[dev[t]])
+                    n_mem = _free(dev[t], out_bytes[t], now, cur, record, memory, n_mem)
             else:  # transfer x arrived
                 x = i - n
                 dd = x_dst[x]
@@ -285,9 +287,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 p = x_task[x]
                 refs[p] -= 1
                 if refs[p] == 0 and p < n_compute:
-                    cur[dev[p]] -= out_bytes[p]
-                    if record:
-                        n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
+                    n_mem = _free(dev[p], out_bytes[p], now, cur, record, memory, n_mem)
                 e = x_head[x]
                 while e >= 0:  # its consumers (in any order: each one's count goes down)
                     c = -1 - out_code[e]

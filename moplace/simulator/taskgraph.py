@@ -190,7 +190,6 @@ class _Collectives:
         self.ops, self.masks = cand[multi].astype(np.int64), masks[multi]
         rings, ring_of = np.unique(self.masks, return_inverse=True)
         ring_of = ring_of.ravel()
-        self.ring_of = ring_of
         b = a.grad_bytes[self.ops]
         self.dur = np.zeros(self.ops.size)
         self.bytes_per_device = np.zeros(self.ops.size)
@@ -212,10 +211,6 @@ class _Collectives:
                             .astype(np.int64))
         self.ptr, self.devices = _ragged(ring_devs, ring_of)
         self.res_ptr, self.res = _ragged(ring_res, ring_of)
-
-    def on_ring(self, c: np.ndarray, device: np.ndarray) -> np.ndarray:
-        """Whether ``device`` belongs to the ring of collective ``c`` (elementwise)."""
-        return (self.masks[c] >> device) & 1 == 1
 
 
 def _ragged(rows: list[np.ndarray], pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
