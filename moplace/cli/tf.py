@@ -86,6 +86,7 @@ def _profile(args) -> int:
         raise MoplaceError(f"-o {args.output}: folder {out_dir} does not exist")
     check_output(args.output, force=args.force, flag="-o")  # before profiling, not after
     check_output(Path(args.output).with_suffix(".cluster.toml"), force=args.force, flag="-o")
+    from ..core.presets import parse_cluster
     from ..core.presets.export import cluster_to_toml
     from ..io import save_graph
     from ..tf.devices import available_devices
@@ -104,8 +105,11 @@ def _profile(args) -> int:
         pm = profile_model(args.model, args.batch, device_count=args.device_count,
                            steps=args.steps, estimate_kinds=kinds, part_counts=parts,
                            progress=display.job(f"profile {args.model}"), testbed=bed)
-    graph = _with_links(pm.graph, pm.cluster)
     cluster_text = cluster_to_toml(pm.cluster, description=f"measured by moplace profile {args.model}")
+    # the graph records the names the cluster file gives its devices: a strategy searched on
+    # that file names them so, and `apply` reads it against those names
+    filed = parse_cluster(cluster_text, Path(args.output).with_suffix(".cluster.toml"))
+    graph = _with_links(pm.graph, pm.cluster, [d.name for d in filed.devices])
     save_graph(graph, args.output)  # after the cluster is known to write: both files or neither
     cluster_path = Path(args.output).with_suffix(".cluster.toml")
     cluster_path.write_text(cluster_text)
@@ -148,8 +152,9 @@ def _apply(args) -> int:
     from ..core.baselines import baseline
     from ..io.strategies import load_strategy
 
-    # the strategy is read and checked before any worker starts
-    plan_cluster = cluster or _placeholder_cluster(count)
+    # the strategy is read and checked before any worker starts, its device names against
+    # those of the cluster it was searched on: --cluster, else the file profile wrote
+    plan_cluster = cluster or _placeholder_cluster(_device_names(measured, count))
     strategy = (load_strategy(args.strategy, graph, plan_cluster, point=args.point) if args.strategy
                 else baseline(args.baseline, graph, count))
     from ..tf.devices import available_devices, host_cluster
@@ -195,15 +200,17 @@ def _zoo(args) -> int:
     return 0
 
 
-def _with_links(graph, cluster):
-    """The graph with the measured devices and links recorded in its metadata."""
+def _with_links(graph, cluster, names: list[str]):
+    """The graph with the measured devices and links recorded in its metadata; ``names``: the
+    names the cluster file gives the devices, in order."""
     from ..core.graph import OpGraph
 
     n = cluster.n_devices
     links = [[i, j, float(cluster.latency[i, j]), float(cluster.bandwidth[i, j])]
              for i in range(n) for j in range(n) if i != j]
     meta = dict(graph.metadata)
-    meta["measured"] = {**meta["measured"], "device_count": n, "links": links}
+    meta["measured"] = {**meta["measured"], "device_count": n, "device_names": list(names),
+                        "links": links}
     return OpGraph(graph.ops, graph.edges, name=graph.name, metadata=meta)
 
 
@@ -225,12 +232,34 @@ def _testbed(count: int | None):
     return Testbed(count)
 
 
-def _placeholder_cluster(n: int):
-    """A cluster of ``n`` devices with no figures that matter: for checking a strategy's shape
-    before the real devices exist."""
+def _device_names(measured: dict, n: int) -> list[str]:
+    """The names of ``n`` devices as a strategy file gives them: those the cluster file written
+    by ``profile`` gives (recorded in the graph), else those any cluster file gives ``n``
+    devices (a graph profiled before the names were recorded, or another device count)."""
+    recorded = measured.get("device_names")
+    if isinstance(recorded, list) and len(recorded) == n and len(set(recorded)) == n \
+            and all(isinstance(name, str) for name in recorded):
+        return list(recorded)
+    return _filed_device_names(n)
+
+
+def _filed_device_names(n: int) -> list[str]:
+    """The names a cluster file of ``n`` devices gives them, as the cluster loader reads it
+    (docs/cluster-format.md), not as a copy of its rule."""
+    from ..core.presets import parse_cluster
+
+    text = (f'name = "names"\n[[servers]]\ncount = {n}\nkind = "cpu"\nmemory = 1\nspeed = 1.0\n'
+            + ('[servers.interconnect]\nbandwidth = 1.0\nlatency = 0.0\n' if n > 1 else ""))
+    return [d.name for d in parse_cluster(text, "device names").devices]
+
+
+def _placeholder_cluster(names: list[str]):
+    """A cluster of devices named ``names``, with no figures that matter: for checking a
+    strategy's shape and device names before the real devices exist."""
     from ..core.cluster import Cluster, Device
 
-    return Cluster(f"check-{n}", [Device(f"d{k}", "cpu", 2**40, 1.0) for k in range(n)],
+    n = len(names)
+    return Cluster(f"check-{n}", [Device(name, "cpu", 2**40, 1.0) for name in names],
                    [[1e10] * n for _ in range(n)], [[0.0] * n for _ in range(n)])
 
 
