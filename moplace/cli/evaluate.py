@@ -1,9 +1,18 @@
 """The ``evaluate`` command: simulate one strategy (or the baselines) and print its objectives.
 
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE [--point K] | --baseline NAME|all) [--json]
+
+``--point K`` counts a front.json's points as `moplace search` printed them: the front, or the
+least-violating points when nothing fitted (evaluated and reported infeasible). A strategy or
+front made for another cluster (or another graph of the same name) is evaluated with a note on
+stderr (and ``searched_on_cluster``, ``cluster_differs``, ``graph_differs`` and ``notes`` under
+``--json``); where its devices do not exist on ``--cluster``, the error names the devices of
+both clusters.
 """
 
 from __future__ import annotations
+
+import sys
 
 from .. import strictjson
 from ..errors import MoplaceError
@@ -23,20 +32,63 @@ def add_commands(sub) -> None:
     ev.set_defaults(run=_evaluate)
 
 
-def strategy_label(path, point) -> str:
+def strategy_label(path, point, data=None) -> str:
     """How output names a strategy from a file: the file, and the front point when one was
-    chosen (a one-point front's only point is named too)."""
+    chosen (a one-point front's only point is named too). ``data``: the file's content, when
+    already read."""
     if point is not None:
         return f"{path} point {point}"
     from ..io.native import read_json
+    from ..io.strategies import FRONT_FORMAT, front_points
 
     try:
-        data = read_json(path)
+        data = read_json(path) if data is None else data
+        if isinstance(data, dict) and data.get("format") == FRONT_FORMAT \
+                and len(front_points(data, path)[0]) == 1:
+            return f"{path} point 0"
     except MoplaceError:
-        return str(path)  # load_strategy says what is wrong with it
-    if isinstance(data, dict) and isinstance(data.get("points"), list) and len(data["points"]) == 1:
-        return f"{path} point 0"
+        pass  # load_strategy says what is wrong with it
     return str(path)
+
+
+def read_strategy(args, graph, cluster):
+    """The strategy of ``--strategy`` (and ``--point``) on ``graph`` and ``cluster``, what its
+    file says it was made for (`moplace.io.fronts.searched_on`, its notes including one
+    when the point is one of a front's infeasible points), and its label (`strategy_label`).
+    An error reading it on a cluster other than the file's says which cluster and devices the
+    file was made for."""
+    from ..io.fronts import searched_on, searched_on_devices
+    from ..io.native import read_json
+    from ..io.strategies import FRONT_FORMAT, front_points, strategy_from_file
+
+    data = read_json(args.strategy)
+    origin = searched_on(data, args.strategy, graph, cluster, args.cluster)
+    front = isinstance(data, dict) and data.get("format") == FRONT_FORMAT
+    try:
+        strategy = strategy_from_file(data, args.strategy, graph, cluster, point=args.point)
+    except MoplaceError as exc:
+        other_graph = isinstance(data, dict) and data.get("graph") not in (None, graph.name)
+        if not origin["cluster_differs"] or other_graph:  # the error says all there is
+            raise
+        name, devices = origin["searched_on_cluster"], searched_on_devices(data)
+        made_for = (f"cluster {name!r}" if name is not None else "another cluster") + \
+            (f" ({_devices(devices)})" if devices else "")
+        verb = "was searched on" if front else "was saved for"
+        raise MoplaceError(f"{exc}; {args.strategy} {verb} {made_for}, not on --cluster "
+                           f"{args.cluster} ({_devices(cluster.device_names)})") from None
+    if front:
+        points, feasible = front_points(data, args.strategy)
+        if not feasible:
+            origin["notes"].append(f"{args.strategy} holds no feasible point: point "
+                                   f"{args.point or 0} is one of the {len(points)} "
+                                   f"least-violating ones the search listed")
+    return strategy, origin, strategy_label(args.strategy, args.point, data)
+
+
+def _devices(names) -> str:
+    names = list(names)
+    shown = ", ".join(names) if len(names) <= 4 else f"{names[0]} .. {names[-1]}"
+    return f"{len(names)} device{'s' if len(names) != 1 else ''}: {shown}"
 
 
 def _evaluate(args) -> int:
@@ -44,27 +96,29 @@ def _evaluate(args) -> int:
     from ..core.presets import load_cluster
     from ..costs.costmodel import CostModel
     from ..io import load_graph
-    from ..io.strategies import load_strategy
     from ..review.report import evaluation_table, summary_table
     from ..simulator.evaluation import evaluate
 
     graph, cluster = load_graph(args.graph), load_cluster(args.cluster)
     costs = CostModel(graph, cluster)
+    origin = {}
     if args.strategy:
-        strategy = load_strategy(args.strategy, graph, cluster, point=args.point)
-        runs = {strategy_label(args.strategy, args.point): strategy}
+        strategy, origin, label = read_strategy(args, graph, cluster)
+        runs = {label: strategy}
     elif args.baseline == "all":
         runs = {name: baseline(name, graph, cluster.n_devices) for name in BASELINES}
     else:
         runs = {args.baseline: baseline(args.baseline, graph, cluster.n_devices)}
     results = {name: evaluate(graph, cluster, s, costs=costs) for name, s in runs.items()}
+    for note in origin.get("notes", ()):
+        print(f"moplace: note: {note}", file=sys.stderr)
     if args.json:
         objs = {name: ev.as_dict() for name, ev in results.items()}
         out = ({"graph": graph.name, "cluster": cluster.name, "results": objs}
                if len(objs) > 1 else {"graph": graph.name, "cluster": cluster.name,
                                       "strategy": next(iter(objs)),
                                       **({"point": args.point} if args.strategy else {}),
-                                      **next(iter(objs.values()))})
+                                      **origin, **next(iter(objs.values()))})
         print(strictjson.dumps(out))
         return 0
     print(f"graph {graph.name} ({len(graph.ops)} ops, {len(graph.edges)} edges) on "

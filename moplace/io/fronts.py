@@ -12,13 +12,23 @@
 ``graph_source`` and ``cluster_source`` (when the search came from the command line) say where
 the graph and cluster came from. ``history`` has one entry per batch the searcher was told: evaluations so far, hypervolume and
 the best feasible value of each objective (``null`` before a feasible point was found).
+``graph_fingerprint``, ``cluster_devices`` and ``cluster_fingerprint`` record what the search
+ran on (a hash of the graph's ops, sizes and times; the device names; a hash of the devices'
+kinds, names, memory, speeds and links), so a front read on another graph or cluster is told
+apart from one read on the same (`searched_on`).
 
-`moplace evaluate --strategy front.json --point K` evaluates point K again.
+`moplace evaluate --strategy front.json --point K` evaluates point K again: a point of the front,
+or, when no point is feasible, of the least-violating ones (``infeasible``), as `moplace search`
+numbered the points it printed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
+
+import numpy as np
 
 from objectives import json_key
 
@@ -44,6 +54,7 @@ def result_json(result) -> dict:
             "evaluations": result.n_evaluations, "seconds": result.seconds,
             "hypervolume": result.hypervolume, "reference": result.reference.tolist(),
             "objectives": list(p.objectives), "feasible_found": result.feasible_found,
+            **recorded_problem(p.graph, p.cluster),
             "points": [point_json(pt, p) for pt in result.front],
             "infeasible": [point_json(pt, p) for pt in result.infeasible],
             "history": history_json(result)}
@@ -80,3 +91,101 @@ def save_result(result, directory, extra: dict | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(strictjson.dumps({**result_json(result), **(extra or {})}, indent=1) + "\n")
     return path
+
+
+# -- what a front was searched on ---------------------------------------------------------------
+
+def recorded_problem(graph, cluster) -> dict:
+    """What front.json records of the graph and cluster besides their names (module docstring)."""
+    return {"graph_fingerprint": graph_fingerprint(graph),
+            "cluster_devices": list(cluster.device_names),
+            "cluster_fingerprint": cluster_fingerprint(cluster)}
+
+
+def _hash_arrays(h, *arrays) -> None:
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+
+
+def graph_fingerprint(graph) -> str:
+    """A hash of what a strategy's figures depend on in ``graph``: its edges, sizes, roles,
+    co-location groups, op names and compute times (not its name)."""
+    a = graph.arrays
+    h = hashlib.sha256()
+    _hash_arrays(h, a.src, a.dst, a.edge_bytes, a.output_bytes, a.param_bytes, a.grad_bytes,
+                 a.role, a.split_mask, a.group)
+    for op in graph.ops:
+        parts = sorted((n, sorted(t.items())) for n, t in op.part_compute.items())
+        h.update(repr((op.name, sorted(op.compute.items()), op.splittable, parts)).encode())
+    return h.hexdigest()[:16]
+
+
+def cluster_fingerprint(cluster) -> str:
+    """A hash of ``cluster``'s devices (names, kinds, memory, speeds) and links (not its name)."""
+    h = hashlib.sha256()
+    h.update(repr((cluster.device_names, cluster.kinds)).encode())
+    _hash_arrays(h, cluster.memory, cluster.speed, cluster.bandwidth, cluster.latency,
+                 cluster.route_ptr, cluster.route_res, cluster.resource_bandwidth)
+    return h.hexdigest()[:16]
+
+
+def searched_on(data, path, graph, cluster, cluster_spec=None) -> dict:
+    """What a front or strategy file's content ``data`` (read from ``path``) says it was made for,
+    against the ``graph`` and ``cluster`` (given on the command line as ``cluster_spec``) it is
+    read on now, as ``moplace evaluate --json`` prints it:
+
+    ``searched_on_cluster`` (the recorded cluster's name, None when the file names none),
+    ``cluster_differs`` and ``graph_differs`` (None when the file does not say), and ``notes``,
+    one line each for a human. Clusters are the same when their recorded fingerprints agree;
+    for files written before fingerprints, when their sources (a preset name, case aside, or the
+    same TOML file) or else their names agree. A graph of another name is refused when the
+    strategy is read; one of the same name is compared by fingerprint."""
+    data = data if isinstance(data, dict) else {}
+    text = {key: data.get(key) if isinstance(data.get(key), str) else None
+            for key in ("cluster", "cluster_fingerprint", "cluster_source", "graph_fingerprint")}
+    name = text["cluster"]
+    cluster_differs = _cluster_differs(name, text["cluster_fingerprint"], text["cluster_source"],
+                                       cluster, cluster_spec)
+    graph_differs = None
+    if text["graph_fingerprint"] is not None:
+        graph_differs = text["graph_fingerprint"] != graph_fingerprint(graph)
+    notes = []
+    label = str(path)
+    verb = "was searched on" if data.get("format") == FORMAT else "was saved for"
+    if cluster_differs:
+        if name is not None and name != cluster.name:
+            notes.append(f"{label} {verb} cluster {name!r}; evaluating on "
+                         f"{cluster.name!r}")
+        else:
+            named = f" named {name!r}" if name is not None else ""
+            notes.append(f"{label} {verb} another cluster{named} (other devices, "
+                         f"memory or links than --cluster {cluster_spec or cluster.name} has "
+                         f"now)")
+    if graph_differs:
+        notes.append(f"{label} {verb} another graph named {graph.name!r} (other ops, "
+                     f"sizes or times than the graph given now)")
+    return {"searched_on_cluster": name, "cluster_differs": cluster_differs,
+            "graph_differs": graph_differs, "notes": notes}
+
+
+def _cluster_differs(name, fingerprint, source, cluster, cluster_spec) -> bool | None:
+    if name is None and fingerprint is None:
+        return None
+    if fingerprint is not None:
+        return fingerprint != cluster_fingerprint(cluster)
+    now = sources(None, cluster_spec)["cluster_source"] if cluster_spec is not None else None
+    if source is not None and now is not None:
+        if not (os.path.isabs(source) or os.path.isabs(now)):  # two preset names
+            return source.lower() != now.lower()
+        return source != now
+    return name != cluster.name
+
+
+def searched_on_devices(data) -> list | None:
+    """The device names a front file's content records its cluster had (None: not recorded)."""
+    devices = data.get("cluster_devices") if isinstance(data, dict) else None
+    if isinstance(devices, list) and all(isinstance(d, str) for d in devices):
+        return devices
+    return None

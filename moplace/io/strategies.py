@@ -8,7 +8,9 @@
 ``placement`` must cover every op, directly or through another op of its co-location group;
 devices are indices or device names of the cluster. ``priority`` is optional (default: the
 graph's topological order) and, when given, names every op. ``splits`` is optional; a split
-applies to the whole co-location group of the op it names.
+applies to the whole co-location group of the op it names. ``cluster`` (optional, written when
+the strategy was saved with its cluster) names the cluster the strategy was made for: reading
+it on another cluster works where the devices exist, and `moplace evaluate` says so.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def strategy_to_json(graph: OpGraph, strategy: Strategy, cluster=None) -> dict:
     dev = (lambda d: cluster.devices[d].name) if cluster is not None else int
     return {
         "format": FORMAT, "version": 1, "graph": graph.name,
+        **({"cluster": cluster.name} if cluster is not None else {}),
         "placement": {n: dev(int(d)) for n, d in zip(names, strategy.placement)},
         "priority": {n: float(p) for n, p in zip(names, strategy.priority)},
         "splits": {names[i]: {"dim": s.dim, "devices": [dev(d) for d in s.devices]}
@@ -54,7 +57,12 @@ def load_strategy(path, graph: OpGraph, cluster, *, point: int | None = None) ->
 
     A search's ``front.json`` is accepted too: ``point`` chooses which of its points.
     """
-    data = read_json(path)
+    return strategy_from_file(read_json(path), path, graph, cluster, point=point)
+
+
+def strategy_from_file(data, path, graph: OpGraph, cluster, *,
+                       point: int | None = None) -> Strategy:
+    """`load_strategy` on a file's content ``data`` already read (``path`` names it in errors)."""
     if isinstance(data, dict) and data.get("format") == FRONT_FORMAT:
         data = front_strategy(data, point, path)
     try:
@@ -130,7 +138,7 @@ def _group_head(graph: OpGraph, g: int) -> int:
 
 def _op_index(graph: OpGraph, name: str, field: str) -> int:
     if name not in graph.index:
-        raise StrategyError(f"{field}: unknown op {name!r} (graph {graph.name!r} has "
+        raise StrategyError(f"{field}: unknown op {shown(name)} (graph {graph.name!r} has "
                             f"{len(graph.ops)} ops; is the strategy for another graph?)")
     return graph.index[name]
 
@@ -154,21 +162,40 @@ def _device(lookup: dict, d, op: str) -> int:
     return d
 
 
+def front_points(data: dict, path) -> tuple[list, bool]:
+    """The points ``--point K`` counts in a front file's dict, as `moplace search` printed them:
+    the feasible front, or (when nothing was feasible) the least-violating infeasible points; and
+    whether they are the feasible ones."""
+    points = _point_list(data, "points", path)
+    if points:
+        return points, True
+    return _point_list(data, "infeasible", path), False
+
+
+def _point_list(data: dict, field: str, path) -> list:
+    value = data.get(field) or []
+    if not isinstance(value, list):
+        raise FormatError(path, f"must be a list of points, got {type(value).__name__}",
+                          field=field)
+    return value
+
+
 def front_strategy(data: dict, point: int | None, path) -> dict:
-    """The strategy dict of point ``point`` of a front file's dict (see `moplace.io.fronts`)."""
-    points = data.get("points") or []
-    if not isinstance(points, list):
-        raise FormatError(path, f"must be a list of points, got {type(points).__name__}",
-                          field="points")
+    """The strategy dict of point ``point`` of a front file's dict (see `moplace.io.fronts`):
+    the point `moplace search` printed as number ``point`` (`front_points`)."""
+    points, feasible = front_points(data, path)
     if not points:
-        raise FormatError(path, "the front holds no feasible point (see its 'infeasible' list)")
+        raise FormatError(path, "the front holds no point (the search evaluated nothing)")
+    what = "points" if feasible else "points, none feasible: the least-violating ones"
     if point is None and len(points) > 1:
-        raise FormatError(path, f"the front holds {len(points)} points; choose one with --point "
+        raise FormatError(path, f"the front holds {len(points)} {what}; choose one with --point "
                                 f"(0..{len(points) - 1})")
     k = 0 if point is None else point
     if not 0 <= k < len(points):
-        raise FormatError(path, f"--point {k} is out of range 0..{len(points) - 1}")
+        raise FormatError(path, f"--point {k} is out of range 0..{len(points) - 1} (the front "
+                                f"holds {len(points)} {what})")
+    field = "points" if feasible else "infeasible"
     if not isinstance(points[k], dict) or not isinstance(points[k].get("strategy"), dict):
         raise FormatError(path, "must be an object with a 'strategy' object",
-                          field=f"points[{k}]")
+                          field=f"{field}[{k}]")
     return points[k]["strategy"]
