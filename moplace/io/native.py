@@ -12,7 +12,11 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ..core.graph import MAX_OP_SECONDS, MAX_TENSOR_BYTES, ROLES, SPLIT_DIMS, Edge, Op, OpGraph
-from ..errors import FormatError, GraphError, shown
+from ..errors import LONG_INTEGER, FormatError, GraphError, shown
+
+#: how deep `metadata` may nest (what `profile` writes nests 3 deep); deeper is a damaged file,
+#: and would be deeper than what copies, pickles or logs it can recurse
+MAX_METADATA_DEPTH = 32
 
 FORMAT = "moplace-graph"
 VERSION = 1
@@ -34,9 +38,15 @@ def read_json(path):
         raise FormatError(path, f"invalid JSON: {exc.msg} (column {exc.colno})",
                           line=exc.lineno) from None
     except RecursionError:
-        raise FormatError(path, "invalid JSON: nested too deeply") from None
-    except ValueError as exc:  # an integer of over 4300 digits
-        raise FormatError(path, f"invalid JSON: {exc}") from None
+        raise FormatError(path, "invalid JSON: arrays or objects nested too deeply") from None
+    except ValueError as exc:  # int() of an integer over 4,300 digits
+        found = LONG_INTEGER.search(text)
+        if found is None:
+            raise FormatError(path, f"invalid JSON: {exc}") from None
+        start = text.rfind("\n", 0, found.start()) + 1
+        raise FormatError(path, f"invalid JSON: an integer of {len(found.group())} digits "
+                          f"(column {found.start() - start + 1}; no figure of a graph needs more "
+                          "than 20)", line=text.count("\n", 0, found.start()) + 1) from None
 
 
 # -- saving --------------------------------------------------------------------------------------
@@ -105,8 +115,8 @@ class _Reader:
             self.fail(field, f"must be an object, got {type(value).__name__}")
         for key in value:
             if keys is not None and key not in keys:
-                self.fail(f"{field}.{key}" if field else key,
-                          f"unknown key {key!r} (known: {', '.join(sorted(keys))})")
+                self.fail(f"{field}.{_key(key)}" if field else _key(key),
+                          f"unknown key {shown(key)} (known: {', '.join(sorted(keys))})")
         for key in required:
             if key not in value:
                 self.fail(f"{field}.{key}" if field else key, "missing")
@@ -129,7 +139,7 @@ class _Reader:
         if value is None and allow_none:
             return None
         if not isinstance(value, str) or not value:
-            self.fail(field, f"must be a non-empty string, got {value!r}")
+            self.fail(field, f"must be a non-empty string, got {shown(value)}")
         return value
 
     def times(self, value, field):
@@ -153,11 +163,12 @@ def _read_op(r: _Reader, rec, at: str) -> Op:
         dims = rec["splittable"]
         if not isinstance(dims, list) or any(not isinstance(d, str) or d not in SPLIT_DIMS
                                              for d in dims):
-            r.fail(f"{at}.splittable", f"must be a list drawn from {list(SPLIT_DIMS)}, got {dims!r}")
+            r.fail(f"{at}.splittable", f"must be a list drawn from {list(SPLIT_DIMS)}, got "
+                   f"{shown(dims)}")
         kw["splittable"] = tuple(dims)
     if "role" in rec:
         if not isinstance(rec["role"], str) or rec["role"] not in ROLES:
-            r.fail(f"{at}.role", f"must be one of {list(ROLES)}, got {rec['role']!r}")
+            r.fail(f"{at}.role", f"must be one of {list(ROLES)}, got {shown(rec['role'])}")
         kw["role"] = rec["role"]
     if "part_compute" in rec:
         kw["part_compute"] = _read_parts(r, rec["part_compute"], f"{at}.part_compute")
@@ -171,8 +182,10 @@ def _read_parts(r: _Reader, value, field) -> dict[int, dict]:
     r.obj(value, field)
     parts = {}
     for key, times in value.items():
-        if not (key.isascii() and key.isdigit()) or not 2 <= int(key) <= 1 << 20:
-            r.fail(f"{field}.{key}", "keys are part counts >= 2 written as strings, e.g. \"2\"")
+        # (the length first: int() of over 4,300 digits raises)
+        if not (key.isascii() and key.isdigit() and len(key) <= 7) or not 2 <= int(key) <= 1 << 20:
+            r.fail(f"{field}.{_key(key)}", "keys are part counts from 2 to "
+                   f"{1 << 20} written as strings, e.g. \"2\"")
         parts[int(key)] = r.times(times, f"{field}.{key}")
     return parts
 
@@ -191,26 +204,47 @@ def _read_edges(r: _Reader, records, names: set[str]) -> list[Edge]:
     return edges
 
 
+def _key(key: str) -> str:
+    """A key of the file for a field path: a damaged one cut short."""
+    return key if len(key) <= 24 else key[:20] + "..."
+
+
+def _check_depth(r: _Reader, value, field: str) -> None:
+    """Refuse values nested deeper than `MAX_METADATA_DEPTH` (walked without recursion)."""
+    stack = [(value, field, 1)]
+    while stack:
+        value, at, depth = stack.pop()
+        if depth > MAX_METADATA_DEPTH:
+            r.fail(at, f"nested more than {MAX_METADATA_DEPTH} levels deep")
+        if isinstance(value, dict):
+            stack.extend((v, f"{at}.{_key(k)}", depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, at, depth + 1) for v in value)
+
+
 def load_native(path) -> OpGraph:
     """Load a moplace-graph JSON file; `FormatError` names the file and field of any problem."""
     r = _Reader(path)
     data = r.obj(read_json(path), "", TOP_KEYS, required=("format", "version", "ops"))
     if data["format"] != FORMAT:
-        r.fail("format", f"must be {FORMAT!r}, got {data['format']!r}")
+        r.fail("format", f"must be {FORMAT!r}, got {shown(data['format'])}")
     if data["version"] != VERSION or isinstance(data["version"], bool):
-        r.fail("version", f"unsupported version {data['version']!r} (this moplace reads {VERSION})")
+        r.fail("version", f"unsupported version {shown(data['version'])} (this moplace reads "
+                          f"{VERSION})")
     if not isinstance(data["ops"], list):
         r.fail("ops", "must be a list")
     ops, seen = [], {}
     for i, rec in enumerate(data["ops"]):
         op = _read_op(r, rec, f"ops[{i}]")
         if op.name in seen:
-            r.fail(f"ops[{i}].name", f"duplicate op name {op.name!r} (also ops[{seen[op.name]}])")
+            r.fail(f"ops[{i}].name", f"duplicate op name {shown(op.name)} (also "
+                                     f"ops[{seen[op.name]}])")
         seen[op.name] = i
         ops.append(op)
     edges = _read_edges(r, data.get("edges", []), set(seen))
     name = r.string(data.get("name", Path(path).stem), "name")
     metadata = r.obj(data.get("metadata", {}), "metadata")
+    _check_depth(r, metadata, "metadata")
     if "profiled_on" in metadata:  # the device kind the costs were measured on
         r.string(metadata["profiled_on"], "metadata.profiled_on")
     try:

@@ -10,7 +10,7 @@
     returns = ["best_runtime_within_memory"]   # one, or several (multi-objective)
     heartbeat_seconds = 5             # a worker silent for 4 heartbeats is taken as dead
     retries = 3                       # times a dead worker's trial is run again
-    storage = "postgresql://..."      # default: NAME.optuna.db (SQLite) beside this file
+    storage = "postgresql://..."      # default: STEM.optuna.db (SQLite) in the working directory
 
     [fixed]                           # what every trial uses
     graph = "pipedream:resnet50"
@@ -25,7 +25,9 @@
 
 A parameter is in `PARAMETERS` or is ``SEARCHER.SETTING`` (a setting `moplace searchers`
 lists; used only by trials of that searcher). Each parameter is in ``[fixed]`` or in
-``[space]``, not both. Paths are relative to the sweep file. Errors name the file and the key.
+``[space]``, not both. Paths of graphs and clusters are relative to the sweep file; the
+study's default storage is in the working directory (`moplace.sweep.study`). Errors name the
+file and the key.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import FormatError, MoplaceError
+from ..errors import FormatError, MoplaceError, parse_toml
 
 #: parameter -> (type, meaning); see also `moplace.sweep.trial.build`
 PARAMETERS = {
@@ -134,20 +136,14 @@ class SweepSpec:
 
 def load_spec(path) -> SweepSpec:
     """Read and check a sweep file; every error names the file and the key."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise MoplaceError(f"cannot read sweep file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise FormatError(path, "not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise FormatError(path, f"not valid TOML: {exc}") from None
+    data = parse_toml(text, path)  # malformed, nested too deeply, an integer too long
     err = lambda key, msg: FormatError(path, f"{key}: {msg}")  # noqa: E731
     unknown = sorted(set(data) - {"sweep", "fixed", "space"})
     if unknown:

@@ -38,6 +38,8 @@ from .source import check_model_file
 from .zoo import ZOO, TrainingSetup, _start
 
 _RETURNS = "build(batch_size) must return (model, loss, optimizer, (x, y))"
+_NOT_PYTHON = ("not a model file: a model file is a Python file (a name ending in .py) defining "
+               "build(batch_size)")
 
 
 def load_setup(model_or_path: str, batch_size: int) -> TrainingSetup:
@@ -53,6 +55,9 @@ def load_setup(model_or_path: str, batch_size: int) -> TrainingSetup:
         try:
             builder = ZOO[str(model_or_path)]
         except MoplaceError as exc:
+            if _is_file(str(model_or_path)):  # "notes.txt": a file, but no model file
+                raise FormatError(model_or_path, f"{_NOT_PYTHON}; nor is it a zoo model "
+                                  f"({', '.join(ZOO.names())})") from None
             raise MoplaceError(f"{exc}; or give the path of a .py file defining build(batch_size)") from None
         return check_setup(builder(batch_size), batch_size, str(model_or_path))
     module = _import(path)
@@ -134,7 +139,11 @@ def _import(path: Path):
     """Execute the file as a fresh module; import errors become a FormatError with the line."""
     resolved = path.resolve()
     name = f"_moplace_model_{abs(hash(str(resolved)))}"
+    if path.suffix != ".py":  # "notes.txt": Python has no loader for it (spec is None)
+        raise FormatError(path, _NOT_PYTHON)
     spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None or spec.loader is None:
+        raise FormatError(path, _NOT_PYTHON)
     module = importlib.util.module_from_spec(spec)
     # registered while it runs, as a normal import would be (dataclasses and pickle look it up)
     sys.modules[name] = module
@@ -145,6 +154,13 @@ def _import(path: Path):
         raise FormatError(path, f"cannot import the file: {_describe(exc)}",
                           line=_user_line(exc, path)) from None
     return module
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        return False
 
 
 def _describe(exc: BaseException) -> str:

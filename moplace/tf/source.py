@@ -26,6 +26,9 @@ def check_model_file(model_or_path: str) -> Path | None:
     path = model_file(model_or_path)
     if path is not None and not path.is_file():
         raise FormatError(path, "no such model file (or it is a directory)")
+    if path is not None and path.suffix != ".py":  # before TensorFlow loads (as modelfile does)
+        raise FormatError(path, "not a model file: a model file is a Python file (a name ending "
+                                "in .py) defining build(batch_size)")
     return path
 
 

@@ -99,6 +99,7 @@ class Native(FileFormat):
     ext, json_share = "json", 0.7
 
     def make_seeds(self):
+        from moplace.core.graph import OpGraph
         from moplace.io import load_graph, save_graph
 
         seeds = []
@@ -106,6 +107,14 @@ class Native(FileFormat):
             path = self.workdir / "seeds" / (spec.replace(":", "_").replace("/", "_") + ".json")
             save_graph(load_graph(spec), path)
             seeds.append((f"native {spec}", path.read_bytes()))
+        # measured part costs ("part_compute", keyed by part count), as `profile --parts` writes
+        graph = load_graph(GRAPH)
+        ops = [dataclasses.replace(op, part_compute={
+                   n: {kind: t / n * 1.1 for kind, t in op.compute.items()} for n in (2, 4)})
+               if op.splittable else op for op in graph.ops]
+        path = self.workdir / "seeds" / "native_part_costs.json"
+        save_graph(OpGraph(ops, graph.edges, name=graph.name, metadata=graph.metadata), path)
+        seeds.append(("native with part costs", path.read_bytes()))
         return seeds
 
 
@@ -356,6 +365,12 @@ class Arguments:
                       ["-o", "/proc/nope/x"], ["-o", str(wd)]):
             n.append((f"fidelity {' '.join(extra)[:30]}", fidelity + extra))
         n.append(("fidelity missing model file", fidelity))
+        # a model file that is not Python (its name does not end in .py), found by path or
+        # by a bare name in the working folder; --quiet: the error is then the only line
+        (workdir / "notes.txt").write_text("Meeting notes\n- try a bigger batch\n")
+        for model in (str(existing), str(binary), "notes.txt", str(wd / "nosuch.txt")):
+            n.append((f"profile model file {Path(model).name!r}",
+                      ["profile", model, "--batch", "2", "--quiet", "-o", str(wd / "g.json")]))
         for extra in (["--testbed", "0"], ["--testbed", "2", "--device-count", "2"],
                       ["--testbed", "x"]):
             n.append((f"profile {' '.join(extra)[:30]}",

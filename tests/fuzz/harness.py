@@ -9,6 +9,7 @@ exits with status 2 (``SystemExit(0)`` from ``--help`` is fine too). Anything el
     hang       the run took longer than the time limit (SIGALRM in the main thread)
     bad-json   ``--json`` and status 0, but stdout is not exactly one strict JSON document
     bad-exit   another exit status, or status 2 without exactly one ``moplace: error:`` line
+               (of at most `MAX_ERROR_LINE` characters)
 
 A failure's ``klass`` groups failures of one cause: exception type + innermost frame in
 moplace/searchers/objectives; for a hang, the outermost step below the CLI it was in (a slow
@@ -41,6 +42,8 @@ PROJECT_DIRS = ("moplace", "searchers", "objectives")
 
 
 _ERROR_LINE = re.compile(r"moplace(?: [a-z][a-z-]*)?: error: \S.*")
+#: an error line says what is wrong and shows values cut short (`moplace.errors.shown`)
+MAX_ERROR_LINE = 1000
 
 
 def shorten(text: str) -> str:
@@ -194,6 +197,9 @@ def run_one(argv, time_limit: float = 10.0, note: str = "") -> Outcome:
     if code == 2:  # "moplace: error: ..." (MoplaceError) or "moplace CMD: error: ..." (argparse)
         lines = stderr.splitlines()
         if len(lines) == 1 and _ERROR_LINE.fullmatch(lines[0]):
+            if len(lines[0]) > MAX_ERROR_LINE:  # a value shown whole: a megabyte, one "line"
+                return Outcome(False, "bad-exit", f"the error line is {len(lines[0])} characters: "
+                               f"{lines[0][:300]!r}", "error line too long", **o)
             return Outcome(True, "clean-error", lines[0][:300], **o)
         return Outcome(False, "bad-exit", f"status 2 but stderr is {len(lines)} lines, not one "
                        f"'moplace: error:' line: {stderr[:300]!r}",
@@ -274,7 +280,7 @@ def fuzz(format_name: str, n: int, seed: int, workdir, *, time_limit: float = 10
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     results = []
-    warm_up()
+    warm_up(format_name)
     with sandbox(workdir, memory_mb):
         gen = make_format(format_name, workdir)
         inputs = workdir / "inputs" / format_name
@@ -301,10 +307,15 @@ def fuzz(format_name: str, n: int, seed: int, workdir, *, time_limit: float = 10
     return results
 
 
-def warm_up() -> None:
+def warm_up(format_name: str = "") -> None:
     """Compile (or load from numba's cache) the simulator and the list schedulers before any
     input is timed: on a clean checkout the first compilation alone takes longer than the
-    time limit, and would be judged a hang of whichever input came first."""
+    time limit, and would be judged a hang of whichever input came first. The command lines
+    (``arguments``) include `moplace profile` of model files that are not Python, refused once
+    TensorFlow is loaded: it is loaded here (importing it takes longer than the time limit)."""
+    if format_name == "arguments":
+        with contextlib.suppress(ImportError):  # without TensorFlow, profile says to install it
+            import moplace.tf.modelfile  # noqa: F401
     from moplace import load_cluster, load_graph
     from moplace.core.baselines import BASELINES, baseline
     from moplace.optimize.problem import Problem

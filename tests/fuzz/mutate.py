@@ -10,16 +10,23 @@ from __future__ import annotations
 import json
 import re
 
+#: an integer past Python's 4,300-digit limit on decimal conversion: int() of its text raises,
+#: and so does str() of the number (an error message that shows it must not)
+LONG_INT = "1" + "0" * 4999
+#: TOML reads hexadecimal of any length: a 4,817-digit number that parses, then cannot be shown
+LONG_HEX = "0x" + "f" * 4000
+
 # number tokens that break parsers: huge, overflowing, not numbers, non-ASCII digits, Python-only
 # spellings ("" is an empty string token)
 NUMBER_JUNK = ["1e308", "-1e308", "1e999", "1" + "0" * 40, "nan", "inf", "-1", "0", "", "\u00b2",
-               "\u0661\u0662", "0x10", "1_000"]
+               "\u0661\u0662", "0x10", "1_000", LONG_INT]
 
 # raw JSON texts a leaf may become (written verbatim into the dumped document)
 JSON_RAW = ["1e308", "-1e308", "1e999", "1" + "0" * 40, "-" + "1" + "0" * 40, "NaN", "Infinity",
             "-Infinity", "-1", "0", "-0", "0.5", '""', '"\u00b2"', '"\u0661\u0662"', '"0x10"',
             '"1_000"', '"nan"', '"inf"', '"-1"', "[]", "{}", "null", "true", "false", '"x"',
-            "[1, 2]", '{"a": 1}', '"' + "x" * 3000 + '"', '"\\u0000"', '"\\ud800"']
+            "[1, 2]", '{"a": 1}', '"' + "x" * 3000 + '"', '"\\u0000"', '"\\ud800"', LONG_INT,
+            "-" + LONG_INT, "[" + LONG_INT + "]", "[" * 900 + "]" * 900]
 
 _NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _RAW = "\u0000RAW{}\u0000"  # placeholder strings replaced by raw JSON text after dumping
@@ -156,7 +163,14 @@ class _Tree:
                           ensure_ascii=rng.random() < 0.5)
         for k, raw in enumerate(self.raw):  # placeholders were dumped as JSON strings
             marker = json.dumps(_RAW.format(k), ensure_ascii=False)
-            text = text.replace(marker, raw).replace(json.dumps(_RAW.format(k)), raw)
+            plain = json.dumps(_RAW.format(k))
+            if raw.startswith("[" * 100):
+                # deep nesting once: a duplicated element shares its placeholder, and 2,000
+                # copies of a list 900 deep would be 2 million lists (a slow parse, no bug)
+                once = marker if marker in text else plain
+                text = text.replace(once, raw, 1).replace(marker, "[]").replace(plain, "[]")
+                continue
+            text = text.replace(marker, raw).replace(plain, raw)
         return text.encode("utf-8", "surrogatepass")
 
 
@@ -219,7 +233,9 @@ def edge_end_list(doc: _Tree, rng) -> None:
 
 
 def deep_nesting(doc: _Tree, rng) -> None:
-    depth = rng.choice([10_000, 100_000])
+    # 900: json reads it (under the recursion limit: 1,000, or 3,000 once TensorFlow is
+    # loaded), then what reads the document must not recurse or show it whole
+    depth = rng.choice([900, 10_000, 100_000])
     doc.tree = _set(doc.tree, rng.choice(_paths(doc.tree)),
                     doc.placeholder("[" * depth + "]" * depth))
 
@@ -229,7 +245,8 @@ def rename_key(doc: _Tree, rng) -> None:
     if path is None:
         return replace_node(doc, rng)
     parent = _get(doc.tree, path[:-1])
-    parent[rng.choice(["", "x", path[-1].upper(), path[-1] + " ", "\u00e9"])] = parent.pop(path[-1])
+    parent[rng.choice(["", "x", path[-1].upper(), path[-1] + " ", "\u00e9", LONG_INT, "x" * 5000])] \
+        = parent.pop(path[-1])
 
 
 def add_key(doc: _Tree, rng) -> None:
@@ -270,7 +287,8 @@ def mutate_json(seed: bytes, rng, steps: int | None = None) -> tuple[bytes, list
 _TOML_KEYS = re.compile(rb"(?m)^(\s*(count|repeat|memory|bandwidth|latency|speed)\s*=\s*)(.*)$")
 TOML_JUNK = ["1000000000", "1" + "0" * 40, "-1", "0", "nan", "inf", "-inf", "1e400", "0.5",
              '"1e40GB/s"', '"-1GiB"', '"nanGB/s"', '"0GB/s"', '"infGiB"', '"1e999us"', '""',
-             '"16 GiB"', '"\u0661\u0662GB/s"', "true", "[]", "{}", '"1000000000GiB"']
+             '"16 GiB"', '"\u0661\u0662GB/s"', "true", "[]", "{}", '"1000000000GiB"', LONG_INT,
+             LONG_HEX, f"[1, {LONG_HEX}]", f"{{x = {LONG_HEX}}}"]
 
 
 def replace_toml_value(data: bytes, rng) -> bytes:
@@ -285,7 +303,37 @@ def replace_toml_value(data: bytes, rng) -> bytes:
     return data[:m.start(3)] + junk.encode() + data[m.end(3):]
 
 
-TOML_MUTATIONS = TEXT_MUTATIONS + [replace_toml_value] * 6
+_TOML_VALUE = re.compile(rb"(?m)^(\s*[A-Za-z_][A-Za-z0-9_-]*\s*=\s*)(.*)$")
+
+
+def _toml_value_at(data: bytes, rng, value: bytes) -> bytes:
+    """Any ``key = value`` line of ``data`` (name, label, sharing too) gets ``value``."""
+    found = list(_TOML_VALUE.finditer(data))
+    if not found:
+        return data + b"\nx = " + value + b"\n"
+    m = rng.choice(found)
+    return data[:m.start(2)] + value + data[m.end(2):]
+
+
+def deep_toml_nesting(data: bytes, rng) -> bytes:
+    """A value becomes arrays or inline tables nested deep (tomllib recurses once a level)."""
+    depth = rng.choice([100, 1000, 5000])
+    if rng.random() < 0.5:
+        value = "[" * depth + "1" + "]" * depth
+    else:
+        value = "{a = " * depth + "1" + "}" * depth
+    return _toml_value_at(data, rng, value.encode())
+
+
+def huge_toml_integer(data: bytes, rng) -> bytes:
+    """A value becomes an integer over 4,300 digits: decimal (tomllib's int() raises), or
+    hexadecimal (it parses; showing it in a message must not raise), alone or in an array."""
+    value = rng.choice([LONG_INT, "-" + LONG_INT, LONG_HEX, f"[{LONG_HEX}]", f"[1, {LONG_HEX}]",
+                        f"{{x = {LONG_HEX}}}", "1_" + "0" * 4999])
+    return _toml_value_at(data, rng, value.encode())
+
+
+TOML_MUTATIONS = TEXT_MUTATIONS + [replace_toml_value] * 6 + [deep_toml_nesting, huge_toml_integer]
 
 
 def mutate_text(seed: bytes, rng, table=None, steps: int | None = None) -> tuple[bytes, list[str]]:

@@ -9,17 +9,11 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from importlib import resources
 from pathlib import Path
 
-from ...errors import ClusterError, FormatError, shown
+from ...errors import ClusterError, FormatError, parse_toml, shown
 from ..cluster import KIND_SPEED, Cluster, Device, kind_speed
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["KIND_SPEED", "kind_speed", "list_presets", "load_cluster", "parse_cluster"]
 
@@ -71,23 +65,15 @@ def load_cluster(preset_or_path) -> Cluster:
         return parse_cluster(text, path)
     match = [n for n in names if n == text] or [n for n in names if n.lower() == text.lower()]
     if not match:
-        raise ClusterError(f"unknown cluster preset {text!r}; presets are: {', '.join(names)} "
-                           "(or give the path of a .toml cluster file)")
+        raise ClusterError(f"unknown cluster preset {shown(text)}; presets are: "
+                           f"{', '.join(names)} (or give the path of a .toml cluster file)")
     source = resources.files(__name__).joinpath(f"{match[0]}.toml")
     return parse_cluster(source.read_text(encoding="utf-8"), f"{match[0]}.toml")
 
 
 def parse_cluster(text: str, path="<cluster>") -> Cluster:
     """Build a cluster from TOML ``text``; ``path`` names the source in error messages."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None)
-        if line is None:
-            found = re.search(r"line (\d+)", str(exc))
-            line = int(found.group(1)) if found else None
-        raise FormatError(path, f"malformed TOML: {exc}", line=line) from None
-    return _Builder(doc, path).build()
+    return _Builder(parse_toml(text, path), path).build()
 
 
 class _Builder:
@@ -159,7 +145,7 @@ class _Builder:
         memory = quantity(spec.get("memory"), "size", self.path, f"{field}.memory")
         speed = spec.get("speed", kind_speed(kind))
         if speed is None:
-            self.fail(f"{field}.speed", f"kind {kind!r} has no known speed; give speed = ...")
+            self.fail(f"{field}.speed", f"kind {shown(kind)} has no known speed; give speed = ...")
         if isinstance(speed, bool) or not isinstance(speed, (int, float)) \
                 or not 0 < speed <= MAX_SPEED:
             self.fail(f"{field}.speed", f"need a number > 0 and at most {MAX_SPEED:g}, got "
