@@ -31,6 +31,12 @@ memory_limit_gib = [2, 8]
 """
 
 
+@pytest.fixture(autouse=True)
+def _in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """Every test runs in its temporary folder: a sweep's study goes to the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 def _write(folder: Path, text: str, name="s.toml") -> Path:
     path = folder / name
     path.write_text(text)
@@ -248,3 +254,58 @@ batch = [8, 32]
     trials = _trials(out["storage"], "zoo")
     runtimes = {t.params["batch"]: t.values[0] for t in trials}
     assert runtimes[32] > runtimes[8] > 0  # a larger batch takes longer
+
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = sorted((ROOT / "experiments" / "sweeps").glob("*.toml"))
+
+
+def test_there_are_bundled_sweep_files():
+    assert len(BUNDLED) >= 2, "experiments/sweeps/ holds the README's worked examples"
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.name)
+def test_every_bundled_sweep_file_passes_check(path, tmp_path, monkeypatch, capsys):
+    """`moplace sweep FILE --check` on each file in experiments/sweeps/ (the README's worked
+    examples): the file, its graphs and clusters load, and the plan names the study."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", str(path), "--check", "--json"]) == 0, capsys.readouterr().err
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["trials"] >= 1 and plan["space"]
+    assert not list(path.parent.glob("*.optuna.db")), "--check makes no storage"
+
+
+def test_the_study_goes_to_the_working_directory_not_beside_the_file(tmp_path, monkeypatch, capsys):
+    """A sweep run from another folder keeps its SQLite study in the working directory (as
+    mlflow.db), says where on stderr and in --json; the file's folder gets nothing. The same
+    folder resumes it; --storage still chooses."""
+    files, here = tmp_path / "examples", tmp_path / "work"
+    files.mkdir()
+    here.mkdir()
+    path = _write(files, SWEEP.format(name="where", budget=20))
+    monkeypatch.chdir(here)
+    assert main(["sweep", str(path), "--no-mlflow", "--json", "--quiet", "--trials", "1"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    db = here / "s.optuna.db"
+    assert db.is_file() and not list(files.glob("*.db"))
+    assert out["storage"] == f"sqlite:///{db}"
+    assert out["storage_file"] == str(db)
+    assert str(db) in captured.err and captured.err.count("\n") == 1, captured.err
+    # the plan says the same, and that another folder starts a new study
+    assert main(["sweep", str(path), "--check"]) == 0
+    plan = capsys.readouterr()
+    assert str(db) in plan.out + plan.err
+    # the same folder resumes: still one trial; a larger --trials adds one
+    assert main(["sweep", str(path), "--no-mlflow", "--json", "--quiet", "--trials", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trials"]["complete"] == 2 and len(_trials(out["storage"], "where")) == 2
+    # --storage overrides the default
+    other = tmp_path / "elsewhere.db"
+    assert main(["sweep", str(path), "--no-mlflow", "--json", "--quiet", "--trials", "1",
+                 "--storage", f"sqlite:///{other}"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["storage"] == f"sqlite:///{other}" and other.is_file()
+    assert out["storage_file"] == str(other)
+    assert sorted(p.name for p in here.glob("*.db")) == ["s.optuna.db"]
+    assert not list(files.glob("*.db"))

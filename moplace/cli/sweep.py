@@ -3,8 +3,12 @@
     moplace sweep SWEEP.toml [--trials N] [--workers N] [--storage URL] [--dask ADDRESS]
                   [--json] [--quiet] [--no-mlflow] [--tracking-uri URI] [--experiment NAME]
 
-Running the same command again resumes the sweep (the trials done are kept, the rest run);
-the same command on another machine with the same ``--storage`` (a database server) joins it.
+The study is kept in ``STEM.optuna.db`` in the working directory (``STEM``: the sweep file's
+name), as ``mlflow.db`` is, never beside the sweep file; the command says where on stderr.
+Running the same command again from the same folder resumes the sweep (the trials done are
+kept, the rest run); from another folder it starts a new study there (``--storage`` names the
+first one's file to resume it). The same command on another machine with the same
+``--storage`` (a database server) joins it.
 ``--workers N`` starts N worker processes here, each taking the next waiting trial; this
 process shows the progress, takes over a dead worker's trials when every worker has stopped,
 and logs the sweep's summary to MLflow at the end. ``--dask ADDRESS`` evaluates every trial's
@@ -17,6 +21,7 @@ import argparse
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError
@@ -30,8 +35,10 @@ def add_commands(sub) -> None:
     s.add_argument("--workers", type=integer(1, 256), default=1,
                    help="worker processes here (default 1: this process)")
     s.add_argument("--storage", type=file_arg, metavar="URL",
-                   help="Optuna storage (default: a SQLite file NAME.optuna.db beside the sweep "
-                        "file); a PostgreSQL/MySQL URL to share it between machines")
+                   help="Optuna storage (default: a SQLite file STEM.optuna.db in the working "
+                        "directory, STEM the sweep file's name: the same folder resumes the "
+                        "sweep, another starts a new one); a PostgreSQL/MySQL URL to share it "
+                        "between machines")
     s.add_argument("--dask", type=file_arg, metavar="ADDRESS",
                    help="evaluate every trial's batches on this Dask cluster (or local:N)")
     s.add_argument("--on-dask", action="store_true",
@@ -53,7 +60,7 @@ def add_commands(sub) -> None:
 
 def _sweep(args) -> int:
     from ..sweep.spec import load_spec
-    from ..sweep.study import open_study, storage_url
+    from ..sweep.study import open_sweep_study, storage_url
 
     spec = load_spec(args.file)
     url = storage_url(spec, args.storage)
@@ -70,11 +77,13 @@ def _sweep(args) -> int:
     if args.check:
         return _plan(args, spec, url)
     try:
-        study = open_study(spec, url, trials=args.trials, create=not args.worker)
+        study, resumed = open_sweep_study(spec, url, trials=args.trials, create=not args.worker)
     except MoplaceError as exc:
         where = "--storage" if args.storage else f"{spec.path}: [sweep] storage" \
             if spec.storage else f"{spec.path}: the default storage"
         raise MoplaceError(f"{where}: {exc}") from None
+    if not args.worker:
+        print(f"moplace: {_where(args, spec, study, url, resumed)}", file=sys.stderr)
     tracker = None
     if not args.no_mlflow:
         from ..sweep.tracking import SweepRun
@@ -133,8 +142,6 @@ def _work(spec, study, tracker, dask, *, quiet: bool, evaluator=None) -> int:
 def _worker_args(args, url, tracker, dask) -> list[str]:
     """The command line of a worker (after ``moplace``): same sweep, storage and MLflow store,
     paths absolute (a Dask worker runs elsewhere)."""
-    from pathlib import Path
-
     argv = ["sweep", str(Path(args.file).resolve()), "--worker", "--storage", _absolute(url),
             "--figures", args.figures]
     if args.no_mlflow:
@@ -148,8 +155,6 @@ def _worker_args(args, url, tracker, dask) -> list[str]:
 
 def _absolute(uri: str) -> str:
     """A SQLite URI with its file made absolute (other URIs as they are)."""
-    from pathlib import Path
-
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
     return uri
@@ -198,6 +203,34 @@ def _run_workers(args, url, dask, spec, study, tracker, client=None) -> None:
               file=sys.stderr)
 
 
+def _default_storage(args, spec) -> bool:
+    return not args.storage and not spec.storage
+
+
+def _storage_file(url) -> str | None:
+    from ..sweep.study import storage_file
+
+    path = storage_file(url)
+    return None if path is None else str(path)
+
+
+def _where(args, spec, study, url, resumed: bool) -> str:
+    """One line: where the study is, whether it was there already, what a re-run does."""
+    from ..sweep.study import counts, hide_password
+
+    place = _storage_file(url) or hide_password(url)
+    if resumed:
+        c = counts(study)
+        state = f"resumed, {c['complete'] + c['fail']} trials done"
+    else:
+        state = "a new study"
+    line = f"sweep study {spec.name!r} in {place} ({state}"
+    if _default_storage(args, spec):
+        line += ("; kept in the working directory: the same command from this folder resumes "
+                 "it, from another folder starts a new study there")
+    return line + ")"
+
+
 def _plan(args, spec, url) -> int:
     """``--check``: what the sweep would run."""
     from ..sweep.tracking import space_text
@@ -205,12 +238,19 @@ def _plan(args, spec, url) -> int:
     trials = args.trials or spec.trials
     if args.json:
         print(strictjson.dumps({"sweep": spec.name, "file": str(spec.path), "storage": url,
+                                "storage_file": _storage_file(url),
                                 "trials": trials, "sampler": spec.sampler,
                                 "returns": list(spec.returns), "fixed": spec.fixed,
                                 "space": {k: space_text(d) for k, d in spec.space.items()}}))
         return 0
     print(f"sweep {spec.name}: {trials} trials, sampler {spec.sampler}, returns "
           f"{', '.join(spec.returns)}; storage {url}")
+    if _default_storage(args, spec):
+        path = _storage_file(url)
+        there = "exists: the sweep resumes" if path and Path(path).is_file() else \
+            "not there yet: a new study"
+        print(f"  (the working directory's {Path(path).name}, {there}; from another folder "
+              f"the sweep starts a new study there)")
     for k, v in spec.fixed.items():
         print(f"  fixed  {k} = {v}")
     for k, d in spec.space.items():
@@ -232,7 +272,8 @@ def _report(args, spec, study, url, tracker, status) -> int:
     rows = {r["number"]: r for r in trial_rows(study, spec.returns)}
     if args.json:
         print(strictjson.dumps({
-            "sweep": spec.name, "file": str(spec.path), "storage": url, "status": status,
+            "sweep": spec.name, "file": str(spec.path), "storage": url,
+            "storage_file": _storage_file(url), "status": status,
             "returns": list(spec.returns), "directions": list(spec.directions),
             "trials": c, "best_trials": [rows[t.number] for t in best],
             "mlflow_run_id": tracker.run_id if tracker else None,

@@ -1,11 +1,14 @@
 """A sweep's Optuna study: storage, trials handed to workers, heartbeats, the summary.
 
-**Storage.** A SQLite file ``STEM.optuna.db`` beside the sweep file, unless ``--storage`` (or
-``[sweep] storage``) names a database server (PostgreSQL, MySQL) that workers on several
-machines share. SQLite rather than Optuna's journal file: Optuna's heartbeat, which finds a
-dead worker's trial and runs it again, exists only for database storage (`RDBStorage`), and
-a sweep's few writes per trial are far from SQLite's limits (writers wait up to 60 s for its
-lock).
+**Storage.** A SQLite file ``STEM.optuna.db`` (``STEM``: the sweep file's name without
+``.toml``) in the working directory, as MLflow's ``mlflow.db``: never beside the sweep file,
+which may sit in an installed, read-only examples folder. Running the command again from the
+same folder resumes the study; from another folder it starts a new study there. ``--storage``
+(or ``[sweep] storage``) names another file or a database server (PostgreSQL, MySQL) that
+workers on several machines share. SQLite rather than Optuna's journal file: Optuna's
+heartbeat, which finds a dead worker's trial and runs it again, exists only for database
+storage (`RDBStorage`), and a sweep's few writes per trial are far from SQLite's limits
+(writers wait up to 60 s for its lock).
 
 **Trials as a queue.** Opening the sweep adds one WAITING trial per trial of the sweep
 (parameters not drawn yet); a worker takes a WAITING trial (Optuna's own atomic move to
@@ -35,11 +38,26 @@ STATES = ("complete", "fail", "running", "waiting", "pruned", "retried")
 KEEP_POINTS = 200
 
 
+def default_storage_file(spec) -> Path:
+    """Where a sweep keeps its study unless told otherwise: ``STEM.optuna.db`` in the working
+    directory (absolute, so that worker processes and Dask tasks get the same file)."""
+    return Path.cwd().resolve() / f"{spec.path.stem}.optuna.db"
+
+
 def storage_url(spec, given: str | None = None) -> str:
     url = given or spec.storage
     if url:
         return url
-    return f"sqlite:///{(spec.folder / (spec.path.stem + '.optuna.db')).resolve()}"
+    return f"sqlite:///{default_storage_file(spec)}"
+
+
+def storage_file(url: str) -> Path | None:
+    """The SQLite file of a storage URL, absolute (None for a database server or in-memory)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.split("+")[0] != "sqlite" or not rest.startswith("/") or rest == "/":
+        return None
+    path = rest[1:].split("?", 1)[0]  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
+    return Path(path).resolve() if path and path != ":memory:" else None
 
 
 def open_storage(url: str, spec):
@@ -114,9 +132,15 @@ def _queued_grid(search_space, seed):
 
 def open_study(spec, url: str, *, trials: int | None = None, create: bool = True):
     """The sweep's study (created, or resumed), with ``trials`` trials queued in all."""
+    return open_sweep_study(spec, url, trials=trials, create=create)[0]
+
+
+def open_sweep_study(spec, url: str, *, trials: int | None = None, create: bool = True):
+    """`open_study`, and whether the storage held the study already (a resumed sweep)."""
     import optuna
 
     storage = open_storage(url, spec)
+    resumed = any(s.study_name == spec.name for s in storage.get_all_studies())
     if create:
         study = optuna.create_study(study_name=spec.name, storage=storage, load_if_exists=True,
                                     sampler=make_sampler(spec), directions=list(spec.directions))
@@ -130,7 +154,7 @@ def open_study(spec, url: str, *, trials: int | None = None, create: bool = True
         if study.metric_names is None:
             study.set_metric_names(list(spec.returns))
         _queue(study, trials if trials is not None else spec.trials)
-    return study
+    return study, resumed
 
 
 def _slots(trials) -> int:
