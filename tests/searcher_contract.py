@@ -25,6 +25,18 @@ def run(name, problem, budget=40, seed=0):
     return search(problem, make_searcher(name), budget=Budget(evaluations=budget), seed=seed)
 
 
+def _islands_problem():
+    """Two servers of two devices, fast inside and slow between: data parallelism on one
+    server's devices (a seed on a device subset) beats it on all four."""
+    from moplace.core.cluster import Cluster, Device
+
+    devices = [Device(f"gpu{i}", "V100", 16 * 2**30, 1.0) for i in range(4)]
+    bw = np.full((4, 4), 1e9)
+    bw[:2, :2] = bw[2:, 2:] = 100e9
+    return Problem(layered_dag(30, width=4, seed=2),
+                   Cluster("2x2", devices, bw, np.full((4, 4), 5e-6)))
+
+
 class SearcherContract:
     """Valid strategies, budget kept, same seed same result, infeasible problems, one device,
     empty and one-op graphs, a documented registration, and Ctrl-C anywhere then resume
@@ -40,6 +52,28 @@ class SearcherContract:
         assert result.front, "a feasible problem must give a front"
         for point in result.front + result.infeasible:
             point.strategy.validate(problem.graph, problem.n_devices)
+
+    def test_front_weakly_dominates_every_seed(self, name, problem):
+        """A seeded searcher's front weakly dominates every feasible seed, and with no feasible
+        seed it keeps one at most as violating as the least violating seed."""
+        from searchers.listsched.seeds import seed_strategies
+
+        if not make_searcher(name).seeded:
+            pytest.skip(f"{name} does not start from the seeds")
+        tight = Problem(layered_dag(20, width=4), make_cluster(2, memory=1000))  # nothing fits
+        for p in (problem, tight, _islands_problem()):
+            seeds = seed_strategies(p)
+            evs = p.evaluate_batch([s.strategy for s in seeds])
+            result = run(name, p, budget=len(seeds) + 10)
+            front = np.array([q.values for q in result.front]).reshape(-1, len(p.objectives))
+            for seed, ev in zip(seeds, evs):
+                if ev.feasible:
+                    assert np.all(front <= ev.values, axis=1).any(), \
+                        f"{name}: no point of the front is as good as seed {seed.label!r}"
+            if not any(ev.feasible for ev in evs):
+                least = min(ev.violation for ev in evs)
+                assert result.front or min(q.evaluation.violation
+                                           for q in result.infeasible) <= least
 
     def test_budget_is_respected(self, name, problem):
         for budget in (1, 7):

@@ -69,7 +69,11 @@ def test_a_proposal_changes_one_thing(small):
         y = s._propose(x)
         dev, spl, pri = (np.flatnonzero(x[:G] != y[:G]), np.flatnonzero(x[G:2 * G] != y[G:2 * G]),
                          np.flatnonzero(x[2 * G:] != y[2 * G:]))
-        if dev.size:
+        if space.device_window(x)[1] != space.device_window(y)[1]:
+            kinds.add("device set")  # the whole strategy onto a run of another length
+            assert not pri.size
+            np.testing.assert_array_equal(y, space.resize(x, *space.device_window(y)))
+        elif dev.size:
             kinds.add("device")
             assert dev.size == 1 and not spl.size and not pri.size
         elif spl.size:
@@ -82,7 +86,8 @@ def test_a_proposal_changes_one_thing(small):
                 i, j = pri
                 assert x[2 * G + i] == y[2 * G + j] and x[2 * G + j] == y[2 * G + i]
         space.decode(y).validate(small.graph, small.n_devices)
-    assert kinds == {"device", "split", "priority"}
+    assert kinds == {"device", "split", "priority"}  # 3 devices: no device-set moves
+    assert small.n_devices < small.genome.RESIZE_MIN_DEVICES
 
 
 def test_steps_per_ask_batches_and_determinism(small):
@@ -150,7 +155,7 @@ def test_relabel_restart_renames_the_devices_of_the_best_strategy(small):
 
 
 def test_stalled_chains_make_compound_moves(small):
-    s = McmcSearcher(chains=1, extra_move=0.9)
+    s = McmcSearcher(chains=1, extra_move=0.9, move_weights=(0.4, 0.3, 0.3))  # no device sets
     s.setup(small, np.random.default_rng(0))
     first = s.ask()
     s.tell(first, [small.evaluate(x) for x in first])
@@ -175,7 +180,8 @@ def _tiny_tight():
 
 def test_repair_restart_reorders_an_infeasible_placement_until_it_fits():
     p = _tiny_tight()
-    s = McmcSearcher(chains=1, restart_after=1, restarts=("repair",), reweight=False)
+    s = McmcSearcher(chains=1, restart_after=1, restarts=("repair",), reweight=False,
+                     seed_subsets=False)
     s.setup(p, np.random.default_rng(0))
     first = s.ask()
     evs = [p.evaluate(x) for x in first]
@@ -194,8 +200,7 @@ def test_repair_restart_reorders_an_infeasible_placement_until_it_fits():
             break
         s._stalled[0] = 0  # no restart in between
     assert not s._repairing[0] and s._x_ev[0].violation == 0  # repaired: it fits
-    assert np.array_equal(s._x[0][:2 * G], jump[:2 * G])
-    assert s._x_ev[0].values[1] == 0  # all on one device, and feasible
+    assert np.array_equal(s._x[0][:2 * G], jump[:2 * G])  # the same placement, reordered
 
 
 def test_repair_restarts_from_each_undominated_infeasible_point_in_turn():
@@ -232,7 +237,7 @@ def test_chains_answer_proposals_seen_before_from_memory():
     search(p, s, budget=600, seed=0)
     assert s.known_taken > 50  # a tiny problem: chains often propose what they have seen
     assert again == []  # nothing evaluated in one batch is simulated again in a later one
-    assert s.proposed.sum() > 600 - len(s._seeds)  # the chains took more steps than the budget
+    assert s.proposed.sum() > 600 - len(s.seeding.seeds)  # the chains took more steps than the budget
     plain = McmcSearcher(known_steps=0)
     search(p, plain, budget=600, seed=0)
     assert plain.known_taken == 0 and plain.proposed.sum() <= 600

@@ -74,23 +74,42 @@ def test_same_seed_same_front_other_seed_other_search(small):
     assert a.hypervolume_history != c.hypervolume_history
 
 
-def test_first_batch_is_the_seeds_then_random(small):
+def test_first_batch_is_every_seed_as_it_is_then_the_population_without_them(small):
+    searcher = make_searcher("nsga2", pop_size=12)
+    searcher.setup(small, np.random.default_rng(0))
+    seeds = searcher.seed_strategies()
+    batch = searcher.ask()
+    assert batch == seeds  # every seed, as it is
+    evs = [small.evaluate(s) for s in batch]
+    searcher.tell(batch, evs)
+    encoded = searcher.seeding.encoded(small.genome)
+    assert 0 < len(encoded) <= len(seeds)
+    first = searcher.ask()  # the first population: the encoded seeds are told, not asked
+    assert len(first) == 12 - len(encoded)
+    seed_keys = {seed.strategy.simulation_key for seed, _, _ in encoded}
+    assert not seed_keys & {s.simulation_key for s in first}
+    searcher.tell(first, [small.evaluate(s) for s in first])
+    F = searcher.algorithm.pop.get("F")
+    # the survivors include the seeds' scores, which were never simulated again
+    seed_values = {tuple(ev.values.tolist()) for _, ev, _ in encoded}
+    assert seed_values & {tuple(f) for f in F.tolist()}
+
+
+def test_seeds_keep_their_schedule_in_the_genome(small):
     searcher = make_searcher("nsga2", pop_size=12)
     searcher.setup(small, np.random.default_rng(0))
     batch = searcher.ask()
-    assert len(batch) == 12
-    seeds = searcher.seed_strategies()
-    for asked, seed in zip(batch, seeds):  # same schedule: placement, splits, priority order
-        np.testing.assert_array_equal(asked.placement, seed.placement)
-        assert dict(asked.splits) == dict(seed.splits)
-        np.testing.assert_array_equal(np.argsort(-asked.priority, kind="stable"),
-                                      np.argsort(-seed.priority, kind="stable"))
-        assert small.evaluate(asked).values.tolist() == small.evaluate(seed).values.tolist()
+    searcher.tell(batch, [small.evaluate(s) for s in batch])
+    for seed, ev, x in searcher.seeding.encoded(small.genome):  # same schedule as a genome
+        asked = small.genome.decode(searcher._normalized(x))
+        np.testing.assert_array_equal(asked.placement, seed.strategy.placement)
+        assert dict(asked.splits) == dict(seed.strategy.splits)
+        assert small.evaluate(asked).values.tolist() == ev.values.tolist()
 
 
 def test_memory_is_a_normalized_constraint_not_a_penalty():
     problem = Problem(layered_dag(20, width=4), make_cluster(2, memory=1000))  # nothing fits
-    searcher = make_searcher("nsga2", pop_size=8)
+    searcher = make_searcher("nsga2", pop_size=8, seed_heuristics=False)
     searcher.setup(problem, np.random.default_rng(0))
     batch = searcher.ask()
     evs = [problem.evaluate(s) for s in batch]
@@ -185,7 +204,8 @@ def test_segment_crossover_moves_contiguous_runs_of_groups(resnet_space):
 def test_neighbour_move_copies_an_adjacent_groups_device(resnet_space):
     _, s = resnet_space
     rng = np.random.default_rng(2)
-    only_moves = MutationRates(moves=0.5, block=0, splits=0, swaps=0, jitter=0, reset=0)
+    only_moves = MutationRates(moves=0.5, block=0, splits=0, swaps=0, jitter=0, reset=0,
+                               devices=0)
     x = random_genomes(s, 1, rng)[0]
     moved = 0
     for _ in range(200):
@@ -202,7 +222,8 @@ def test_neighbour_move_copies_an_adjacent_groups_device(resnet_space):
 def test_priority_swaps_exchange_values_of_related_ops(resnet_space):
     _, s = resnet_space
     rng = np.random.default_rng(3)
-    only_swaps = MutationRates(moves=0, block=0, splits=0, swaps=1, jitter=0, reset=0)
+    only_swaps = MutationRates(moves=0, block=0, splits=0, swaps=1, jitter=0, reset=0,
+                               devices=0)
     x = random_genomes(s, 1, rng)[0]
     for _ in range(200):
         y = mutate(s, x, rng, only_swaps)

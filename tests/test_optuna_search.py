@@ -42,10 +42,15 @@ def test_unit_rank_keeps_order_and_ties():
 def test_heuristics_are_the_first_trials_and_simulate_as_themselves(small):
     s = OptunaSearcher(batch_size=8)
     s.setup(small, np.random.default_rng(0))
-    first = s.ask()
-    values = {tuple(small.evaluate(x).values) for x in first}
+    seeds = s.ask()  # every seed, as it is
+    values = {tuple(small.evaluate(x).values) for x in seeds}
     for name in ("single", "data-parallel", "round-robin", "layer-split"):
         assert tuple(small.evaluate(baseline(name, small.graph, small.n_devices)).values) in values
+    s.tell(seeds, [small.evaluate(x) for x in seeds])
+    s.ask()  # the encoded seeds are the first trials, told their scores without a simulation
+    told = s.study.get_trials(states=(COMPLETE,))
+    assert len(told) == len(s.seeding.encoded(small.genome)) == s.seeds_taken
+    assert {tuple(t.values) for t in told} <= values
     # the genome has one int per group (device, split option) and one float per op
     params = s.study.trials[0].params
     G = small.genome.n_groups
@@ -81,23 +86,27 @@ def tiny_graph():
 
 
 def _resume(storage, problem, budget=60):
-    """Two searches of ``budget`` (4 more than a whole number of batches of 8) on one study."""
+    """Two searches on one study, each of the seed batch and ``budget`` trial evaluations (4
+    more than a whole number of batches of 8)."""
+    from searchers.listsched.seeds import seed_strategies
+
+    n_seeds = len(seed_strategies(problem))  # the first batch of each search, not trials
     kw = dict(sampler="nsga2", storage=storage, study_name="resume-me", batch_size=8)
     s1, s2 = OptunaSearcher(**kw), OptunaSearcher(**kw)
-    first = search(problem, s1, budget=budget, seed=0)
-    assert first.n_evaluations == budget
+    first = search(problem, s1, budget=n_seeds + budget, seed=0)
+    assert first.n_evaluations == n_seeds + budget
     study = optuna.load_study(study_name="resume-me", storage=open_storage(storage))
     done = {t.number: t.values for t in study.get_trials(states=(COMPLETE,))}
     running = [t.number for t in study.get_trials(states=(RUNNING,))]
-    # 8 asked in the last batch, 4 evaluated; trials of strategies simulated before are told
-    # from memory, complete but not evaluations
-    assert len(done) == budget + s1.known_taken and len(running) == 4
+    # 8 asked in the last batch, 4 evaluated; trials of strategies simulated before (the seeds
+    # among them) are told from memory, complete but not evaluations
+    assert len(done) == budget + s1.known_taken + s1.seeds_taken and len(running) == 4
 
-    second = search(problem, s2, budget=budget, seed=1)
-    assert second.n_evaluations == budget  # the budget counts only new evaluations
+    second = search(problem, s2, budget=n_seeds + budget, seed=1)
+    assert second.n_evaluations == n_seeds + budget  # the budget counts only new evaluations
     study = optuna.load_study(study_name="resume-me", storage=open_storage(storage))
     complete = study.get_trials(states=(COMPLETE,))
-    known = s1.known_taken + s2.known_taken
+    known = s1.known_taken + s2.known_taken + s1.seeds_taken + s2.seeds_taken
     assert len(complete) == 2 * budget + known
     assert {t.state for t in study.trials} <= {COMPLETE, RUNNING}  # nothing failed or lost
     assert len(study.trials) == 2 * budget + 4 + known  # 4 asked, not evaluated, left for the next resume
@@ -106,7 +115,7 @@ def _resume(storage, problem, budget=60):
     assert all(n in after for n in running)  # trials left running were evaluated first
     # the heuristics were enqueued by the first search only
     seeded = [t.number for t in study.trials if "fixed_params" in t.system_attrs]
-    assert seeded and max(seeded) < 8 + s1.known_taken
+    assert seeded and s2.seeds_taken == 0 and max(seeded) < n_seeds + s1.known_taken
 
 
 def test_resume_from_sqlite(tmp_path, tiny_graph):
@@ -147,7 +156,8 @@ def test_trials_simulated_before_are_told_from_memory():
     result = search(p, s, budget=300, seed=0)
     assert result.n_evaluations == 300
     trials = s.study.get_trials(states=(COMPLETE,))
-    assert len(trials) == 300 + s.known_taken and s.known_taken > 50
+    seeds = len(s.seeding.evaluated)  # the seed batch: evaluations, not trials
+    assert len(trials) == 300 - seeds + s.known_taken + s.seeds_taken and s.known_taken > 50
     keys = {}
     for t in trials:  # each told value is the strategy's own, and only one per key simulated
         strategy = s._strategy(optuna.trial.FixedTrial(t.params))
@@ -159,7 +169,8 @@ def test_trials_simulated_before_are_told_from_memory():
     assert OptunaSearcher(sampler="nsga2").known_trials == 8
     plain = OptunaSearcher(sampler="tpe", known_trials=0)
     search(p, plain, budget=300, seed=0)
-    assert plain.known_taken == 0 and len(plain.study.get_trials(states=(COMPLETE,))) == 300
+    assert plain.known_taken == 0
+    assert len(plain.study.get_trials(states=(COMPLETE,))) == 300 - seeds + plain.seeds_taken
 
 
 def test_polish_trials_are_new_neighbours_of_earlier_trials():

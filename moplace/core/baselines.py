@@ -148,3 +148,32 @@ def _reference_time(op, kind) -> float:
 def baseline(name: str, graph: OpGraph, n_devices: int) -> Strategy:
     """The baseline strategy ``name`` for ``graph`` on ``n_devices`` devices."""
     return BASELINES[name](graph, n_devices)
+
+
+def one_device_each_kind(graph: OpGraph, cluster) -> list[tuple[str, Strategy]]:
+    """Every op on one device in a memory-sparing order (`memory_priority`), once for each kind
+    of device (kind, memory, speed) of ``cluster``, as (device name, strategy): the
+    zero-communication end of a front lies among single-device placements, and the
+    topological order of ``single`` can need far more memory (on a tiny instance 4067 bytes
+    where another order needs 2738). Nothing for an empty graph."""
+    if not len(graph.ops):
+        return []
+    prio, kinds, out = memory_priority(graph), set(), []
+    for d, dev in enumerate(cluster.devices):
+        if (dev.kind, dev.memory_bytes, dev.speed) not in kinds:
+            kinds.add((dev.kind, dev.memory_bytes, dev.speed))
+            out.append((dev.name, Strategy(np.full(len(graph.ops), d, np.int64), prio)))
+    return out
+
+
+def on_devices(name: str, graph: OpGraph, devices) -> Strategy:
+    """The baseline ``name`` on the devices ``devices`` only (indices into the cluster, in the
+    order parts go; see `moplace.core.subsets`): the baseline for ``len(devices)`` devices,
+    its device k relabelled ``devices[k]``."""
+    devices = np.asarray(tuple(devices), dtype=np.int64)
+    if devices.size == 0 or np.unique(devices).size != devices.size:
+        raise ValueError(f"devices must be distinct and at least one, got {devices.tolist()}")
+    plan = baseline(name, graph, int(devices.size))
+    splits = {op: Split(s.dim, tuple(int(devices[d]) for d in s.devices))
+              for op, s in plan.splits.items()}
+    return Strategy(devices[plan.placement], plan.priority, splits)

@@ -27,6 +27,10 @@ class Searcher(ABC):
     """Base class of all searchers; subclasses implement `ask` (and usually `tell`)."""
 
     name = "searcher"
+    #: True for a searcher whose first batch is every seed of
+    #: `searchers.listsched.seeds.seed_strategies` with its default settings: its front then
+    #: weakly dominates every feasible seed (the contract suite holds it to that)
+    seeded = False
 
     def setup(self, problem, rng: np.random.Generator) -> None:
         """Called once by the driver before the first `ask`."""

@@ -1,10 +1,10 @@
 """FastT's OS-DPOS as an ask/tell searcher: DPOS, then split critical-path ops while it pays.
 
-1. The first batch holds the candidate schedules of DPOS, HEFT and m-ETF
-   (`searchers.listsched.candidates`: three memory budgets, groups kept or regrouped) and the
-   four baselines; the search goes on from the fastest feasible one (FastT starts from DPOS,
-   or from data parallelism when the model fits one device; starting from the best of every
-   list scheduler includes those starts).
+1. The first batch holds every seed (`searchers.listsched.seeds`: the candidate schedules of
+   DPOS, HEFT and m-ETF under three memory budgets, groups kept or regrouped; the baselines on
+   the whole cluster and on device subsets, such as one server's GPUs); the search goes on
+   from the fastest feasible one (FastT starts from DPOS, or from data parallelism when the
+   model fits one device; starting from the best seed includes those starts).
 2. Critical-path ops (DPOS's upward rank on maximum costs), by descending compute time, are
    tried one at a time: the next batch holds the current strategy with that op's co-location
    group cut by each split option the genome allows (every splittable dimension and part
@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from moplace.core.baselines import BASELINES, baseline
 from moplace.core.strategy import Strategy
+from moplace.errors import StrategyError
 from moplace.optimize.searcher import Searcher
 
-from .candidates import schedule_candidates
-from .metf import metf
-from .schedule import ListSchedInput, critical_path, dpos, heft, transfer_weights, upward_rank
+from .schedule import ListSchedInput, critical_path, transfer_weights, upward_rank
+from .seeds import seed_strategies
 
 
 class OsDposSearcher(Searcher):
@@ -40,6 +39,7 @@ class OsDposSearcher(Searcher):
     """
 
     name = "os-dpos"
+    seeded = True
 
     def __init__(self, patience: int = 1):
         self.patience = int(patience)
@@ -47,9 +47,7 @@ class OsDposSearcher(Searcher):
     def _setup(self) -> None:
         p = self.problem
         inp = ListSchedInput.from_problem(p.graph, p.cluster, p.costs)
-        self._first = [c.strategy for schedule in (dpos, heft, metf)
-                       for c in schedule_candidates(p, schedule)]
-        self._first += [baseline(b, p.graph, p.n_devices) for b in BASELINES]
+        self._first = [seed.strategy for seed in seed_strategies(p)]
         rank = upward_rank(inp, inp.compute.max(axis=1), transfer_weights(inp, "max"))
         path = critical_path(inp, rank)
         work = inp.compute.max(axis=1)[path]
@@ -86,7 +84,10 @@ class OsDposSearcher(Searcher):
 
     def _variants(self, group: int) -> list[Strategy]:
         space = self.problem.genome
-        x = space.encode(self._best)
+        try:
+            x = space.encode(self._best)
+        except StrategyError:  # parts on devices that are not consecutive: no split options
+            return []
         gene = space.n_groups + group
         out = []
         for option in range(len(space.options[group])):

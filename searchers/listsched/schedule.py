@@ -214,18 +214,16 @@ def dpos(inp: ListSchedInput) -> ListSchedResult:
 
 
 def heuristic_strategies(problem, schedulers=(dpos, heft)) -> list:
-    """The strategies the searchers start from: each of ``schedulers`` (list schedulers, in
-    that order) on ``problem``, then the baselines (single, data-parallel, round-robin,
-    layer-split), then every op on one device, in an order that keeps few outputs resident
-    (`memory_priority`), once for each kind of device (kind, memory, speed): the
-    zero-communication end of the front lies among single-device placements, and the
-    topological order of the ``single`` baseline can need far more memory (on a tiny instance
-    4067 bytes where another order needs 2738). Duplicates are kept; an empty graph has the
-    baselines only."""
-    from moplace.core.baselines import BASELINES, baseline, memory_priority
+    """Each of ``schedulers`` (list schedulers, in that order) on ``problem``, then the
+    baselines (single, data-parallel, round-robin, layer-split), then every op on one device
+    in a memory-sparing order once for each kind of device
+    (`moplace.core.baselines.one_device_each_kind`). Duplicates are kept; an empty graph has
+    the baselines only. (The searchers start from the larger set of
+    `searchers.listsched.seeds.seed_strategies`.)"""
+    from moplace.core.baselines import BASELINES, baseline, one_device_each_kind
     from moplace.core.strategy import Strategy
 
-    graph, devices = problem.graph, problem.cluster.devices
+    graph = problem.graph
     out = []
     if len(graph.ops):
         inp = ListSchedInput.from_problem(graph, problem.cluster, problem.costs)
@@ -233,10 +231,4 @@ def heuristic_strategies(problem, schedulers=(dpos, heft)) -> list:
             result = schedule(inp)
             out.append(Strategy(result.placement, result.priority()))
     out += [baseline(name, graph, problem.n_devices) for name in BASELINES]
-    if len(graph.ops):
-        prio, kinds = memory_priority(graph), set()
-        for d, dev in enumerate(devices):
-            if (dev.kind, dev.memory_bytes, dev.speed) not in kinds:
-                kinds.add((dev.kind, dev.memory_bytes, dev.speed))
-                out.append(Strategy(np.full(len(graph.ops), d, np.int64), prio))
-    return out
+    return out + [s for _, s in one_device_each_kind(graph, problem.cluster)]

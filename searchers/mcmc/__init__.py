@@ -17,15 +17,19 @@ search stalls. This searcher does the same on moplace's genome, for three object
   capacity)``, added to the scalarized value, with capacity the largest device memory: any
   infeasible strategy costs more than a feasible one with the same objectives, and less
   violation is better, so a chain that starts infeasible walks towards feasibility.
-- **Start.** The first batch holds the heuristics: DPOS, HEFT and the baselines (single,
-  data-parallel, round-robin, layer-split). Each chain starts from the one that is cheapest
-  under its own weights.
+- **Start.** The first batch holds every seed (`searchers.seeding`: each candidate of DPOS,
+  HEFT and m-ETF, the baselines on the whole cluster and on device subsets), as they are, so
+  the archive holds them all. Each chain starts from the seed the genome encodes that is
+  cheapest under its own weights.
 - **Moves.** A proposal makes one move: move ONE co-location group to another device (with
   probability ``neighbour_prob`` to the device of a graph-neighbour group on another device,
   FlexFlow's locality move, else to a uniformly random other device); change ONE group's
   split option; or swap the priorities of two ops on the same device, where the order
   matters (with probability ``adjacent_prob`` the op next to it in that device's order, else
-  any; two ops anywhere when the op is alone on its device). Move kinds that cannot change
+  any; two ops anywhere when the op is alone on its device); or, rarely, move the whole
+  strategy onto a run of consecutive devices of another length, splits scaled with it
+  (`GenomeSpace.random_resize`: data parallelism on 8 GPUs becomes data parallelism on one
+  server's 4, so plans on fewer devices are reachable). Move kinds that cannot change
   anything (one device, no split options, fewer than two ops) are not drawn; when none is
   possible the search is done. Once a chain has gone half of ``restart_after`` proposals
   without improving, each proposal makes one more move with probability ``extra_move``, and

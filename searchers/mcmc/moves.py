@@ -28,8 +28,11 @@ class MovesMixin:
         self._group = p.graph.arrays.group
         G, N, D = space.n_groups, space.n_ops, space.n_devices
         self._splittable = np.array([g for g in range(G) if len(space.options[g]) > 1], np.int64)
-        kinds = np.array(self.move_weights) * np.array(
-            [G > 0 and D > 1, self._splittable.size > 0, N > 1], dtype=np.float64)
+        weights = tuple(self.move_weights) + (0.0,) * (4 - len(self.move_weights))
+        kinds = np.array(weights) * np.array(
+            [G > 0 and D > 1, self._splittable.size > 0, N > 1,
+             G > 0 and D >= space.RESIZE_MIN_DEVICES],
+            dtype=np.float64)
         self._move_p = kinds / kinds.sum() if kinds.sum() > 0 else None
 
     def _extra(self, c: int) -> float:
@@ -51,7 +54,9 @@ class MovesMixin:
         space, rng = self._space, self.rng
         G, N, D = space.n_groups, space.n_ops, space.n_devices
         y = x.copy()
-        kind = 2 if order_only else rng.choice(3, p=self._move_p)
+        kind = 2 if order_only else rng.choice(self._move_p.size, p=self._move_p)
+        if kind == 3:  # the whole strategy onto a run of devices of another length
+            return space.random_resize(y, rng)
         if kind == 0:  # one group to another device
             g = int(rng.integers(G))
             here = int(y[g])

@@ -13,7 +13,7 @@ from moplace.core.strategy import Strategy
 from moplace.errors import MoplaceError, StrategyError
 from moplace.optimize.searcher import Searcher
 from moplace.simulator.delta import DeltaRequest
-from searchers.listsched import heuristic_strategies
+from searchers.seeding import SeedPhase
 
 from .known import KnownMixin
 from .moves import MovesMixin
@@ -47,9 +47,10 @@ class McmcSearcher(KnownMixin, MovesMixin, RestartMixin, Searcher):
         penalty: cost added to an infeasible strategy's scalarized cost, times 1 + violation /
             the largest device memory (bytes), so that it costs more than a feasible one with
             the same objectives.
-        move_weights: relative odds of the three move kinds (device, split, priority): three
-            non-negative numbers with a positive sum; kinds that cannot change anything are not
-            drawn.
+        move_weights: relative odds of the four move kinds (device, split, priority, device
+            set: the whole strategy onto a run of devices of another length, splits scaled
+            with it): three or four non-negative numbers with a positive sum (three: no
+            device-set moves); kinds that cannot change anything are not drawn.
         restarts: the kinds of restart a stalled chain may take, one or more of best, relabel,
             random, repair and frontier; which one is learned by Thompson sampling.
         reweight: on each restart give the chain a new weight vector (uniform on the simplex,
@@ -65,16 +66,20 @@ class McmcSearcher(KnownMixin, MovesMixin, RestartMixin, Searcher):
         delta: simulate a proposal that differs from its chain's strategy only in the device of
             unsplit groups and in priorities by patching that strategy's task graph (same
             result, faster).
+        seed_subsets: include the baselines on device subsets among the seeds (every chain
+            starts from the best seed under its weights; see `searchers.seeding`).
     """
 
     name = "mcmc"
+    seeded = True
 
     def __init__(self, chains: int = 4, steps_per_ask: int = 1, temperature: float = 0.001,
                  restart_after: int = 30, neighbour_prob: float = 0.5, rho: float = 0.05,
-                 penalty: float = 10.0, move_weights: tuple[float, float, float] = (0.4, 0.3, 0.3),
+                 penalty: float = 10.0,
+                 move_weights: tuple[float, ...] = (0.4, 0.3, 0.3, 0.03),
                  restarts: tuple[str, ...] = RESTARTS, reweight: bool = True,
                  adjacent_prob: float = 0.5, extra_move: float = 0.6, known_steps: int = 200,
-                 delta: bool = True):
+                 delta: bool = True, seed_subsets: bool = True):
         if int(chains) < 1:
             raise MoplaceError(f"chains must be at least 1, got {chains}")
         if int(steps_per_ask) < 1:
@@ -89,9 +94,9 @@ class McmcSearcher(KnownMixin, MovesMixin, RestartMixin, Searcher):
             raise MoplaceError(f"restart_after must be at least 1, got {restart_after}")
         if not 0 <= neighbour_prob <= 1:
             raise MoplaceError(f"neighbour_prob must be in [0, 1], got {neighbour_prob}")
-        if len(move_weights) != 3 or min(move_weights) < 0 or sum(move_weights) <= 0:
-            raise MoplaceError("move_weights must be three non-negative numbers "
-                               "(device, split, priority) with a positive sum")
+        if len(move_weights) not in (3, 4) or min(move_weights) < 0 or sum(move_weights) <= 0:
+            raise MoplaceError("move_weights must be three or four non-negative numbers "
+                               "(device, split, priority, device set) with a positive sum")
         self.chains, self.steps_per_ask = int(chains), int(steps_per_ask)
         self.temperature, self.restart_after = float(temperature), int(restart_after)
         self.neighbour_prob = float(neighbour_prob)
@@ -109,6 +114,7 @@ class McmcSearcher(KnownMixin, MovesMixin, RestartMixin, Searcher):
             raise MoplaceError(f"known_steps must be at least 0, got {known_steps}")
         self.known_steps = int(known_steps)
         self.delta = bool(delta)
+        self.seed_subsets = bool(seed_subsets)
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -118,7 +124,7 @@ class McmcSearcher(KnownMixin, MovesMixin, RestartMixin, Searcher):
         self._weights = spread_weights(self.chains, len(p.objectives))
         self._scale = np.asarray(p.reference, dtype=np.float64)
         self._capacity = float(np.max(p.cluster.memory)) if p.n_devices else 1.0
-        self._seeds = _heuristic_genomes(p)
+        self.seeding = SeedPhase(p, subsets=self.seed_subsets)
         self._setup_moves()
         # chain state: genome, its strategy's cost, its best cost since it (re)started, the
         # proposals since that improved, and the strategy it restarts from (None: none pending)
@@ -160,13 +166,20 @@ class McmcSearcher(KnownMixin, MovesMixin, RestartMixin, Searcher):
                 "move_weights": list(self.move_weights), "restarts": list(self.restart_kinds),
                 "reweight": self.reweight, "adjacent_prob": self.adjacent_prob,
                 "extra_move": self.extra_move, "known_steps": self.known_steps,
-                "delta": self.delta}
+                "delta": self.delta, "seed_subsets": self.seed_subsets}
 
     # -- ask / tell ------------------------------------------------------------------------
 
     def ask(self) -> list[Strategy]:
-        if self._x[0] is None:  # nothing told yet: the heuristics first
-            self._pending = [(-1, x, False) for x in self._seeds]
+        if self._x[0] is None:  # nothing told yet: every seed first, as it is
+            batch = self.seeding.ask()
+            if not batch:  # no seed was told (none, or none evaluated): random starts
+                X = self._space.sample(self.chains, self.rng)
+                self._pending = [(-1, x, False) for x in X]
+                return [self._space.decode(x) for x in X]
+            # a seed the genome cannot encode is evaluated for the archive only (genome None)
+            self._pending = [(-1, _genome(self._space, s), False) for s in batch]
+            return batch
         elif self._move_p is None:  # no move can change the strategy: done
             return []
         else:
@@ -186,6 +199,10 @@ class McmcSearcher(KnownMixin, MovesMixin, RestartMixin, Searcher):
                 self._pending += [(c, self._propose(start, self._repairing[c], extra), False)
                                   for _ in range(todo)]
         return [self._strategy(c, x) for c, x, _ in self._pending]
+
+    def notes(self) -> list[str]:
+        note = self.seeding.note(self._space) if hasattr(self, "seeding") else None
+        return [note] if note else []
 
     def _strategy(self, c: int, y: np.ndarray) -> Strategy:
         """The strategy of genome ``y``, a proposal of chain ``c`` (-1: none); when it differs
@@ -209,8 +226,15 @@ class McmcSearcher(KnownMixin, MovesMixin, RestartMixin, Searcher):
         return s
 
     def tell(self, strategies, evaluations) -> None:
+        if self.seeding.active:
+            self.seeding.tell(strategies, evaluations)  # the seed batch, in asked order
         told = self._pending[:len(evaluations)]
         self._pending = []
+        if self._x[0] is None:  # the seed batch: the chains see the seeds they can encode
+            kept = [k for k, (_, x, _) in enumerate(told) if x is not None]
+            told = [told[k] for k in kept]
+            strategies = [strategies[k] for k in kept]
+            evaluations = [evaluations[k] for k in kept]
         for (_, x, _), ev in zip(told, evaluations):
             self._remember(x, ev)
         costs = [self._costs(ev) for ev in evaluations]  # [chains] per evaluation
@@ -278,16 +302,9 @@ class McmcSearcher(KnownMixin, MovesMixin, RestartMixin, Searcher):
         return cost
 
 
-def _heuristic_genomes(problem) -> list[np.ndarray]:
-    """Genomes of DPOS, HEFT and the baselines (duplicates and unencodable ones left out)."""
-    space = problem.genome
-    out, seen = [], set()
-    for s in heuristic_strategies(problem):
-        try:
-            x = space.encode(s)
-        except StrategyError:
-            continue
-        if x.tobytes() not in seen:
-            seen.add(x.tobytes())
-            out.append(x)
-    return out
+def _genome(space, strategy: Strategy) -> np.ndarray | None:
+    """The genome of ``strategy``, None when it has none."""
+    try:
+        return space.encode(strategy)
+    except StrategyError:
+        return None

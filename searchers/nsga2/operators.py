@@ -19,6 +19,9 @@ block, which keeps a generation's moves meaningful when there are thousands of g
   neighbour's, so splits spread along the graph); swap the priorities of two ops that are
   graph neighbours or siblings (share a producer, so they compete on a device); jitter a few
   priorities; and, rarely, reset a few genes uniformly.
+- a device-set move (`GenomeSpace.random_resize`), rarely: the whole strategy onto a run of
+  consecutive devices of another length, splits scaled with it (data parallelism on 8 GPUs
+  becomes data parallelism on one server's 4), so plans on fewer devices are reachable;
 - `repair`: integer genes rounded and clipped to their bounds, priorities clipped to [0, 1],
   so every child decodes to a valid strategy (`GenomeSpace.decode` is exact on such rows).
 
@@ -77,6 +80,7 @@ class GenomeStructure:
     succ_ptr: np.ndarray
     succs: np.ndarray
     starts: np.ndarray         # [B+1] block boundaries in topological group order
+    space: GenomeSpace | None = None  # for device-set moves (`GenomeSpace.random_resize`)
 
     @classmethod
     def of(cls, space: GenomeSpace, coarsen: int | None = None) -> "GenomeStructure":
@@ -102,7 +106,7 @@ class GenomeStructure:
                    op_pos=pos[np.asarray(arr.group, np.int64)] if N else np.zeros(0, np.int64),
                    gptr=gptr, gadj=gadj, optr=optr, oadj=oadj,
                    pred_ptr=pred_ptr, preds=preds, succ_ptr=succ_ptr, succs=succs,
-                   starts=starts.astype(np.int64))
+                   starts=starts.astype(np.int64), space=space)
 
     @property
     def size(self) -> int:
@@ -176,6 +180,8 @@ class MutationRates:
     jitter: float = 0.2         # probability of Gaussian priority jitter on ~10% of ops
     jitter_sigma: float = 0.05
     reset: float = 0.1          # probability of resetting a few random genes uniformly
+    devices: float = 0.05       # probability of a device-set move (shrink or grow the run of
+    #                             devices the whole strategy uses, splits scaled with it)
 
 
 def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
@@ -185,6 +191,9 @@ def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
     G, N, P = s.G, s.N, 2 * s.G
     if G == 0:
         return y
+    if s.D >= GenomeSpace.RESIZE_MIN_DEVICES and s.space is not None \
+            and rng.random() < rates.devices:
+        y = s.space.random_resize(y, rng)
     dev = y[:G]  # views into y
     opt = y[G:P]
     prio = y[P:]
@@ -311,9 +320,9 @@ class ExactDuplicates(DuplicateElimination):
     the distance matrix took 62 ms a generation."""
 
     def _do(self, pop, other, is_duplicate):
-        seen = set() if other is None else {_genes(x) for x in other.get("X")}
+        seen = set() if other is None else {genome_key(x) for x in other.get("X")}
         for i, x in enumerate(pop.get("X")):
-            key = _genes(x)
+            key = genome_key(x)
             if key in seen:
                 is_duplicate[i] = True
             else:
@@ -321,5 +330,6 @@ class ExactDuplicates(DuplicateElimination):
         return is_duplicate
 
 
-def _genes(x) -> bytes:
+def genome_key(x) -> bytes:
+    """A genome's genes as bytes: equal for equal genomes (a dict or set key)."""
     return (np.asarray(x, np.float64) + 0.0).tobytes()  # + 0.0: -0.0 and 0.0 are equal genes

@@ -22,10 +22,13 @@ optuna 5.0 and is not used. NSGA-II ranks by constrained domination, TPE (c-TPE)
 infeasible trials in the "bad" group ordered by violation. The violation is also kept in the
 trial's user attribute ``violation_bytes``; the random sampler ignores it.
 
-**Seeding.** DPOS, HEFT and the baselines are enqueued (``study.enqueue_trial(params,
-skip_if_exists=True)``), so they are the first trials asked; priorities are mapped
+**Seeding.** The first batch is every seed (`searchers.seeding`: each candidate of the list
+schedulers, the baselines on the whole cluster and on device subsets), evaluated as they are,
+so the archive holds them. Those the genome encodes are then enqueued
+(``study.enqueue_trial(params, skip_if_exists=True)``), so they are the first trials asked,
+and told the seed's scores instead of simulated again; priorities are mapped
 order-preservingly (dense rank) into [0, 1], so each seed decodes to a strategy that
-simulates exactly like the heuristic. The sampler's seed is drawn from the driver's rng:
+simulates exactly like the seed. The sampler's seed is drawn from the driver's rng:
 same seed, same result (for a new study).
 
 **Mutation.** optuna's NSGA-II resamples each parameter of a child with probability

@@ -12,10 +12,9 @@ from collections import deque
 
 import numpy as np
 
-from moplace.core.baselines import memory_priority
 from moplace.core.strategy import Strategy
 from moplace.optimize.archive import ParetoArchive
-from searchers.listsched import ListSchedInput, upward_rank
+from searchers.orders import StandardOrders, swap_pairs
 
 from .study import unit_rank
 
@@ -46,9 +45,6 @@ class PolishMixin:
         self._unfit = ParetoArchive(len(p.objectives), max_infeasible=0)
         self.polished = 0  # polish trials asked
         self._polished_placements: set[bytes] = set()
-        if self.polish and self._search_priorities:
-            self._memory_priority = memory_priority(p.graph)
-            self._sched_input = ListSchedInput.from_problem(p.graph, p.cluster, p.costs)
 
     def _enqueue_polish(self) -> bool:
         """Enqueue the next polish trial in the study (user attribute ``moplace_polish``), so
@@ -91,12 +87,11 @@ class PolishMixin:
         steps += [("relabel", d, e) for d in range(D) for e in range(d + 1, D)]
         orders = []
         if self._search_priorities:
-            steps = [("swap", i, j) for i, j in _swap_pairs(placement, strategy.priority)] + steps
+            steps = [("swap", i, j) for i, j in swap_pairs(placement, strategy.priority, SWAP_WINDOW)] + steps
             digest = hashlib.blake2b(placement.tobytes(), digest_size=16).digest()
             if digest not in self._polished_placements:
                 self._polished_placements.add(digest)
-                orders = [self._fixed_priority, self._memory_priority,
-                          self._upward_rank(placement)]
+                orders = self._standard_orders()(placement)
         queued = 0
         for k in self.rng.permutation(len(steps)).tolist():
             if queued == self.polish:
@@ -114,6 +109,13 @@ class PolishMixin:
         for prio in orders:  # asked first: the queue is last in, first out
             self._queue({**params, **{f"p{i}": float(v) for i, v in enumerate(unit_rank(prio))}})
 
+    def _standard_orders(self) -> StandardOrders:
+        """The problem's `StandardOrders`, made on first use (also after a checkpoint written
+        before they existed)."""
+        if getattr(self, "_orders", None) is None:
+            self._orders = StandardOrders(self.problem)
+        return self._orders
+
     def _queue(self, params: dict) -> bool:
         """Queue trial ``params`` unless its strategy was simulated or queued before; True when
         queued."""
@@ -127,28 +129,3 @@ class PolishMixin:
         self._polish.append({**params, _KEY: key})
         self._polish_keys.add(key)
         return True
-
-    def _upward_rank(self, placement: np.ndarray) -> np.ndarray:
-        """HEFT's upward rank under ``placement``: an op's compute time on its device plus
-        the longest way to an exit through its successors, transfers where devices differ."""
-        inp, a = self._sched_input, self.problem.graph.arrays
-        ps, pd = placement[a.src], placement[a.dst]
-        comm = np.where(ps != pd, inp.latency[ps, pd] + a.edge_bytes / inp.bandwidth[ps, pd], 0.0)
-        return upward_rank(inp, inp.compute[np.arange(placement.size), placement], comm)
-
-
-def _swap_pairs(placement: np.ndarray, priority: np.ndarray, window: int = SWAP_WINDOW) -> list:
-    """Pairs (i, j), i < j, of ops on one device at most ``window`` apart in its order
-    (priority, ties by index: the simulator's) whose priorities differ (tied ones run in index
-    order whatever their values), sorted."""
-    n = placement.size
-    order = np.lexsort((np.arange(n), -priority, placement))
-    pairs = []
-    for k in range(1, min(window, n - 1) + 1):
-        a, b = order[:-k], order[k:]
-        keep = (placement[a] == placement[b]) & (priority[a] != priority[b])
-        pairs.append(np.stack([np.minimum(a, b)[keep], np.maximum(a, b)[keep]], axis=1))
-    if not pairs:
-        return []
-    pairs = np.concatenate(pairs)
-    return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))].tolist()

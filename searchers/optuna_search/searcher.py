@@ -12,6 +12,7 @@ from moplace.core.strategy import Strategy
 from moplace.errors import MoplaceError
 from moplace.optimize.known import KnownEvaluations
 from moplace.optimize.searcher import Searcher
+from searchers.seeding import SeedPhase
 
 from .polish import POLISH_SHARE, PolishMixin
 from .study import SAMPLERS, TrialSpace, check_study, make_sampler, open_storage
@@ -26,6 +27,7 @@ class OptunaSearcher(PolishMixin, Searcher):
     """
 
     name = "optuna"
+    seeded = True
 
     def __init__(self, sampler: str = "nsga2", storage: str | object | None = None,
                  study_name: str | None = None,
@@ -33,7 +35,7 @@ class OptunaSearcher(PolishMixin, Searcher):
                  population_size: int = 32, n_startup_trials: int = 100,
                  seed_heuristics: bool = True, mutations: float | None = 4.0,
                  known_trials: int | None = None, polish: int | None = None,
-                 ei_candidates: int = 8):
+                 ei_candidates: int = 8, seed_subsets: bool = True):
         if sampler not in SAMPLERS:
             raise MoplaceError(f"unknown optuna sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
         if int(batch_size) < 1:
@@ -60,6 +62,7 @@ class OptunaSearcher(PolishMixin, Searcher):
         if int(ei_candidates) < 1:
             raise MoplaceError(f"ei_candidates must be at least 1, got {ei_candidates}")
         self.ei_candidates = int(ei_candidates)
+        self.seed_subsets = bool(seed_subsets)
         self.name = f"optuna-{sampler}"
         self.study = None
 
@@ -93,12 +96,16 @@ class OptunaSearcher(PolishMixin, Searcher):
         self._asked: list = []
         self._known = KnownEvaluations()
         self.known_taken = 0  # trials told from _known instead of simulated
+        self.seeds_taken = 0  # trials of the seeds, told their seed batch's scores
         self._setup_polish()
-        if self.seed_heuristics:
-            for params in self._trials.heuristic_params(p):
-                self.study.enqueue_trial(params, skip_if_exists=True)
+        #: every seed, evaluated as the first batch; the encodable ones are then enqueued as
+        #: trials, told their known scores instead of simulated again (`_seed_known`)
+        self.seeding = SeedPhase(p, enabled=self.seed_heuristics, subsets=self.seed_subsets)
+        self._seed_known: dict[bytes, object] = {}
 
     def ask(self) -> list[Strategy]:
+        if self.seeding.active:
+            return self.seeding.ask()
         trials = self._pending[:self.batch_size]
         self._pending = self._pending[self.batch_size:]
         strategies = [self._strategy(t) for t in trials]
@@ -108,8 +115,13 @@ class OptunaSearcher(PolishMixin, Searcher):
                 polished += 1
             trial = self.study.ask()
             strategy = self._strategy(trial)
-            known = self._known.get(strategy.simulation_key) if told < self.known_trials \
-                else None
+            key = strategy.simulation_key
+            seeded = self._seed_known.pop(key, None)
+            if seeded is not None:  # a seed, scored in the seed batch
+                self._tell(trial, seeded)
+                self.seeds_taken += 1
+                continue
+            known = self._known.get(key) if told < self.known_trials else None
             if known is not None:  # simulated before: told at once, not simulated again
                 self._tell(trial, known)
                 told += 1
@@ -122,6 +134,9 @@ class OptunaSearcher(PolishMixin, Searcher):
         return strategies
 
     def tell(self, strategies, evaluations) -> None:
+        if self.seeding.active:
+            self._seeded(self.seeding.tell(strategies, evaluations))
+            return
         asked, self._asked = self._asked, []
         for trial, strategy, ev in zip(asked, strategies, evaluations):
             self._tell(trial, ev)
@@ -130,6 +145,26 @@ class OptunaSearcher(PolishMixin, Searcher):
             if self.polish and self._search_priorities and self._worth_polishing(ev):
                 self._queue_polish(trial.params, strategy)
         self._pending = asked[len(evaluations):] + self._pending
+
+    def _seeded(self, evaluated) -> None:
+        """Enqueue the seeds the genome encodes as the first trials (parameters of equal
+        order: each decodes to a strategy that simulates as the seed; without searched
+        priorities it runs in the fixed order, and is simulated as a new strategy)."""
+        seen = []
+        for seed, ev, x in self.seeding.encoded(self._space):
+            params = self._trials.params(x)
+            if params in seen:
+                continue
+            seen.append(params)
+            self._seed_known[seed.strategy.simulation_key] = ev
+            self.study.enqueue_trial(params, skip_if_exists=True)
+        if self.known_trials or self.polish:
+            for seed, ev in evaluated:
+                self._known.add(seed.strategy.simulation_key, ev)
+
+    def notes(self) -> list[str]:
+        note = self.seeding.note(self._space) if hasattr(self, "seeding") else None
+        return [note] if note else []
 
     def __setstate__(self, state: dict) -> None:
         """Restore from a checkpoint, also one written before `TrialSpace` held the groups'
@@ -160,7 +195,8 @@ class OptunaSearcher(PolishMixin, Searcher):
                 "max_priority_ops": self.max_priority_ops, "population_size": self.population_size,
                 "n_startup_trials": self.n_startup_trials, "seed_heuristics": self.seed_heuristics,
                 "mutations": self.mutations, "known_trials": self.known_trials,
-                "polish": self.polish, "ei_candidates": self.ei_candidates}
+                "polish": self.polish, "ei_candidates": self.ei_candidates,
+                "seed_subsets": self.seed_subsets}
 
 
 # The variants list every setting of OptunaSearcher but the sampler, with that sampler's
@@ -183,7 +219,11 @@ class OptunaNsga2Searcher(OptunaSearcher):
         max_priority_ops: with priorities none, the most ops whose priorities are searched.
         population_size: NSGA-II's population: trials per generation (at least 2).
         n_startup_trials: no effect for NSGA-II (TPE's random start).
-        seed_heuristics: enqueue DPOS, HEFT and the baselines as the first trials.
+        seed_heuristics: evaluate the seeds first (each candidate of the list schedulers,
+            the baselines on the whole cluster and on device subsets; `searchers.seeding`),
+            then enqueue those the genome encodes as the first trials (told their scores,
+            not simulated again).
+        seed_subsets: include the baselines on device subsets among the seeds.
         mutations: expected parameters resampled per child, mutation_prob = min(1, mutations /
             parameters per trial) (a positive number); none: optuna's default, one per child.
         known_trials: most trials per ask whose strategy was simulated before, told at once
@@ -200,13 +240,14 @@ class OptunaNsga2Searcher(OptunaSearcher):
                  priorities: bool | None = None, max_priority_ops: int = 500,
                  population_size: int = 32, n_startup_trials: int = 100,
                  seed_heuristics: bool = True, mutations: float | None = 4.0,
-                 known_trials: int = 8, polish: int = 0, ei_candidates: int = 8):
+                 known_trials: int = 8, polish: int = 0, ei_candidates: int = 8,
+                 seed_subsets: bool = True):
         super().__init__(sampler="nsga2", storage=storage, study_name=study_name,
                          batch_size=batch_size, priorities=priorities,
                          max_priority_ops=max_priority_ops, population_size=population_size,
                          n_startup_trials=n_startup_trials, seed_heuristics=seed_heuristics,
                          mutations=mutations, known_trials=known_trials, polish=polish,
-                         ei_candidates=ei_candidates)
+                         ei_candidates=ei_candidates, seed_subsets=seed_subsets)
 
 
 class OptunaTpeSearcher(OptunaSearcher):
@@ -228,7 +269,11 @@ class OptunaTpeSearcher(OptunaSearcher):
         population_size: no effect for TPE (NSGA-II's population; still at least 2).
         n_startup_trials: complete trials (the enqueued heuristics included) sampled at random
             before TPE starts modelling good and bad trials (optuna's default: 10).
-        seed_heuristics: enqueue DPOS, HEFT and the baselines as the first trials.
+        seed_heuristics: evaluate the seeds first (each candidate of the list schedulers,
+            the baselines on the whole cluster and on device subsets; `searchers.seeding`),
+            then enqueue those the genome encodes as the first trials (told their scores,
+            not simulated again).
+        seed_subsets: include the baselines on device subsets among the seeds.
         mutations: no effect for TPE (NSGA-II's mutation; still a positive number or none).
         known_trials: most trials per ask whose strategy was simulated before, told at once
             from memory instead of simulated (not counted as evaluations); 0: off (measured
@@ -247,10 +292,11 @@ class OptunaTpeSearcher(OptunaSearcher):
                  priorities: bool | None = None, max_priority_ops: int = 500,
                  population_size: int = 32, n_startup_trials: int = 100,
                  seed_heuristics: bool = True, mutations: float | None = 4.0,
-                 known_trials: int = 0, polish: int = 32, ei_candidates: int = 8):
+                 known_trials: int = 0, polish: int = 32, ei_candidates: int = 8,
+                 seed_subsets: bool = True):
         super().__init__(sampler="tpe", storage=storage, study_name=study_name,
                          batch_size=batch_size, priorities=priorities,
                          max_priority_ops=max_priority_ops, population_size=population_size,
                          n_startup_trials=n_startup_trials, seed_heuristics=seed_heuristics,
                          mutations=mutations, known_trials=known_trials, polish=polish,
-                         ei_candidates=ei_candidates)
+                         ei_candidates=ei_candidates, seed_subsets=seed_subsets)

@@ -13,8 +13,7 @@ import os
 import numpy as np
 
 from moplace.core.strategy import Strategy
-from moplace.errors import MoplaceError, StrategyError
-from searchers.listsched import heuristic_strategies
+from moplace.errors import MoplaceError
 
 #: The samplers `make_sampler` builds.
 SAMPLERS = ("nsga2", "tpe", "random")
@@ -66,19 +65,6 @@ class TrialSpace:
         if self.priorities:
             params.update({f"p{i}": float(v) for i, v in enumerate(unit_rank(x[2 * G:]))})
         return params
-
-    def heuristic_params(self, problem) -> list[dict]:
-        """The distinct parameters of the heuristics' strategies (DPOS, HEFT, the baselines)
-        that the genome can encode."""
-        out = []
-        for s in heuristic_strategies(problem):
-            try:
-                params = self.params(self.genome.encode(s))
-            except StrategyError:
-                continue
-            if params not in out:
-                out.append(params)
-        return out
 
 
 def check_study(study, problem, priorities: bool) -> None:

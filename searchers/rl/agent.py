@@ -1,9 +1,9 @@
 """What the two RL searchers share: a policy (`policy.HierarchicalPolicy`) trained on the
 simulator behind the driver's ask/tell loop.
 
-- **Start**: the first ask hands the driver the list schedulers' strategies and the baselines
-  (`searchers.listsched.heuristic_strategies`, as NSGA-II starts from them), so the archive
-  holds them and no front is worse than theirs. With ``warm_start`` the policy first imitates
+- **Start**: the first ask hands the driver every seed (`searchers.seeding`: each candidate of
+  the list schedulers, the baselines on the whole cluster and on device subsets), as NSGA-II
+  starts from them, so the archive holds them and no front is worse than theirs. With ``warm_start`` the policy first imitates
   DPOS (supervised: the log probability of the decisions that give DPOS's placement, maximized
   for ``imitation_steps`` steps; `actions.ActionSpace.targets`).
 - **Each ask** draws ``samples`` decisions from the policy (logit noise decaying to zero over
@@ -48,7 +48,8 @@ SHARED_SETTINGS = """
         imitation_steps: most supervised steps of the warm start.
         imitation_confidence: the warm start stops once the policy gives DPOS's decisions this
             probability (geometric mean per decision).
-        seed_heuristics: evaluate the list schedulers' strategies and the baselines first.
+        seed_heuristics: evaluate the seeds first (each candidate of the list schedulers, the
+            baselines on the whole cluster and on device subsets; `searchers.seeding`).
         policy: a policy file to start from (zero-shot or fine-tuning), as written by
             save_policy; its sizes replace groups, hidden and lstm.
         save_policy: write the trained policy to this file when the search ends.
@@ -86,6 +87,7 @@ class PolicySearcher(Searcher):
 
     #: conditions the policy takes per sample (Trinity: the objective weights)
     n_conditions = 0
+    seeded = True
 
     def __init__(self, *, samples: int, groups: int | None, genome: str, levels: int,
                  hidden: int, lstm: int, learning_rate: float, noise: float, noise_updates: int,
@@ -128,11 +130,18 @@ class PolicySearcher(Searcher):
         self.n_ops, self.updates, self._last, self._progress = len(p.graph.ops), 0, None, {}
         self._weights = self._opt_state = None
         self._model, self.loaded_from = None, {}
-        from searchers.listsched import heuristic_strategies
+        from searchers.listsched import ListSchedInput, dpos
+        from searchers.seeding import SeedPhase
 
-        heuristics = heuristic_strategies(p)  # DPOS first
-        self._pending = heuristics if self.seed_heuristics or not self.n_ops else []
-        self._dpos = heuristics[0] if self.n_ops else None
+        from moplace.core.strategy import Strategy
+
+        # every seed first (`searchers.seeding`); an empty graph: the baselines, then done
+        self.seeding = SeedPhase(p, enabled=self.seed_heuristics or not self.n_ops)
+        self._pending = self.seeding.ask()
+        self._dpos = None
+        if self.n_ops:
+            result = dpos(ListSchedInput.from_problem(p.graph, p.cluster, p.costs))
+            self._dpos = Strategy(result.placement, result.priority())
         if not self.n_ops:
             return
         self._init_seed = int(self.rng.integers(2**31))
@@ -255,6 +264,8 @@ class PolicySearcher(Searcher):
         return self.space.strategies(actions)
 
     def tell(self, strategies, evaluations) -> None:
+        if self.seeding.active:
+            self.seeding.tell(strategies, evaluations)
         if self._last is None or not evaluations:
             return
         if self._model is None:
@@ -269,6 +280,10 @@ class PolicySearcher(Searcher):
         cut the batch: the others must weigh nothing, the batch keeps its shape so the compiled
         step is reused) and, if ``update``, update the policy; what it measured."""
         raise NotImplementedError
+
+    def notes(self) -> list[str]:
+        note = self.seeding.note() if hasattr(self, "seeding") else None
+        return [note] if note else []
 
     def progress(self) -> dict:
         return {"updates": float(self.updates), **self._progress}
