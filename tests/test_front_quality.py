@@ -1,9 +1,9 @@
 """Searchers against exact Pareto fronts of random tiny instances (moplace.optimize.tiny).
 
-The default run holds NSGA-II and MCMC (the mean of seeds 0-2) to their bars on six of the 20 instances: those where
-they came closest to missing (seed 0: NSGA-II 99.96% on 0 and 99.98% on 15, MCMC 99.52% on 2,
-99.62% on 13 and 99.98% on 15; every other instance at 100%), plus 11 and 14, where TPE was
-weakest, so both 2- and 3-device instances are in. The full checks on all 20, and the Optuna
+NSGA-II and MCMC are judged by the mean of seeds 0-2. The default run holds them to their bars
+on instances 2 and 13, two of the six where they came closest to missing (seed 0: NSGA-II
+99.96% on 0 and 99.98% on 15, MCMC 99.52% on 2, 99.62% on 13 and 99.98% on 15; every other
+instance at 100%; 11 and 14 are where TPE was weakest). The full checks on all 20, and the Optuna
 samplers' (2000 trials per instance, TPE 25-65 s each), carry the ``slow`` marker: .ci/run
 runs them in its second step (``pytest -m slow``); `experiments/exact_fronts.py` prints every
 figure.
@@ -20,6 +20,8 @@ BUDGET = 2000  # the CLI's default evaluation budget
 ALL = tuple(range(20))
 #: the default run's instances (see the module docstring)
 CLOSEST = (0, 2, 11, 13, 14, 15)
+#: the default run's share of them (each check is three searches): the others run under slow
+DEFAULT = (2, 13)
 # the hypervolume ratio each instance must reach: the issue asks 99% for NSGA-II and MCMC and
 # 95% for the Optuna samplers
 BARS = {"nsga2": 0.99, "mcmc": 0.99, "optuna-nsga2": 0.95, "optuna-tpe": 0.95}
@@ -38,8 +40,11 @@ TPE_HARDEST = (2, 7, 11, 13, 14)
 #: 0-9 and NSGA-II with 3 of seeds 0-5 (seed 0 passed by luck), after it both miss it with
 #: seeds 0-2. Kept visible as an expected failure until the searchers' order search finds it.
 HARD = {0: "one front point needs one of 1,008 in 40,320 op orders; most runs miss it (0.988)"}
-CASES = ([pytest.param(name, i, marks=pytest.mark.xfail(reason=HARD[i], strict=False))
-          if i in HARD else (name, i) for name in ("nsga2", "mcmc") for i in CLOSEST]
+CASES = ([pytest.param(name, i, marks=[pytest.mark.slow,
+                                        pytest.mark.xfail(reason=HARD[i], strict=False)])
+          if i in HARD else (name, i) if i in DEFAULT
+          else pytest.param(name, i, marks=pytest.mark.slow)
+          for name in ("nsga2", "mcmc") for i in CLOSEST]
          + [pytest.param(name, i, marks=pytest.mark.slow)
             for name in ("nsga2", "mcmc") for i in ALL if i not in CLOSEST]
          + [pytest.param("optuna-nsga2", i, marks=pytest.mark.slow) for i in ALL]

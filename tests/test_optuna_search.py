@@ -118,6 +118,7 @@ def _resume(storage, problem, budget=60):
     assert seeded and s2.seeds_taken == 0 and max(seeded) < n_seeds + s1.known_taken
 
 
+@pytest.mark.slow  # about 11 s (the journal file's resume runs in the default suite)
 def test_resume_from_sqlite(tmp_path, tiny_graph):
     # a smaller budget than the journal's: optuna writes each parameter to SQLite on its own
     _resume(f"sqlite:///{tmp_path / 'study.db'}", tiny_graph, budget=28)
@@ -148,6 +149,7 @@ def test_beats_random_search_on_vgg16(name, vgg, vgg_random_hv):
     assert result.hypervolume >= 0.56
 
 
+@pytest.mark.slow  # two searches of 300 trials (about 12 s)
 def test_trials_simulated_before_are_told_from_memory():
     from moplace.optimize.tiny import tiny_instance
 
@@ -183,7 +185,8 @@ def test_polish_trials_are_new_neighbours_of_earlier_trials():
     search(p, s, budget=400, seed=0)
     trials = s.study.get_trials(states=(COMPLETE,))
     polish = [k for k, t in enumerate(trials) if t.user_attrs.get("moplace_polish")]
-    assert len(trials) == 400 and len(polish) == s.polished > 20
+    seeds = len(s.seeding.evaluated)  # the seed batch: evaluations, not trials
+    assert len(trials) == 400 - seeds + s.seeds_taken and len(polish) == s.polished > 20
     assert s.polished <= 400 * POLISH_SHARE
     strategies = [s._strategy(optuna.trial.FixedTrial(t.params)) for t in trials]
     keys = [x.simulation_key for x in strategies]
@@ -210,8 +213,7 @@ def test_polish_trials_are_new_neighbours_of_earlier_trials():
                 break
             if not any(n.startswith(("d", "s")) for n in diff):  # a standard order
                 prio = np.array([q[f"p{i}"] for i in range(len(p.graph.ops))])
-                standard = [s._fixed_priority, s._memory_priority,
-                            s._upward_rank(parent.placement)]
+                standard = s._standard_orders()(parent.placement)
                 if any(np.array_equal(prio, unit_rank(x)) for x in standard):
                     kinds["order"] += 1
                     break

@@ -42,6 +42,7 @@ def test_workers_are_separate_processes_on_their_own_cores(bed):
     assert bed.target.startswith("grpc://localhost:")
 
 
+@pytest.mark.slow  # profiles on two worker processes (about 25 s): the default run keeps under 4 min
 def test_profile_measures_on_the_testbed_and_its_links(mlp, bed):
     m = mlp.graph.metadata["measured"]
     assert m["device"] == bed.devices[0] and m["testbed"]["workers"] == 2
@@ -80,6 +81,7 @@ def test_a_testbed_that_cannot_be_is_a_clear_error():
             Testbed(2, gpus=True)
 
 
+@pytest.mark.slow  # starts and kills worker processes (about 7 s)
 def test_workers_end_with_the_testbed():
     bed = Testbed(1)
     pids = [w.pid for w in bed.workers]

@@ -191,6 +191,7 @@ class TestErrors:
             rebuild_traced(layered_dag(10, width=2))
 
 
+@pytest.mark.slow  # a fresh TensorFlow process with oneDNN's rewrites on (about 11 s)
 def test_profiling_refuses_graphs_rewritten_by_onednn():
     code = ("import os; os.environ['TF_ENABLE_ONEDNN_OPTS'] = '1'\n"
             "import tensorflow\n"  # imported first: moplace.tf cannot switch oneDNN off

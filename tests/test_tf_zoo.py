@@ -60,7 +60,12 @@ def test_zoo_lists_every_model():
     assert sorted(ZOO.names()) == sorted(EXPECTED)
 
 
-@pytest.mark.parametrize("name", list(EXPECTED))
+#: the largest zoo model (11 s for both tests) is checked by the slow run
+ZOO_CASES = [pytest.param(n, marks=pytest.mark.slow) if n == "nasnet_mobile" else n
+             for n in EXPECTED]
+
+
+@pytest.mark.parametrize("name", ZOO_CASES)
 def test_zoo_model_shapes_and_data(built, name):
     setup, _ = built(name)
     inputs, output = EXPECTED[name]
@@ -74,7 +79,7 @@ def test_zoo_model_shapes_and_data(built, name):
     assert y.min() >= 0 and y.max() < output[-1]
 
 
-@pytest.mark.parametrize("name", list(EXPECTED))
+@pytest.mark.parametrize("name", ZOO_CASES)
 def test_zoo_model_trains_one_step(built, name):
     setup, initial = built(name)
     assert math.isfinite(train_step(setup))
