@@ -53,8 +53,11 @@ def test_profile_measures_on_the_testbed_and_its_links(mlp, bed):
     assert [d.name for d in mlp.cluster.devices] == ["w0-cpu", "w1-cpu"]
 
 
-@pytest.mark.parametrize("name", [pytest.param("single", marks=pytest.mark.slow), "data-parallel",
-                                  pytest.param("layer-split", marks=pytest.mark.slow)])
+# all three under slow: they need the model profiled on the testbed first (about 20 s); the
+# default run starts the testbed (the test above) and runs a split strategy on logical devices
+# (tests/test_tf_flow.py)
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["single", "data-parallel", "layer-split"])
 def test_strategies_run_on_the_workers_and_train_alike(mlp, bed, name):
     s = baseline(name, mlp.graph, 2)
     result, simulated = apply_to_model(mlp.graph, s, mlp.cluster, steps=3, traced=mlp.traced,
