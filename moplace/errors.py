@@ -44,6 +44,21 @@ class FormatError(MoplaceError):
         self.path, self.line, self.field = path, line, field
 
 
+#: the longest error line the command line prints (a value quoted whole in a message, such as
+#: a node name of 5,000 characters, is cut there)
+MAX_ERROR_LINE = 400
+
+
+def error_line(exc: BaseException) -> str:
+    """``exc``'s message as the command line prints it: at most `MAX_ERROR_LINE` characters,
+    the rest cut and counted (the file, line and field come first, so they stay)."""
+    text = str(exc)
+    if len(text) <= MAX_ERROR_LINE:
+        return text
+    cut = len(text) - (MAX_ERROR_LINE - 40)
+    return f"{text[:MAX_ERROR_LINE - 40]}... ({cut} more characters)"
+
+
 class ClusterError(MoplaceError):
     """A cluster is malformed, or a preset name is unknown."""
 

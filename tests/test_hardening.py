@@ -256,3 +256,30 @@ def test_toml_depth_is_judged_outside_strings_and_comments(monkeypatch):
     monkeypatch.setattr("moplace.errors.MAX_TOML_DEPTH", 10**6)
     with pytest.raises(FormatError, match=r"x.toml, line 2: malformed TOML: .* nested too deeply"):
         parse_toml(deep, "x.toml")
+
+
+@pytest.mark.parametrize("case", ["graph", "argument"])
+def test_a_value_quoted_whole_in_an_error_is_cut_to_one_short_line(tmp_path, capsys, case):
+    """A message that quotes a value whole (a node name of 5,000 characters in a PipeDream
+    graph, an unknown argument as long) is cut at MAX_ERROR_LINE, its place kept first (seen by
+    the slow fuzz: error lines of 5,061 and 5,154 characters)."""
+    from moplace.errors import MAX_ERROR_LINE
+
+    long = "node1" + "0" * 5000
+    if case == "graph":
+        path = tmp_path / "graph.txt"
+        path.write_text("node1 -- Input -- forward_compute_time=1.0, backward_compute_time=1.0, "
+                        "activation_size=1.0, parameter_size=0.0\n"
+                        f"\tnode1 -- {long}\n")
+        argv = ["evaluate", str(path), "--cluster", "4xV100-NVLink", "--baseline", "single"]
+    else:
+        argv = ["evaluate", "pipedream:vgg16", "--cluster", "4xV100-NVLink", "--baseline",
+                "single", "x" * 5000]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("moplace") and ": error:" in err
+    assert len(err) < MAX_ERROR_LINE + 80
+    if case == "graph":  # the importer shows the name short
+        assert "graph.txt, line 2: edge names unknown node" in err
+    else:  # argparse quotes it whole: the line is cut
+        assert "more characters" in err

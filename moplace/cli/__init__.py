@@ -29,7 +29,7 @@ import sys
 import warnings
 
 from .. import __version__
-from ..errors import MoplaceError
+from ..errors import MoplaceError, error_line
 from . import catalog, evaluate, fidelity, review, search, sweep, tf
 from .args import Parser
 
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except MoplaceError as exc:
-        print(f"moplace: error: {exc}", file=sys.stderr)
+        print(f"moplace: error: {error_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("moplace: interrupted", file=sys.stderr)

@@ -8,14 +8,15 @@ import argparse
 import os
 import sys
 
-from ..errors import shown
+from ..errors import error_line, shown
 
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line naming the command and the way to help."""
 
     def error(self, message: str):
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        text = error_line(Exception(message))  # an argument of 5,000 characters is cut
+        print(f"{self.prog}: error: {text} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
 
 

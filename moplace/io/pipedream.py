@@ -97,11 +97,11 @@ def _parse_values(text: str, path, line: int) -> dict[str, str]:
     for item in text.split(", "):
         key, eq, value = item.strip().partition("=")
         if not eq or not key or not value:
-            raise FormatError(path, f"expected key=value, got {item.strip()!r}", line=line)
+            raise FormatError(path, f"expected key=value, got {shown(item.strip())}", line=line)
         if key not in KEYS:
-            raise FormatError(path, f"unknown key {key!r} (expected {', '.join(KEYS)})", line=line)
+            raise FormatError(path, f"unknown key {shown(key)} (expected {', '.join(KEYS)})", line=line)
         if key in values:
-            raise FormatError(path, f"key {key!r} given twice", line=line)
+            raise FormatError(path, f"key {shown(key)} given twice", line=line)
         values[key] = value.strip()
     missing = [k for k in KEYS if k not in values]
     if missing:
@@ -116,7 +116,7 @@ def _parse_node(text: str, path, line: int) -> Layer:
     # the name is first and the values last; a description containing ' -- ' stays whole
     name, description, values = parts[0].strip(), SEP.join(parts[1:-1]), parts[-1]
     if not name or " " in name:
-        raise FormatError(path, f"bad node name {name!r}", line=line)
+        raise FormatError(path, f"bad node name {shown(name)}", line=line)
     v = _parse_values(values, path, line)
     return Layer(name, layer_type(description),
                  _number(v["forward_compute_time"], path, line, "forward_compute_time"),
@@ -139,13 +139,13 @@ def parse_pipedream(path) -> tuple[dict[str, Layer], list[tuple[str, str]]]:
         if raw[0].isspace():
             ends = [p.strip() for p in raw.strip().split(SEP)]
             if len(ends) != 2 or not all(ends):
-                raise FormatError(path, f"expected an edge 'nodeA -- nodeB', got {raw.strip()!r}",
+                raise FormatError(path, f"expected an edge 'nodeA -- nodeB', got {shown(raw.strip())}",
                                   line=n)
             edges.append((ends[0], ends[1], n))
             continue
         layer = _parse_node(raw, path, n)
         if layer.name in layers:
-            raise FormatError(path, f"node {layer.name!r} defined again (first on line "
+            raise FormatError(path, f"node {shown(layer.name)} defined again (first on line "
                               f"{layers[layer.name].line})", line=n)
         layers[layer.name] = layer
     if not layers:
@@ -158,7 +158,7 @@ def _check_edges(layers, edges, path) -> list[tuple[str, str]]:
     for src, dst, n in edges:
         for end in (src, dst):
             if end not in layers:
-                raise FormatError(path, f"edge names unknown node {end!r}", line=n)
+                raise FormatError(path, f"edge names unknown node {shown(end)}", line=n)
         if (src, dst) in seen:
             raise FormatError(path, f"edge {src} -> {dst} repeated (first on line "
                               f"{seen[(src, dst)]})", line=n)

@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import FormatError, MoplaceError, parse_toml
+from ..errors import FormatError, MoplaceError, parse_toml, shown
 
 #: parameter -> (type, meaning); see also `moplace.sweep.trial.build`
 PARAMETERS = {
@@ -174,12 +174,12 @@ def load_spec(path) -> SweepSpec:
     returns = sweep.get("returns", ["hypervolume"])
     returns = [returns] if isinstance(returns, str) else returns
     if not isinstance(returns, list) or not returns or any(r not in RETURNS for r in returns):
-        raise err("[sweep] returns", f"must be one or more of {', '.join(RETURNS)}, got {returns!r}")
+        raise err("[sweep] returns", f"must be one or more of {', '.join(RETURNS)}, got {shown(returns)}")
     if len(set(returns)) != len(returns):
         raise err("[sweep] returns", "names a value twice")
     sampler = sweep.get("sampler", "tpe")
     if not isinstance(sampler, str) or not _sampler_known(sampler):
-        raise err("[sweep] sampler", f"unknown sampler {sampler!r}: grid, random, tpe, or a "
+        raise err("[sweep] sampler", f"unknown sampler {shown(sampler)}: grid, random, tpe, or a "
                   f"class of optuna.samplers (NSGAIISampler, QMCSampler, ...)")
     spec_name = sweep.get("name", path.stem)
     if not isinstance(spec_name, str) or not spec_name.strip() or len(spec_name) > 200:
@@ -188,13 +188,13 @@ def load_spec(path) -> SweepSpec:
                                              ("retries", 3))}
     for key, value in ints.items():
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**9:
-            raise err(f"[sweep] {key}", f"must be a whole number from 0 to 10**9, got {value!r}")
+            raise err(f"[sweep] {key}", f"must be a whole number from 0 to 10**9, got {shown(value)}")
     if ints["heartbeat_seconds"] < 1:
         raise err("[sweep] heartbeat_seconds", "must be at least 1")
     storage = sweep.get("storage")
     if storage is not None and (not isinstance(storage, str) or "://" not in storage):
         raise err("[sweep] storage", f"must be a database URL (postgresql://..., mysql://..., "
-                  f"sqlite:///FILE), got {storage!r}")
+                  f"sqlite:///FILE), got {shown(storage)}")
     spec = SweepSpec(path=path, name=spec_name.strip(), trials=0, sampler=sampler,
                      sampler_seed=ints["sampler_seed"], returns=tuple(returns),
                      fixed=fixed_values, space=dists, heartbeat_seconds=ints["heartbeat_seconds"],
@@ -210,7 +210,7 @@ def load_spec(path) -> SweepSpec:
     if trials is None:
         raise err("[sweep] trials", "how many trials? (only a grid sweep has a default)")
     if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= MAX_TRIALS:
-        raise err("[sweep] trials", f"must be a whole number from 1 to {MAX_TRIALS}, got {trials!r}")
+        raise err("[sweep] trials", f"must be a whole number from 1 to {MAX_TRIALS}, got {shown(trials)}")
     spec.trials = trials
     return spec
 
@@ -228,7 +228,7 @@ def _searchers(fixed, space, err) -> list[str]:
         raise err("searcher", "which searcher? give searcher in [fixed] or in [space]")
     for n in names:
         if not isinstance(n, str) or n not in SEARCHERS:
-            raise err(key, f"unknown searcher {n!r}; known: {', '.join(SEARCHERS.names())}")
+            raise err(key, f"unknown searcher {shown(n)}; known: {', '.join(SEARCHERS.names())}")
     return names
 
 
@@ -240,13 +240,13 @@ def _check_name(name, searchers, err, table) -> None:
         raise err(f"{table} {name}", f"unknown parameter; known: {', '.join(PARAMETERS)}, "
                   "or SEARCHER.SETTING")
     if owner not in searchers:
-        raise err(f"{table} {name}", f"searcher {owner!r} is not one this sweep runs "
+        raise err(f"{table} {name}", f"searcher {shown(owner)} is not one this sweep runs "
                   f"({', '.join(searchers)})")
     from ..optimize.plugins import SEARCHERS, settings_of
 
     known = [s.name for s in settings_of(SEARCHERS[owner])]
     if setting not in known:
-        raise err(f"{table} {name}", f"searcher {owner!r} has no setting {setting!r}; its "
+        raise err(f"{table} {name}", f"searcher {shown(owner)} has no setting {shown(setting)}; its "
                   f"settings: {', '.join(known) or 'none'}")
 
 
@@ -273,16 +273,17 @@ def _typed(name, kind, value, err, table):
     key = f"{table} {name}"
     if kind is str:
         if not isinstance(value, str) or not value.strip():
-            raise err(key, f"must be a text, got {value!r}")
+            raise err(key, f"must be a text, got {shown(value)}")
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise err(key, f"must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or (isinstance(value, int) and abs(value) > 2**64) or not math.isfinite(value):
+        raise err(key, f"must be a number, got {shown(value)}")
     if kind is int and int(value) != value:
-        raise err(key, f"must be a whole number, got {value!r}")
+        raise err(key, f"must be a whole number, got {shown(value)}")
     if name == "seed" and not 0 <= value <= 2**63 - 1:
-        raise err(key, f"must be from 0 to 2**63 - 1, got {value!r}")
+        raise err(key, f"must be from 0 to 2**63 - 1, got {shown(value)}")
     if name != "seed" and not 0 < value <= 1e12:
-        raise err(key, f"must be above 0 and at most 1e12, got {value!r}")
+        raise err(key, f"must be above 0 and at most 1e12, got {shown(value)}")
     return kind(value)
 
 
@@ -314,7 +315,7 @@ def _dist(name, value, searchers, err) -> Dist:
         raise err(key, "must be a list of choices or a range {low = ..., high = ...}")
     extra = sorted(set(value) - {"low", "high", "step", "log"})
     if extra:
-        raise err(key, f"unknown range key {extra[0]!r} (low, high, step, log)")
+        raise err(key, f"unknown range key {shown(extra[0])} (low, high, step, log)")
     if kind not in (int, float):
         raise err(key, "a range needs a numeric parameter; give a list of choices")
     try:
@@ -324,7 +325,7 @@ def _dist(name, value, searchers, err) -> Dist:
     step = value.get("step")
     log = value.get("log", False)
     if not isinstance(log, bool):
-        raise err(key, f"log must be true or false, got {log!r}")
+        raise err(key, f"log must be true or false, got {shown(log)}")
     if low > high:
         raise err(key, f"empty range: low {low:g} is above high {high:g}")
     if step is not None:
