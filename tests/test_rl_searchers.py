@@ -69,20 +69,20 @@ def test_learning_is_real(slow_links, name, settings):
 
 @pytest.mark.slow
 def test_heuristics_are_seeded_and_warm_start_imitates_dpos(problem):
-    """The first batch is the list schedulers' strategies and the baselines (so no front is
-    worse than theirs), and after imitation the policy draws DPOS's placement far more often
-    than a cold policy does."""
+    """The first batch is every seed (so no front is worse than theirs), and after imitation
+    the policy draws DPOS's placement far more often than a cold policy does."""
     from searchers.listsched import heuristic_strategies
+    from searchers.listsched.seeds import seed_strategies
 
-    heuristics = heuristic_strategies(problem)
-    dpos = heuristics[0].placement
+    seeds = [seed.strategy for seed in seed_strategies(problem)]
+    dpos = heuristic_strategies(problem)[0].placement
 
     def agreement(warm):
         searcher = make_searcher("hierarchical", warm_start=warm, samples=8, hidden=16,
                                  lstm=16, imitation_steps=300, imitation_confidence=0.95)
         searcher.setup(problem, np.random.default_rng(0))
         first = searcher.ask()
-        assert [s.placement.tolist() for s in first] == [s.placement.tolist() for s in heuristics]
+        assert first == seeds
         drawn = searcher.ask()
         return np.mean([np.mean(s.placement == dpos) for s in drawn]), searcher.progress()
 
@@ -146,9 +146,9 @@ def test_policy_files_transfer_and_refuse_misfits(problem, tmp_path):
 def test_checkpoint_resume_equals_uninterrupted(problem, tmp_path, name):
     """Stopped after 4 updates and continued to 8 from the checkpoint (weights and Adam's
     state included) is the uninterrupted search of 8 updates."""
-    from searchers.listsched import heuristic_strategies
+    from searchers.listsched.seeds import seed_strategies
 
-    first = len(heuristic_strategies(problem))  # the heuristics' batch, then 4 per update
+    first = len(seed_strategies(problem))  # the seed batch, then 4 per update
     settings = dict(samples=4, **SMALL)
     whole = search(problem, make_searcher(name, **settings), budget=first + 32, seed=2)
     path = tmp_path / "run.ckpt"
@@ -165,9 +165,12 @@ def test_mlflow_gets_per_update_curves(problem, tmp_path):
     from moplace.review.tracking import MLflowCallback
 
     tracker = MLflowCallback(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="rl")
+    from searchers.listsched.seeds import seed_strategies
+
     searcher = make_searcher("trinity", samples=8, weights_per_batch=2, warm_start=False,
                              **SMALL)
-    search(problem, searcher, budget=40, seed=0, callbacks=[tracker])
+    budget = len(seed_strategies(problem)) + 3 * 8 + 1  # the seeds, 3 batches, then 1 sample
+    search(problem, searcher, budget=budget, seed=0, callbacks=[tracker])
     client = tracker.client
     updates = client.get_metric_history(tracker.run_id, "searcher.updates")
     assert updates[-1].value >= 3
