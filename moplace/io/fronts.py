@@ -102,23 +102,30 @@ def recorded_problem(graph, cluster) -> dict:
             "cluster_fingerprint": cluster_fingerprint(cluster)}
 
 
-def _hash_arrays(h, *arrays) -> None:
+def hash_arrays(h, *arrays) -> None:
+    """Feed ``arrays`` (dtype, shape and bytes) to the hash ``h``."""
     for a in arrays:
         a = np.ascontiguousarray(a)
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.tobytes())
 
 
-def graph_fingerprint(graph) -> str:
-    """A hash of what a strategy's figures depend on in ``graph``: its edges, sizes, roles,
-    co-location groups, op names and compute times (not its name)."""
+def hash_graph(h, graph) -> None:
+    """Feed what a strategy's figures depend on in ``graph`` to the hash ``h``: its edges,
+    sizes, roles, co-location groups, op names and compute times (not its name). Checkpoints
+    (`moplace.optimize.checkpoint`) hash the same, and the problem's split overhead."""
     a = graph.arrays
-    h = hashlib.sha256()
-    _hash_arrays(h, a.src, a.dst, a.edge_bytes, a.output_bytes, a.param_bytes, a.grad_bytes,
-                 a.role, a.split_mask, a.group)
+    hash_arrays(h, a.src, a.dst, a.edge_bytes, a.output_bytes, a.param_bytes, a.grad_bytes,
+                a.role, a.split_mask, a.group)
     for op in graph.ops:
         parts = sorted((n, sorted(t.items())) for n, t in op.part_compute.items())
         h.update(repr((op.name, sorted(op.compute.items()), op.splittable, parts)).encode())
+
+
+def graph_fingerprint(graph) -> str:
+    """A 16-hex-digit hash of ``graph`` (`hash_graph`)."""
+    h = hashlib.sha256()
+    hash_graph(h, graph)
     return h.hexdigest()[:16]
 
 
@@ -126,7 +133,7 @@ def cluster_fingerprint(cluster) -> str:
     """A hash of ``cluster``'s devices (names, kinds, memory, speeds) and links (not its name)."""
     h = hashlib.sha256()
     h.update(repr((cluster.device_names, cluster.kinds)).encode())
-    _hash_arrays(h, cluster.memory, cluster.speed, cluster.bandwidth, cluster.latency,
+    hash_arrays(h, cluster.memory, cluster.speed, cluster.bandwidth, cluster.latency,
                  cluster.route_ptr, cluster.route_res, cluster.resource_bandwidth)
     return h.hexdigest()[:16]
 

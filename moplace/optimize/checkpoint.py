@@ -39,9 +39,8 @@ import pickle
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import MoplaceError
+from ..io.fronts import hash_arrays, hash_graph
 from . import moved, wire
 
 MAGIC = b"moplace-checkpoint\n"
@@ -73,29 +72,17 @@ def _plain(value):
     return json.loads(json.dumps(value, sort_keys=True, default=repr))
 
 
-def _hash_arrays(h, *arrays) -> None:
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes())
-
-
 def _graph_fingerprint(problem) -> str:
-    g, a = problem.graph, problem.graph.arrays
     h = hashlib.sha256()
-    _hash_arrays(h, a.src, a.dst, a.edge_bytes, a.output_bytes, a.param_bytes, a.grad_bytes,
-                 a.role, a.split_mask, a.group)
-    for op in g.ops:
-        h.update(repr((op.name, sorted(op.compute.items()), op.splittable,
-                       sorted((n, sorted(t.items())) for n, t in op.part_compute.items()))).encode())
+    hash_graph(h, problem.graph)
     h.update(repr(problem.costs.split_overhead_s).encode())
     return h.hexdigest()[:16]
 
 
 def _cluster_fingerprint(c) -> str:
     h = hashlib.sha256()
-    _hash_arrays(h, c.memory, c.speed, c.bandwidth, c.latency, c.route_ptr, c.route_res,
-                 c.resource_bandwidth)
+    hash_arrays(h, c.memory, c.speed, c.bandwidth, c.latency, c.route_ptr, c.route_res,
+                c.resource_bandwidth)
     return h.hexdigest()[:16]
 
 
