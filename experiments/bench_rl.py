@@ -1,7 +1,9 @@
 """The RL searchers (hierarchical, trinity) against DPOS, NSGA-II, MCMC and random search.
 
     python3 experiments/bench_rl.py [--graphs a b] [--clusters 4xV100-NVLink ...]
-        [--runs hierarchical-warm trinity-full ...] [--evaluations 2000] [--json FILE]
+        [--runs hierarchical-warm trinity-full ...] [--evaluations 2000] [--seeds 0 1 2]
+        [--json FILE]
+    python3 experiments/bench_rl.py --floor [--graphs ...] [--clusters ...] [--json FILE]
     python3 experiments/bench_rl.py --transfer [--transfer-evaluations 400] [--json FILE]
     python3 experiments/bench_rl.py --summarize FILE.json [FILE.json ...]
 
@@ -21,6 +23,13 @@ the heuristics the searchers start from, so its best runtime is never worse than
 best runtime of a feasible policy draw relative to DPOS, the evaluations until a policy draw
 came within 5% of DPOS's runtime ("-" if none did), and seconds per policy update (sampling
 and learning, not simulating).
+
+``--floor``: random search is the floor every searcher must beat. For each graph and cluster,
+random search, hierarchical-warm and trinity-full (the RL searchers' defaults) run with seeds
+0, 1 and 2 (``--seeds``), and a line says whether each RL searcher's mean hypervolume is at
+least random's. Random runs first; where its hypervolume is 0 on every seed (on the large
+graphs no random plan fits in memory, or none beats the baselines' reference point) the floor
+holds for any front, and the RL runs are skipped unless ``--no-skip`` is given.
 
 ``--transfer``: the bundled PipeDream graphs are split in two halves; a policy (hierarchical,
 full genome, 80 groups) is trained on one half in turn (``--transfer-evaluations`` each, the
@@ -175,15 +184,52 @@ def transfer(args, rows) -> None:
                     save(rows, args.json)
 
 
+def floor(args, rows) -> None:
+    """The random-search floor (see the module docstring)."""
+    from moplace.optimize.driver import Budget
+
+    rl = [r for r in args.runs if RUNS[r][0] in ("hierarchical", "trinity")]
+    print(HEADER)
+    for gname in args.graphs:
+        for cname in args.clusters:
+            problem, dpos = problem_and_dpos(gname, cname)
+            mean = {}
+            for run in ["random"] + rl:
+                if run != "random" and mean["random"] == 0 and not args.no_skip:
+                    continue
+                hvs = []
+                for seed in args.seeds:
+                    r = run_one(problem, run, Budget(evaluations=args.evaluations), dpos, seed)
+                    r.update(graph=gname, cluster=cname, seed=seed)
+                    rows.append(r)
+                    hvs.append(r["hypervolume"])
+                    print_row(gname, cname, r)
+                    save(rows, args.json)
+                mean[run] = sum(hvs) / len(hvs)
+            print(floor_line(gname, cname, mean, rl), flush=True)
+
+
+def floor_line(graph, cluster, mean: dict, rl) -> str:
+    """One line: each RL run's mean hypervolume against random's, and whether it holds."""
+    base = mean["random"]
+    cells = [f"{r} {mean[r]:.4f} ({'holds' if mean[r] >= base else 'BELOW'})" if r in mean
+             else f"{r} skipped (holds: random's hypervolume is 0)" for r in rl]
+    return f"floor {graph} {cluster}: random {base:.4f}; " + "; ".join(cells)
+
+
 def summarize(paths) -> int:
     """Markdown tables from the JSON of earlier runs (later files' rows replace earlier ones)."""
     by: dict = {}
     transfer_rows = []
+    seeded: dict = {}  # (graph, cluster) -> run -> seed -> hypervolume
     for path in paths:
         for r in json.loads(Path(path).read_text()):
             if "transfer" in r:
                 transfer_rows.append(r)
-            else:
+                continue
+            seeded.setdefault((r["graph"], r["cluster"]), {}).setdefault(
+                r["run"], {})[r.get("seed", 0)] = r["hypervolume"]
+            if r.get("seed", 0) == 0:
                 by.setdefault((r["graph"], r["cluster"]), {})[r["run"]] = r
     runs = [r for r in RUNS if any(r in d for d in by.values())]
     policy_runs = [r for r in runs if RUNS[r][0] in ("hierarchical", "trinity")]
@@ -206,6 +252,27 @@ def summarize(paths) -> int:
                        "trinity-cold") if c in runs],
           lambda r, c: f"{r['best_runtime_s'] * 1e3:.1f} / {r['best_mem_bytes'] / GIB:.2f} / "
                        f"{r['seconds']:.0f}")
+    if any(len(s) > 1 for d in seeded.values() for s in d.values()):
+        rl = [r for r in ("hierarchical-warm", "trinity-full")
+              if any(r in d for d in seeded.values())]
+        print("\nThe random-search floor: mean hypervolume over the seeds (their number)\n\n"
+              "| graph | cluster | random | " + " | ".join(rl) + " | holds |\n|---|---|---:|"
+              + "---:|" * len(rl) + "---|")
+        for (graph, cluster), d in seeded.items():
+            if "random" not in d:
+                continue
+            base = sum(d["random"].values()) / len(d["random"])
+            cells, ok = [], True
+            for r in rl:
+                if r in d:
+                    m = sum(d[r].values()) / len(d[r])
+                    ok &= m >= base
+                    cells.append(f"{m:.4f} ({len(d[r])})")
+                else:
+                    ok &= base == 0
+                    cells.append("skipped" if base == 0 else "–")
+            print(f"| {graph.split(':')[-1]} | {cluster.split('-')[0]} | {base:.4f} "
+                  f"({len(d['random'])}) | " + " | ".join(cells) + f" | {'yes' if ok else 'NO'} |")
     if transfer_rows:
         print("\nTransfer (hierarchical, full genome): policy best / DPOS, evaluations to DPOS "
               "+ 5%, hypervolume\n\n| graph | zero-shot | fine-tuned | from scratch |\n"
@@ -227,6 +294,12 @@ def main(argv=None) -> int:
     p.add_argument("--clusters", nargs="+", default=["4xV100-NVLink", "8xV100-16GB-NVLink"])
     p.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS))
     p.add_argument("--evaluations", type=int, default=2000)
+    p.add_argument("--seeds", nargs="+", type=int, default=None,
+                   help="seeds of each run (default 0; with --floor 0 1 2)")
+    p.add_argument("--floor", action="store_true",
+                   help="random search against the RL searchers' defaults, 3 seeds")
+    p.add_argument("--no-skip", action="store_true",
+                   help="with --floor: run the RL searchers also where random's hypervolume is 0")
     p.add_argument("--transfer", action="store_true")
     p.add_argument("--transfer-evaluations", type=int, default=400)
     p.add_argument("--json", metavar="FILE")
@@ -240,16 +313,23 @@ def main(argv=None) -> int:
     if args.transfer:
         transfer(args, rows)
         return 0
+    if args.floor:
+        args.seeds = args.seeds or [0, 1, 2]
+        if args.runs == list(RUNS):
+            args.runs = ["hierarchical-warm", "trinity-full"]
+        floor(args, rows)
+        return 0
     print(HEADER)
     for gname in args.graphs:
         for cname in args.clusters:
             problem, dpos = problem_and_dpos(gname, cname)
             for run in args.runs:
-                r = run_one(problem, run, Budget(evaluations=args.evaluations), dpos)
-                r.update(graph=gname, cluster=cname)
-                rows.append(r)
-                print_row(gname, cname, r)
-                save(rows, args.json)
+                for seed in args.seeds or [0]:
+                    r = run_one(problem, run, Budget(evaluations=args.evaluations), dpos, seed)
+                    r.update(graph=gname, cluster=cname, seed=seed)
+                    rows.append(r)
+                    print_row(gname, cname, r)
+                    save(rows, args.json)
     return 0
 
 

@@ -60,7 +60,7 @@ def test_learning_is_real(slow_links, name, settings):
     different batches compare."""
     problem = Problem(slow_links.graph, slow_links.cluster, objectives=("runtime",))
     searcher = make_searcher(name, warm_start=False, seed_heuristics=False, noise_updates=0,
-                             hidden=16, lstm=16, **settings)
+                             hidden=16, lstm=16, polish=0, **settings)
     rewards = Rewards(searcher)
     search(problem, searcher, budget=96, seed=0, callbacks=[rewards])
     assert len(rewards.means) == 12
@@ -97,14 +97,40 @@ def test_heuristics_are_seeded_and_warm_start_imitates_dpos(problem):
 def test_full_genome_splits_and_orders(problem):
     """genome="full": the policy's draws split some ops and order ops by level."""
     searcher = make_searcher("trinity", samples=8, warm_start=False, seed_heuristics=False,
-                             **SMALL)
+                             polish=0, **SMALL)
     result = search(problem, searcher, budget=16, seed=1)
     drawn = [p.strategy for p in result.front + result.infeasible]
     assert any(s.splits for s in drawn)
     placement_only = make_searcher("trinity", samples=8, warm_start=False, genome="placement",
-                                   seed_heuristics=False, **SMALL)
+                                   seed_heuristics=False, polish=0, **SMALL)
     result = search(problem, placement_only, budget=16, seed=1)
     assert not any(p.strategy.splits for p in result.front + result.infeasible)
+
+
+@pytest.mark.slow
+def test_polish_batches_are_archived_but_teach_the_policy_nothing(problem):
+    """With polish (the default), batches of front neighbours come between policy batches,
+    at most half the evaluations (one batch over at most); the policy is updated once per
+    policy batch only, and the search notes say what polish did."""
+    searcher = make_searcher("hierarchical", samples=8, **SMALL)
+    policy_batches = []
+    ask = searcher.ask
+
+    def counting_ask():
+        batch = ask()
+        if searcher._last is not None:
+            policy_batches.append(len(batch))
+        return batch
+
+    searcher.ask = counting_ask
+    result = search(problem, searcher, budget=200, seed=3)
+    polish = searcher._front_polish
+    assert polish.asked > 0 and polish.polished > 0
+    assert polish.asked <= 0.5 * result.n_evaluations + 16
+    assert searcher.updates == len(policy_batches) > 0
+    assert any(n.startswith("polish: ") for n in searcher.notes()), searcher.notes()
+    with pytest.raises(MoplaceError, match="polish"):
+        make_searcher("trinity", polish=1.0)
 
 
 @pytest.mark.slow

@@ -11,6 +11,13 @@ simulator behind the driver's ask/tell loop.
 - **Each tell** scores the evaluated samples and updates the policy (the subclass's `_learn`:
   REINFORCE or PPO); what the update measured is `progress`, which the MLflow callback logs
   per update.
+- **Polish**: with ``polish`` > 0, the front the search has found (seeds and draws alike) is
+  climbed locally between policy batches (`searchers.polish.FrontPolish`: standard orders and
+  one-step genome neighbours of each new front point), taking at most that share of the
+  evaluations; polish batches are evaluated and archived but teach the policy nothing. A policy
+  draws whole placements and rarely the small change that improves a front point: without
+  polish, hierarchical's front fell below random search's hypervolume on pipedream:gnmt (4
+  V100s, 2,000 evaluations: 0.143 against 0.231).
 - **Files**: ``policy=FILE`` starts from a saved policy (`store`), ``save_policy=FILE`` writes
   the policy when the search ends. A checkpoint holds the weights and the optimizer's state
   (`__getstate__`), and the TensorFlow objects are rebuilt on resume.
@@ -30,10 +37,16 @@ from moplace.errors import MoplaceError
 from moplace.optimize.searcher import Searcher
 
 from . import store
+from searchers.polish import FrontPolish
+
 from .actions import ActionSpace
 
 #: Structural embedding width (Trinity's Node2vec), when the searcher uses one.
 STRUCTURE_DIM = 16
+#: Default share of the evaluations that polish may take (setting ``polish``).
+DEFAULT_POLISH = 0.5
+#: Most strategies of one polish batch.
+POLISH_BATCH = 16
 
 
 #: The settings both RL searchers have, appended to each one's ``Settings:`` section.
@@ -55,6 +68,8 @@ SHARED_SETTINGS = """
         save_policy: write the trained policy to this file when the search ends.
         learn: update the policy (false: only sample it, e.g. to measure a loaded policy
             zero-shot).
+        polish: most share of the evaluations spent polishing the front between policy
+            batches (standard orders and one-step neighbours of new front points; 0: none).
 """
 
 
@@ -93,7 +108,8 @@ class PolicySearcher(Searcher):
                  hidden: int, lstm: int, learning_rate: float, noise: float, noise_updates: int,
                  warm_start: bool, imitation_steps: int, imitation_confidence: float,
                  seed_heuristics: bool,
-                 policy: str | None, save_policy: str | None, learn: bool = True):
+                 policy: str | None, save_policy: str | None, learn: bool = True,
+                 polish: float = DEFAULT_POLISH):
         self.samples = positive("samples", samples)
         self.groups = None if groups is None else positive("groups", groups)
         if genome not in ("placement", "full"):
@@ -115,12 +131,15 @@ class PolicySearcher(Searcher):
         self.policy = None if policy in (None, "") else str(policy)
         self.save_policy = None if save_policy in (None, "") else str(save_policy)
         self.learn = bool(learn)
+        if isinstance(polish, bool) or not (isinstance(polish, (int, float)) and 0 <= polish < 1):
+            raise MoplaceError(f"polish must be a share in [0, 1), got {polish!r}")
+        self.polish = float(polish)
 
     def settings(self) -> dict:
         return {k: getattr(self, k) for k in (
             "samples", "groups", "genome", "levels", "hidden", "lstm", "learning_rate", "noise",
             "noise_updates", "warm_start", "imitation_steps", "imitation_confidence",
-            "seed_heuristics", "policy", "save_policy", "learn")}
+            "seed_heuristics", "policy", "save_policy", "learn", "polish")}
 
     # -- setup ----------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -139,6 +158,8 @@ class PolicySearcher(Searcher):
         self.seeding = SeedPhase(p, enabled=self.seed_heuristics or not self.n_ops)
         self._pending = self.seeding.ask()
         self._dpos = None
+        self._front_polish = FrontPolish(p, self.rng, share=self.polish) \
+            if self.polish > 0 and self.n_ops else None
         if self.n_ops:
             result = dpos(ListSchedInput.from_problem(p.graph, p.cluster, p.costs))
             self._dpos = Strategy(result.placement, result.priority())
@@ -253,6 +274,12 @@ class PolicySearcher(Searcher):
             return batch
         if not self.n_ops:
             return []
+        polish = getattr(self, "_front_polish", None)  # None also in a checkpoint from before
+        if polish is not None and polish.due():
+            batch = polish.take(max(self.samples, POLISH_BATCH))
+            if batch:
+                self._last = None
+                return batch
         if self._model is None:
             self._build()
         cond = self._conditions(self.samples)
@@ -266,6 +293,8 @@ class PolicySearcher(Searcher):
     def tell(self, strategies, evaluations) -> None:
         if self.seeding.active:
             self.seeding.tell(strategies, evaluations)
+        if getattr(self, "_front_polish", None) is not None:
+            self._front_polish.tell(strategies, evaluations)
         if self._last is None or not evaluations:
             return
         if self._model is None:
@@ -282,8 +311,9 @@ class PolicySearcher(Searcher):
         raise NotImplementedError
 
     def notes(self) -> list[str]:
-        note = self.seeding.note() if hasattr(self, "seeding") else None
-        return [note] if note else []
+        notes = [self.seeding.note() if hasattr(self, "seeding") else None,
+                 self._front_polish.note() if getattr(self, "_front_polish", None) else None]
+        return [n for n in notes if n]
 
     def progress(self) -> dict:
         return {"updates": float(self.updates), **self._progress}

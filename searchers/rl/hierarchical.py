@@ -18,7 +18,7 @@ import numpy as np
 
 from moplace.errors import MoplaceError
 
-from .agent import PolicySearcher, shared_settings
+from .agent import DEFAULT_POLISH, PolicySearcher, shared_settings
 from .rewards import MovingAverage, sqrt_runtime_reward
 
 
@@ -47,14 +47,16 @@ class HierarchicalSearcher(PolicySearcher):
                  imitation_steps: int = 200, imitation_confidence: float = 0.8,
                  seed_heuristics: bool = True,
                  policy: str | None = None, save_policy: str | None = None,
-                 learn: bool = True, fail_factor: float = 10.0, baseline_decay: float = 0.9):
+                 learn: bool = True, polish: float = DEFAULT_POLISH, fail_factor: float = 10.0,
+                 baseline_decay: float = 0.9):
         super().__init__(samples=samples, groups=groups, genome=genome, levels=levels,
                          hidden=hidden, lstm=lstm, learning_rate=learning_rate, noise=noise,
                          noise_updates=noise_updates, warm_start=warm_start,
                          imitation_steps=imitation_steps,
                          imitation_confidence=imitation_confidence,
                          seed_heuristics=seed_heuristics,
-                         policy=policy, save_policy=save_policy, learn=learn)
+                         policy=policy, save_policy=save_policy, learn=learn,
+                         polish=polish)
         if not (isinstance(fail_factor, (int, float)) and fail_factor >= 1):
             raise MoplaceError(f"fail_factor must be at least 1, got {fail_factor!r}")
         if not (isinstance(baseline_decay, (int, float)) and 0 <= baseline_decay < 1):

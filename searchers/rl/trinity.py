@@ -25,7 +25,7 @@ import numpy as np
 
 from moplace.errors import MoplaceError
 
-from .agent import PolicySearcher, positive, shared_settings
+from .agent import DEFAULT_POLISH, PolicySearcher, positive, shared_settings
 from .rewards import WeightBaseline, weighted_log_reward
 
 
@@ -61,14 +61,15 @@ class TrinitySearcher(PolicySearcher):
                  noise: float = 0.5, noise_updates: int = 25, warm_start: bool = True,
                  imitation_steps: int = 200, imitation_confidence: float = 0.9,
                  seed_heuristics: bool = True, policy: str | None = None,
-                 save_policy: str | None = None, learn: bool = True, structure: bool = True):
+                 save_policy: str | None = None, learn: bool = True,
+                 polish: float = DEFAULT_POLISH, structure: bool = True):
         super().__init__(samples=samples, groups=groups, genome=genome, levels=levels,
                          hidden=hidden, lstm=lstm, learning_rate=learning_rate, noise=noise,
                          noise_updates=noise_updates, warm_start=warm_start,
                          imitation_steps=imitation_steps,
                          imitation_confidence=imitation_confidence,
                          seed_heuristics=seed_heuristics, policy=policy, save_policy=save_policy,
-                         learn=learn)
+                         learn=learn, polish=polish)
         if positive("weights_per_batch", weights_per_batch) > self.samples:
             raise MoplaceError(f"weights_per_batch must be an integer in 1..samples "
                                f"({self.samples}), got {weights_per_batch!r}")
