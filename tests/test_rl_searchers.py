@@ -128,6 +128,7 @@ def test_polish_batches_are_archived_but_teach_the_policy_nothing(problem):
     assert polish.asked > 0 and polish.polished > 0
     assert polish.asked <= 0.5 * result.n_evaluations + 16
     assert searcher.updates == len(policy_batches) > 0
+    assert searcher.progress()["polish_evaluations"] == polish.asked
     assert any(n.startswith("polish: ") for n in searcher.notes()), searcher.notes()
     with pytest.raises(MoplaceError, match="polish"):
         make_searcher("trinity", polish=1.0)
@@ -194,7 +195,7 @@ def test_mlflow_gets_per_update_curves(problem, tmp_path):
     from searchers.listsched.seeds import seed_strategies
 
     searcher = make_searcher("trinity", samples=8, weights_per_batch=2, warm_start=False,
-                             **SMALL)
+                             polish=0, **SMALL)
     budget = len(seed_strategies(problem)) + 3 * 8 + 1  # the seeds, 3 batches, then 1 sample
     search(problem, searcher, budget=budget, seed=0, callbacks=[tracker])
     client = tracker.client

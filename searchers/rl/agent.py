@@ -278,8 +278,9 @@ class PolicySearcher(Searcher):
         if polish is not None and polish.due():
             batch = polish.take(max(self.samples, POLISH_BATCH))
             if batch:
-                self._last = None
+                self._last, self._polishing = None, True
                 return batch
+        self._polishing = False
         if self._model is None:
             self._build()
         cond = self._conditions(self.samples)
@@ -316,7 +317,13 @@ class PolicySearcher(Searcher):
         return [n for n in notes if n]
 
     def progress(self) -> dict:
-        return {"updates": float(self.updates), **self._progress}
+        """What the last policy update measured (after a polish batch only the counts: the
+        curves get one point per update)."""
+        polish = getattr(self, "_front_polish", None)
+        counts = {"updates": float(self.updates)}
+        if polish is not None:
+            counts["polish_evaluations"] = float(polish.asked)
+        return counts if getattr(self, "_polishing", False) else {**counts, **self._progress}
 
     # -- files ----------------------------------------------------------------------------------
     def close(self) -> None:
