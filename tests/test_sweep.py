@@ -309,3 +309,37 @@ def test_the_study_goes_to_the_working_directory_not_beside_the_file(tmp_path, m
     assert out["storage_file"] == str(other)
     assert sorted(p.name for p in here.glob("*.db")) == ["s.optuna.db"]
     assert not list(files.glob("*.db"))
+
+
+def test_a_requeued_trials_finished_run_ends_lost_when_the_sweep_closes(tmp_path):
+    """A worker killed after ending its trial's run but before telling the study leaves the run
+    FINISHED; if its retry could not mark it (the store busy), the sweep's close does: each
+    complete trial keeps one finished run (the race behind a flaky slow check)."""
+    import optuna
+    from mlflow import MlflowClient
+    from optuna.distributions import IntDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from moplace.sweep.tracking import SweepRun
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("lost")
+    dead = client.create_run(exp).info.run_id
+    client.set_terminated(dead, status="FINISHED")
+    kept = client.create_run(exp).info.run_id
+    client.set_terminated(kept, status="FINISHED")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study()
+    dist = {"x": IntDistribution(0, 3)}
+    study.add_trial(create_trial(state=TrialState.FAIL, params={"x": 1}, distributions=dist,
+                                 user_attrs={"mlflow_run_id": dead}))
+    study.add_trial(create_trial(state=TrialState.COMPLETE, params={"x": 1}, distributions=dist,
+                                 value=1.0, user_attrs={"mlflow_run_id": kept},
+                                 system_attrs={"failed_trial": 0, "retry_history": [0]}))
+    tracker = SweepRun(uri, "lost")
+    tracker.client = client
+    tracker.end_lost_runs(study)
+    assert client.get_run(dead).info.status == "KILLED"
+    assert "run again as trial 1" in client.get_run(dead).data.tags["status"]
+    assert client.get_run(kept).info.status == "FINISHED"

@@ -84,6 +84,19 @@ class SweepRun:
         except Exception:  # noqa: BLE001 - a run deleted meanwhile: nothing to end
             pass
 
+    def end_lost_runs(self, study) -> None:
+        """Every run of a requeued trial (its worker died, or was stopped) ends lost, also
+        where its retry could not mark it: the store was busy at that moment, or the worker
+        died after ending its run and before telling the study. Run once by the sweep's first
+        command after every worker stopped, so each complete trial has one finished run."""
+        trials = study.get_trials(deepcopy=False)
+        retry_of = {n: t.number for t in trials for n in t.system_attrs.get("retry_history", [])}
+        for t in trials:
+            run_id = t.user_attrs.get("mlflow_run_id")
+            if t.state.name == "FAIL" and "error" not in t.user_attrs and run_id \
+                    and t.number in retry_of:
+                self.mark_lost(run_id, retry_of[t.number])
+
     @staticmethod
     def log_trial(callback, trial_number: int, params: dict, values: dict) -> None:
         """The trial's swept parameters and returned values on its child run."""
@@ -104,6 +117,7 @@ class SweepRun:
         figures' artifact paths."""
         from ..review.tracking import STATUS
 
+        self.end_lost_runs(study)
         rows = trial_rows(study, spec.returns)
         self.client.log_table(self.run_id, data=_table(rows, spec), artifact_file="trials_table.json")
         self.client.log_dict(self.run_id, {"trials": rows, "counts": counts(study)}, "trials.json")
