@@ -14,7 +14,7 @@ faster, leaner or a fit, and its fronts fell below random search's hypervolume o
   topological, memory-lean, HEFT's upward rank under that placement), the first time that
   placement is polished, and ``per_point`` one-step neighbours drawn at random, each move kind
   equally likely among those that can change something: two ops of one device near each other
-  in its order swapped (`swap_pairs`); one co-location group moved to another device (half the
+  in its order (8 places at most) swapped (`swap_pairs`); one co-location group moved to another device (half the
   time to the device of a group it exchanges tensors with); one group's split option changed;
   two devices trading all their groups; the whole strategy moved onto a run of devices of
   another length (`GenomeSpace.random_resize`, on 4 devices or more). Strategies told or queued
@@ -32,13 +32,11 @@ from collections import deque
 
 import numpy as np
 
-from moplace.core.genome import GenomeSpace
+from moplace.core.genome import GenomeSpace, group_neighbours
 from moplace.errors import StrategyError
 from moplace.optimize.archive import ParetoArchive
 from searchers.orders import StandardOrders, swap_pairs
 
-#: Polish swaps ops of one device at most this many places apart in the device's order.
-SWAP_WINDOW = 8
 _KINDS = ("swap", "move", "split", "relabel", "resize", "scatter")
 #: The shares of groups a scatter move sends to random devices, drawn with equal odds.
 SCATTER_RATES = (0.05, 0.1, 0.25, 0.5)
@@ -60,9 +58,15 @@ class FrontPolish:
         self._told: set[bytes] = set()
         self._placements: set[bytes] = set()
         self._orders: StandardOrders | None = None
-        self._neighbours: list[np.ndarray] | None = None
-        self._splittable: list[int] | None = None
-        self._kind_list: list[str] = []
+        self._neighbours: list[np.ndarray] | None = None  # made on the first move of a group
+        s = self.space
+        G, N, D = s.n_groups, s.n_ops, s.n_devices
+        self._splittable = [g for g in range(G) if len(s.options[g]) > 1]
+        able = {"swap": N > 1, "move": G > 0 and D > 1, "split": bool(self._splittable),
+                "relabel": G > 0 and D > 1, "resize": G > 0 and D >= s.RESIZE_MIN_DEVICES,
+                "scatter": G > 1 and D > 1}
+        #: the move kinds that can change something on this problem
+        self.kinds = [k for k in _KINDS if able[k]]
         self.asked = 0  # polish strategies asked
         self.told = 0  # evaluations told (all of them, polish or not)
         self.polished = 0  # points polished
@@ -95,10 +99,7 @@ class FrontPolish:
                 self._polish(strategy)
 
     def _worth_polishing(self, ev) -> bool:
-        if ev.violation == 0:
-            return self._fits.add(ev.values)
-        fits = self._fits.front_values().reshape(-1, len(ev.values))
-        return not np.any(np.all(fits <= ev.values, axis=1)) and self._unfit.add(ev.values)
+        return worth_polishing(self._fits, self._unfit, ev)
 
     def _polish(self, strategy) -> None:
         try:
@@ -107,11 +108,11 @@ class FrontPolish:
             self.unencodable += 1
             return
         self.polished += 1
-        kinds, pairs = self._kinds(), None
+        kinds, pairs = self.kinds, None
         for _ in range(self.per_point if kinds else 0):
             kind = kinds[int(self.rng.integers(len(kinds)))]
             if kind == "swap" and pairs is None:
-                pairs = swap_pairs(strategy.placement, strategy.priority, SWAP_WINDOW)
+                pairs = swap_pairs(strategy.placement, strategy.priority)
             y = self._move(x, kind, pairs)
             if y is not None:
                 self._offer(self.space.decode(y))
@@ -123,18 +124,6 @@ class FrontPolish:
             for priority in self._orders(strategy.placement):
                 self._offer(self.space.decode(np.concatenate([x[:2 * self.space.n_groups],
                                                               priority])))
-
-    def _kinds(self) -> list[str]:
-        """The move kinds that can change something on this problem (made once)."""
-        if self._splittable is None:
-            s = self.space
-            G, N, D = s.n_groups, s.n_ops, s.n_devices
-            self._splittable = [g for g in range(G) if len(s.options[g]) > 1]
-            able = {"swap": N > 1, "move": G > 0 and D > 1, "split": bool(self._splittable),
-                    "relabel": G > 0 and D > 1, "resize": G > 0 and D >= s.RESIZE_MIN_DEVICES,
-                    "scatter": G > 1 and D > 1}
-            self._kind_list = [k for k in _KINDS if able[k]]
-        return self._kind_list
 
     def _move(self, x: np.ndarray, kind: str, pairs) -> np.ndarray | None:
         """``x`` changed by one move of ``kind`` (``pairs``: the swappable pairs of its order,
@@ -151,8 +140,7 @@ class FrontPolish:
             g = int(rng.integers(G))
             here = int(x[g])
             if self._neighbours is None:
-                from searchers.mcmc.moves import _group_neighbours
-                self._neighbours = _group_neighbours(self.problem.graph)
+                self._neighbours = group_neighbours(self.problem.graph)
             near = [int(x[h]) for h in self._neighbours[g] if int(x[h]) != here]
             y[g] = near[int(rng.integers(len(near)))] if near and rng.random() < 0.5 \
                 else (here + 1 + int(rng.integers(D - 1))) % D
@@ -190,3 +178,14 @@ class FrontPolish:
         if self.unencodable:
             out += f" ({self.unencodable} front points with no genome were not polished)"
         return out
+
+
+def worth_polishing(fits: ParetoArchive, unfit: ParetoArchive, ev) -> bool:
+    """Whether evaluation ``ev`` is worth polishing (added to ``fits`` or ``unfit``, the Pareto
+    sets of the feasible and the infeasible ones told, as it goes): a feasible one that enters
+    ``fits``, or an infeasible one that enters ``unfit`` (on objectives alone) and that no
+    feasible one dominates (its order or a move may make it fit)."""
+    if ev.violation == 0:
+        return fits.add(ev.values)
+    front = fits.front_values().reshape(-1, len(ev.values))
+    return not np.any(np.all(front <= ev.values, axis=1)) and unfit.add(ev.values)

@@ -225,5 +225,19 @@ def sample_genomes(lo: np.ndarray, hi: np.ndarray, n_integer: int, n: int,
     return X
 
 
+def group_neighbours(graph: OpGraph) -> list[np.ndarray]:
+    """Per co-location group, the groups it exchanges tensors with."""
+    a = graph.arrays
+    gs, gd = a.group[a.src], a.group[a.dst]
+    keep = gs != gd
+    pairs = np.unique(np.concatenate([np.stack([gs[keep], gd[keep]], 1),
+                                      np.stack([gd[keep], gs[keep]], 1)]), axis=0) \
+        if keep.any() else np.empty((0, 2), np.int64)
+    out = [[] for _ in range(a.n_groups)]
+    for g, h in pairs.tolist():
+        out[g].append(h)
+    return [np.array(v, np.int64) for v in out]
+
+
 def _common_dims(graph: OpGraph, members) -> list[str]:
     return [d for d in SPLIT_DIMS if all(d in graph.ops[i].splittable for i in members)]

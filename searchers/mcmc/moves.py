@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moplace.core.genome import group_neighbours
+
 
 class MovesMixin:
     """The proposals of an MCMC searcher.
@@ -24,7 +26,7 @@ class MovesMixin:
         group of every op, and the probability of each move kind (None: no move can change
         anything)."""
         p, space = self.problem, self._space
-        self._neighbours = _group_neighbours(p.graph)
+        self._neighbours = group_neighbours(p.graph)
         self._group = p.graph.arrays.group
         G, N, D = space.n_groups, space.n_ops, space.n_devices
         self._splittable = np.array([g for g in range(G) if len(space.options[g]) > 1], np.int64)
@@ -88,16 +90,3 @@ class MovesMixin:
             y[2 * G + i], y[2 * G + j] = y[2 * G + j], y[2 * G + i]
         return y
 
-
-def _group_neighbours(graph) -> list[np.ndarray]:
-    """Per co-location group, the groups it exchanges tensors with."""
-    a = graph.arrays
-    gs, gd = a.group[a.src], a.group[a.dst]
-    keep = gs != gd
-    pairs = np.unique(np.concatenate([np.stack([gs[keep], gd[keep]], 1),
-                                      np.stack([gd[keep], gs[keep]], 1)]), axis=0) \
-        if keep.any() else np.empty((0, 2), np.int64)
-    out = [[] for _ in range(a.n_groups)]
-    for g, h in pairs.tolist():
-        out[g].append(h)
-    return [np.array(v, np.int64) for v in out]

@@ -10,11 +10,10 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 
-import numpy as np
-
 from moplace.core.strategy import Strategy
 from moplace.optimize.archive import ParetoArchive
 from searchers.orders import StandardOrders, swap_pairs
+from searchers.polish import worth_polishing
 
 from .study import unit_rank
 
@@ -69,10 +68,7 @@ class PolishMixin:
         """A feasible trial that enters the Pareto set of those told, or an infeasible one that
         enters the Pareto set of the infeasible ones (on objectives alone) and that no
         feasible trial dominates: its order may make it fit."""
-        if ev.violation == 0:
-            return self._fits.add(ev.values)
-        fits = self._fits.front_values().reshape(-1, len(ev.values))
-        return not np.any(np.all(fits <= ev.values, axis=1)) and self._unfit.add(ev.values)
+        return worth_polishing(self._fits, self._unfit, ev)
 
     def _queue_polish(self, params: dict, strategy: Strategy) -> None:
         """Queue neighbours of a trial worth polishing (see the package docstring): its

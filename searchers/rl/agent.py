@@ -35,10 +35,9 @@ import numpy as np
 
 from moplace.errors import MoplaceError
 from moplace.optimize.searcher import Searcher
-
-from . import store
 from searchers.polish import FrontPolish
 
+from . import store
 from .actions import ActionSpace
 
 #: Structural embedding width (Trinity's Node2vec), when the searcher uses one.
@@ -134,6 +133,7 @@ class PolicySearcher(Searcher):
         if isinstance(polish, bool) or not (isinstance(polish, (int, float)) and 0 <= polish < 1):
             raise MoplaceError(f"polish must be a share in [0, 1), got {polish!r}")
         self.polish = float(polish)
+        self._polishing = False  # the last batch asked was a polish batch
 
     def settings(self) -> dict:
         return {k: getattr(self, k) for k in (
@@ -274,7 +274,7 @@ class PolicySearcher(Searcher):
             return batch
         if not self.n_ops:
             return []
-        polish = getattr(self, "_front_polish", None)  # None also in a checkpoint from before
+        polish = self._front_polish
         if polish is not None and polish.due():
             batch = polish.take(max(self.samples, POLISH_BATCH))
             if batch:
@@ -294,7 +294,7 @@ class PolicySearcher(Searcher):
     def tell(self, strategies, evaluations) -> None:
         if self.seeding.active:
             self.seeding.tell(strategies, evaluations)
-        if getattr(self, "_front_polish", None) is not None:
+        if self._front_polish is not None:
             self._front_polish.tell(strategies, evaluations)
         if self._last is None or not evaluations:
             return
@@ -323,7 +323,7 @@ class PolicySearcher(Searcher):
         counts = {"updates": float(self.updates)}
         if polish is not None:
             counts["polish_evaluations"] = float(polish.asked)
-        return counts if getattr(self, "_polishing", False) else {**counts, **self._progress}
+        return counts if self._polishing else {**counts, **self._progress}
 
     # -- files ----------------------------------------------------------------------------------
     def close(self) -> None:
