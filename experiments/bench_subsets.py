@@ -12,7 +12,7 @@ Per graph x cluster (default: the 11 bundled PipeDream graphs x 4xV100-NVLink,
    fastest feasible one and its subset; not only the subsets the seeds use
    (`moplace.core.subsets.device_subsets`), so the check does not take the seeds' word for
    which subsets matter;
-2. **best seed**: the fastest feasible strategy of `searchers.listsched.seeds.seed_strategies`
+2. **best seed**: the fastest feasible strategy of `moplace.optimize.seeds.seed_strategies`
    (what every seeded searcher and os-dpos start from), and its label;
 3. each searcher of ``--searchers`` (default os-dpos, nsga2, mcmc, optuna-nsga2; hierarchical
    and trinity only when named: they need TensorFlow and are slow), ``--budget`` evaluations,
@@ -87,7 +87,7 @@ def best_subset_dp(problem):
 
 
 def best_seed(problem):
-    from searchers.listsched.seeds import seed_strategies
+    from moplace.optimize.seeds import seed_strategies
 
     seeds = seed_strategies(problem)
     runtime, label = best_feasible(problem.evaluate_batch([s.strategy for s in seeds]),

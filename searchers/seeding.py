@@ -1,7 +1,7 @@
 """The first batch of every seeded searcher: every seed, evaluated as points of the archive.
 
 A seeded searcher (nsga2, mcmc, optuna-*, hierarchical, trinity) answers its first `ask` with
-every strategy of `searchers.listsched.seeds.seed_strategies` (each candidate of DPOS, HEFT and
+every strategy of `moplace.optimize.seeds.seed_strategies` (each candidate of DPOS, HEFT and
 m-ETF, the baselines on the whole cluster and on each device subset, every op on one device in
 a memory-sparing order), exactly as they are. The driver evaluates them like any batch, so the
 archive holds every seed and the front weakly dominates every feasible seed (with no feasible
@@ -29,7 +29,7 @@ import numpy as np
 
 from moplace.core.strategy import Strategy
 from moplace.errors import StrategyError
-from searchers.listsched.seeds import Seed, seed_strategies
+from moplace.optimize.seeds import Seed, seed_strategies
 
 
 class SeedPhase:

@@ -56,7 +56,7 @@ class SearcherContract:
     def test_front_weakly_dominates_every_seed(self, name, problem):
         """A seeded searcher's front weakly dominates every feasible seed, and with no feasible
         seed it keeps one at most as violating as the least violating seed."""
-        from searchers.listsched.seeds import seed_strategies
+        from moplace.optimize.seeds import seed_strategies
 
         if not make_searcher(name).seeded:
             pytest.skip(f"{name} does not start from the seeds")
@@ -121,11 +121,11 @@ class SearcherContract:
         whole = run(name, problem, seed=4)
         evaluate, calls = problem.evaluate, []
 
-        def ctrl_c_inside(strategy):
+        def ctrl_c_inside(strategy, parent=None):
             calls.append(1)
             if len(calls) == at:
                 os.kill(os.getpid(), signal.SIGINT)  # arrives while compiled code runs
-            return evaluate(strategy)
+            return evaluate(strategy, parent)
 
         previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:

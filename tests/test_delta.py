@@ -12,9 +12,10 @@ from moplace.core.graph import Op, OpGraph
 from moplace.core.strategy import Split, Strategy
 from moplace.core.synthetic import layered_dag
 from moplace.optimize.problem import Problem
-from moplace.simulator.delta import DeltaRequest, patched_task_graph
+from moplace.simulator.build import PATCHED, build, build_task_graph
+from moplace.simulator.delta import SimulationBase, patched_task_graph
 from moplace.simulator.engine import simulate
-from moplace.simulator.build import build_task_graph
+from moplace.simulator.incremental import IncrementalSimulator
 
 from conftest import make_cluster
 
@@ -57,6 +58,19 @@ def _neighbour(space, x, rng, moves):
     return y
 
 
+def _base(p, strategy):
+    """``strategy`` with the task graph it is simulated on."""
+    tg = build_task_graph(p.graph, strategy.validate(p.graph, p.n_devices), p.costs)
+    return SimulationBase(strategy, tg, p.graph, p.costs)
+
+
+def _simulated(sim, strategy, parent=None):
+    """The trace of ``strategy`` from ``sim``, and whether it was patched."""
+    before = sim.patched
+    trace = sim.simulate(strategy, parent)
+    return trace, sim.patched == before + 1
+
+
 def _assert_same_task_graph(a, b):
     for f in dataclasses.fields(a):
         va, vb = getattr(a, f.name), getattr(b, f.name)
@@ -80,11 +94,11 @@ def test_patched_task_graph_and_trace_equal_the_full_ones(problems, name):
     starts.append(space.encode(baseline("data-parallel", p.graph, p.n_devices)))  # collectives
     starts.append(space.encode(baseline("single", p.graph, p.n_devices)))  # no splits
     patched = 0
+    sim = IncrementalSimulator(p.graph, p.cluster, p.costs)
     for x in starts:
         parent = space.decode(x)
-        parent.delta = DeltaRequest()
-        simulate(p.graph, p.cluster, parent, costs=p.costs)
-        base = parent.delta.result
+        sim.simulate(parent)
+        base = _base(p, parent)
         for moves in (1, 1, 2, 3):
             y = _neighbour(space, x, rng, moves)
             child = space.decode(y)
@@ -93,15 +107,15 @@ def test_patched_task_graph_and_trace_equal_the_full_ones(problems, name):
             if tg is not None:
                 patched += 1
                 _assert_same_task_graph(tg, full)
-            child.delta = DeltaRequest(base)
-            trace = simulate(p.graph, p.cluster, child, costs=p.costs)
+            built, how = build(p.graph, child, p.costs, base)  # the one chooser
+            _assert_same_task_graph(built, full)
+            trace, was_patched = _simulated(sim, child, parent)
             # without splits the simulator builds (its unsplit fast path is cheaper)
-            assert child.delta.patched == (tg is not None and bool(child.splits))
+            assert was_patched == (tg is not None and bool(child.splits)) == (how == PATCHED)
             _assert_same_trace(trace, simulate(p.graph, p.cluster, space.decode(y), costs=p.costs))
-            # the child's own base patches onward as well
+            # the child's own task graph patches onward as well
             grand = space.decode(_neighbour(space, y, rng, 1))
-            grand.delta = DeltaRequest(child.delta.result)
-            _assert_same_trace(simulate(p.graph, p.cluster, grand, costs=p.costs),
+            _assert_same_trace(sim.simulate(grand, child),
                                simulate(p.graph, p.cluster, space.decode(space.encode(grand)),
                                         costs=p.costs))
     assert patched >= len(starts)  # most moves patch: the test exercises the patch
@@ -110,16 +124,15 @@ def test_patched_task_graph_and_trace_equal_the_full_ones(problems, name):
 def test_derived_strategy_shares_splits_and_patches(vgg):
     p = vgg
     parent = baseline("data-parallel", p.graph, p.n_devices)
-    parent.delta = DeltaRequest()
-    simulate(p.graph, p.cluster, parent, costs=p.costs)
+    sim = IncrementalSimulator(p.graph, p.cluster, p.costs)
+    sim.simulate(parent)
     pr = parent.priority.copy()
     pr[[3, 4]] = pr[[4, 3]]
     child = parent.derive(priority=pr)
     assert child.splits is parent.splits and child == parent.__class__(parent.placement, pr,
                                                                       dict(parent.splits))
-    child.delta = DeltaRequest(parent.delta.result)
-    trace = simulate(p.graph, p.cluster, child, costs=p.costs)
-    assert child.delta.patched
+    trace, patched = _simulated(sim, child, parent)
+    assert patched
     _assert_same_trace(trace, simulate(p.graph, p.cluster, p.genome.decode(p.genome.encode(child)),
                                        costs=p.costs))
 
@@ -127,14 +140,13 @@ def test_derived_strategy_shares_splits_and_patches(vgg):
 def test_no_patch_across_splits_or_problems(vgg, small):
     p = vgg
     dp = baseline("data-parallel", p.graph, p.n_devices)
-    dp.delta = DeltaRequest()
-    simulate(p.graph, p.cluster, dp, costs=p.costs)
+    base = _base(p, dp)
     single = baseline("single", p.graph, p.n_devices)
-    assert patched_task_graph(dp.delta.result, single, p.graph, p.costs) is None  # splits differ
+    assert patched_task_graph(base, single, p.graph, p.costs) is None  # splits differ
     other_costs = moplace.CostModel(p.graph, p.cluster)
-    assert patched_task_graph(dp.delta.result, dp, p.graph, other_costs) is None
+    assert patched_task_graph(base, dp, p.graph, other_costs) is None
     moved = dp.derive(placement=np.where(np.arange(dp.placement.size) == 0, 1, dp.placement))
-    assert patched_task_graph(dp.delta.result, moved, p.graph, p.costs) is None  # a split op moved
+    assert patched_task_graph(base, moved, p.graph, p.costs) is None  # a split op moved
 
 
 def test_no_patch_when_a_moved_op_reads_an_all_reduce():
@@ -148,12 +160,40 @@ def test_no_patch_when_a_moved_op_reads_an_all_reduce():
     cl = make_cluster(3, bandwidth=1e9, latency=1e-6)
     p = Problem(g, cl)
     parent = Strategy([0, 0, 0], splits={1: Split("batch", (0, 1))})
-    parent.delta = DeltaRequest()
-    simulate(p.graph, p.cluster, parent, costs=p.costs)
+    sim = IncrementalSimulator(p.graph, p.cluster, p.costs)
+    sim.simulate(parent)
     child = parent.derive(placement=[0, 0, 2])
-    assert patched_task_graph(parent.delta.result, child, p.graph, p.costs) is None
-    child.delta = DeltaRequest(parent.delta.result)
-    trace = simulate(p.graph, p.cluster, child, costs=p.costs)
-    assert not child.delta.patched and trace.received[2] == 2000  # the gradient goes to u
+    assert patched_task_graph(_base(p, parent), child, p.graph, p.costs) is None
+    trace, patched = _simulated(sim, child, parent)
+    assert not patched and trace.received[2] == 2000  # the gradient goes to u
     _assert_same_trace(trace, simulate(p.graph, p.cluster, Strategy([0, 0, 2], splits={
         1: Split("batch", (0, 1))}), costs=p.costs))
+
+
+def test_a_parent_the_simulator_no_longer_holds_is_built_in_full(vgg):
+    p = vgg
+    sim = IncrementalSimulator(p.graph, p.cluster, p.costs, max_kept=2)
+    parent = baseline("data-parallel", p.graph, p.n_devices)
+    sim.simulate(parent)
+    for _ in range(2):  # two other strategies with splits push the parent out
+        sim.simulate(baseline("data-parallel", p.graph, p.n_devices))
+    pr = parent.priority.copy()
+    pr[[3, 4]] = pr[[4, 3]]
+    child = parent.derive(priority=pr)
+    trace, patched = _simulated(sim, child, parent)
+    assert not patched
+    _assert_same_trace(trace, simulate(p.graph, p.cluster, child, costs=p.costs))
+
+
+def test_mcmc_names_parents_and_the_front_is_the_same_without_them(vgg):
+    from moplace.optimize.driver import search
+    from moplace.optimize.plugins import make_searcher
+
+    fronts = {}
+    for delta in (True, False):
+        p = Problem(vgg.graph, vgg.cluster)
+        result = search(p, make_searcher("mcmc", delta=delta), budget=200, seed=0)
+        fronts[delta] = [(tuple(pt.values), pt.strategy) for pt in result.front]
+        assert (p.simulator.patched > 0) == delta
+        assert all(not hasattr(pt.strategy, "delta") for pt in result.front)
+    assert fronts[True] == fronts[False]

@@ -33,9 +33,9 @@ def test_batch_gives_the_serial_evaluations_in_order(problem, monkeypatch):
     threads = set()
     evaluate = Problem.evaluate
 
-    def spy(self, strategy):
+    def spy(self, strategy, parent=None):
         threads.add(threading.current_thread().name)
-        return evaluate(self, strategy)
+        return evaluate(self, strategy, parent)
 
     monkeypatch.setattr(Problem, "evaluate", spy)
     batch = problem.evaluate_batch(strategies, workers=2)

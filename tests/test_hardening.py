@@ -51,7 +51,7 @@ def test_settings_take_their_declared_type(value, expected):
     assert make_searcher("nsga2", pop_size=value).pop_size == expected
     assert make_searcher("nsga2", seed_heuristics="no").settings()["seed_heuristics"] is False
     searcher = make_searcher("mcmc", move_weights="0.5,0.25,0.25", restarts="best")
-    assert searcher.move_weights == (0.5, 0.25, 0.25) and searcher.restart_kinds == ("best",)
+    assert searcher.config.move_weights == (0.5, 0.25, 0.25) and searcher.config.restarts == ("best",)
     with pytest.raises(MoplaceError, match="must be float"):
         make_searcher("mcmc", temperature=float("nan"))
 

@@ -8,9 +8,15 @@ from moplace.errors import MoplaceError
 from moplace.optimize.driver import search
 from moplace.optimize.plugins import make_searcher
 from moplace.optimize.problem import Problem
+from moplace.optimize.searcher import unpack
 from searchers.mcmc import FRONTIER_FLOOR, McmcSearcher, spread_weights
 
 from conftest import make_cluster
+
+
+def ask(searcher):
+    """The strategies of the searcher's next batch (its proposals unpacked)."""
+    return unpack(searcher.ask())[0]
 
 
 def test_registered_and_settings():
@@ -43,30 +49,30 @@ def test_weights_are_spread_over_the_simplex():
 def test_first_batch_is_the_heuristics_then_one_proposal_per_chain(small):
     s = McmcSearcher(chains=3)
     s.setup(small, np.random.default_rng(0))
-    first = s.ask()
+    first = ask(s)
     for name in BASELINES:
         assert baseline(name, small.graph, small.n_devices) in first
     assert len(first) >= len(BASELINES.names())  # + DPOS and HEFT unless they coincide with one
     evs = [small.evaluate(x) for x in first]
     s.tell(first, evs)
-    costs = np.array([s._costs(ev) for ev in evs])  # [strategies, chains]
+    costs = np.array([s.scalarization.costs(ev) for ev in evs])  # [strategies, chains]
     for c in range(3):  # each chain starts from the heuristic cheapest under its weights
-        assert s._cost[c] == costs[:, c].min()
-    batch = s.ask()
+        assert s.chain_state.cost[c] == costs[:, c].min()
+    batch = ask(s)
     assert len(batch) == 3
 
 
 def test_a_proposal_changes_one_thing(small):
     s = McmcSearcher(chains=1)
     s.setup(small, np.random.default_rng(1))
-    first = s.ask()
+    first = ask(s)
     s.tell(first, [small.evaluate(x) for x in first])
     space = small.genome
     G = space.n_groups
     kinds = set()
     for _ in range(300):
-        x = s._x[0]
-        y = s._propose(x)
+        x = s.chain_state.genome[0]
+        y = s.moves.propose(x, s.rng)
         dev, spl, pri = (np.flatnonzero(x[:G] != y[:G]), np.flatnonzero(x[G:2 * G] != y[G:2 * G]),
                          np.flatnonzero(x[2 * G:] != y[2 * G:]))
         if space.device_window(x)[1] != space.device_window(y)[1]:
@@ -106,15 +112,15 @@ def test_infeasible_costs_more_and_less_violation_is_better(small):
     s.setup(small, np.random.default_rng(0))
     ev = small.evaluate(baseline("single", small.graph, small.n_devices))
     bad, worse = (type(ev)(ev.names, ev.values, v, ev.trace) for v in (1e6, 1e9))
-    assert np.all(s._costs(bad) > s._costs(ev) + s.penalty - 1e-9)
-    assert np.all(s._costs(worse) > s._costs(bad))
+    assert np.all(s.scalarization.costs(bad) > s.scalarization.costs(ev) + s.config.penalty - 1e-9)
+    assert np.all(s.scalarization.costs(worse) > s.scalarization.costs(bad))
 
 
 def test_chains_restart_from_their_best(small):
     s = McmcSearcher(chains=2, temperature=1e-9, restart_after=1)
     result = search(small, s, budget=200, seed=0)
-    assert result.front and s.restarts.sum() > 0
-    assert np.all(s._best_cost <= s._cost + 1e-12)
+    assert result.front and s.chain_state.restarts.sum() > 0
+    assert np.all(s.chain_state.best_cost <= s.chain_state.cost + 1e-12)
 
 
 def test_done_when_no_move_can_change_anything():
@@ -127,47 +133,47 @@ def test_done_when_no_move_can_change_anything():
 def test_restarts_draw_new_weights_and_learn_which_kind_pays(small):
     s = McmcSearcher(chains=2, restart_after=3)
     search(small, s, budget=300, seed=0)
-    assert s.restarts.sum() == s.restart_tries.sum() > 0
-    assert np.all(s.restart_wins <= s.restart_tries)
+    assert s.chain_state.restarts.sum() == s.restarter.tries.sum() > 0
+    assert np.all(s.restarter.wins <= s.restarter.tries)
     assert not np.allclose(s.weights, spread_weights(2, 3))  # reweighted at restarts
     np.testing.assert_allclose(s.weights.sum(axis=1), 1)
     only = McmcSearcher(chains=2, restart_after=3, restarts=("random",), reweight=False)
     search(small, only, budget=300, seed=0)
-    assert only.restart_tries.tolist() == [0, 0, only.restarts.sum(), 0, 0]  # random only
+    assert only.restarter.tries.tolist() == [0, 0, only.chain_state.restarts.sum(), 0, 0]  # random only
     np.testing.assert_allclose(only.weights, spread_weights(2, 3))
 
 
 def test_relabel_restart_renames_the_devices_of_the_best_strategy(small):
     s = McmcSearcher(chains=1, restart_after=1, restarts=("relabel",), reweight=False)
     s.setup(small, np.random.default_rng(0))
-    first = s.ask()
+    first = ask(s)
     s.tell(first, [small.evaluate(x) for x in first])
-    s._restart(0)
+    s.restart(0)
     G = small.genome.n_groups
-    best, jump = s._best_x[0], s._jump[0]
+    best, jump = s.chain_state.best_genome[0], s.chain_state.restart_start[0]
     assert not np.array_equal(best[:G], jump[:G]) and np.array_equal(best[G:], jump[G:])
     mapping = {}
     for a, b in zip(best[:G].tolist(), jump[:G].tolist()):  # a consistent renaming
         assert mapping.setdefault(a, b) == b
     assert len(set(mapping.values())) == len(mapping)
-    batch = s.ask()  # the restart's strategy is the chain's next proposal
+    batch = ask(s)  # the restart's strategy is the chain's next proposal
     assert batch[0] == small.genome.decode(jump)
 
 
 def test_stalled_chains_make_compound_moves(small):
     s = McmcSearcher(chains=1, extra_move=0.9, move_weights=(0.4, 0.3, 0.3))  # no device sets
     s.setup(small, np.random.default_rng(0))
-    first = s.ask()
+    first = ask(s)
     s.tell(first, [small.evaluate(x) for x in first])
-    x = s._x[0]
-    changed = [int(np.sum(x != s._propose(x, extra=0.9))) for _ in range(100)]
+    x = s.chain_state.genome[0]
+    changed = [int(np.sum(x != s.moves.propose(x, s.rng, extra=0.9))) for _ in range(100)]
     assert max(changed) > 2  # more than one move (a swap changes two genes)
-    assert max(int(np.sum(x != s._propose(x))) for _ in range(100)) <= 2
+    assert max(int(np.sum(x != s.moves.propose(x, s.rng))) for _ in range(100)) <= 2
     sizes = set()
     for _ in range(50):
-        s._stalled[0] = s.restart_after // 2  # half-way to a restart: compound moves
-        sizes.add(int(np.sum(s._x[0] != s._space.encode(s.ask()[0]))))
-        s._pending = []
+        s.chain_state.stalled[0] = s.config.restart_after // 2  # half-way to a restart: compound moves
+        sizes.add(int(np.sum(s.chain_state.genome[0] != s.space.encode(ask(s)[0]))))
+        s.asked = []
     assert max(sizes) > 2
 
 
@@ -183,41 +189,41 @@ def test_repair_restart_reorders_an_infeasible_placement_until_it_fits():
     s = McmcSearcher(chains=1, restart_after=1, restarts=("repair",), reweight=False,
                      seed_subsets=False)
     s.setup(p, np.random.default_rng(0))
-    first = s.ask()
+    first = ask(s)
     evs = [p.evaluate(x) for x in first]
     s.tell(first, evs)
     assert any(ev.violation > 0 for ev in evs)
-    s._restart(0)
-    assert s._repairing[0]
-    jump = s._jump[0]
+    s.restart(0)
+    assert s.chain_state.repairing[0]
+    jump = s.chain_state.restart_start[0]
     assert p.evaluate(p.genome.decode(jump)).violation > 0
     G = p.genome.n_groups
     for _ in range(200):  # the placement stays while it repairs; swaps change the order
-        batch = s.ask()
+        batch = ask(s)
         assert all(np.array_equal(p.genome.encode(x)[:2 * G], jump[:2 * G]) for x in batch)
         s.tell(batch, [p.evaluate(x) for x in batch])
-        if not s._repairing[0]:
+        if not s.chain_state.repairing[0]:
             break
-        s._stalled[0] = 0  # no restart in between
-    assert not s._repairing[0] and s._x_ev[0].violation == 0  # repaired: it fits
-    assert np.array_equal(s._x[0][:2 * G], jump[:2 * G])  # the same placement, reordered
+        s.chain_state.stalled[0] = 0  # no restart in between
+    assert not s.chain_state.repairing[0] and s.chain_state.evaluation[0].violation == 0  # repaired: it fits
+    assert np.array_equal(s.chain_state.genome[0][:2 * G], jump[:2 * G])  # the same placement, reordered
 
 
 def test_repair_restarts_from_each_undominated_infeasible_point_in_turn():
     p = _tiny_tight()
     s = McmcSearcher(chains=1, restarts=("repair",))
     search(p, s, budget=40, seed=0)
-    fits = np.array([e.values for e in s._seen.front])
-    unfit = [e for e in s._unfit.front if not np.any(np.all(fits <= e.values, axis=1))]
-    assert unfit and len(unfit) < len(s._unfit.front)  # some infeasible points are dominated
-    s._repairs.clear()
+    fits = np.array([e.values for e in s.restarter.seen.front])
+    unfit = [e for e in s.restarter.unfit.front if not np.any(np.all(fits <= e.values, axis=1))]
+    assert unfit and len(unfit) < len(s.restarter.unfit.front)  # some infeasible points are dominated
+    s.restarter.repair_visits.clear()
     starts = []
     for _ in range(len(unfit)):
-        s._restart(0)
-        assert s._repairing[0]
-        entry = next(e for e in unfit if e.payload[0] is s._jump[0])
+        s.restart(0)
+        assert s.chain_state.repairing[0]
+        entry = next(e for e in unfit if e.payload[0] is s.chain_state.restart_start[0])
         starts.append(entry.index)
-        wf = s.weights[0] * np.maximum(entry.values / s._scale, FRONTIER_FLOOR)
+        wf = s.weights[0] * np.maximum(entry.values / s.scalarization.reference, FRONTIER_FLOOR)
         np.testing.assert_allclose(wf, wf[0])  # weights under which it is Chebyshev-optimal
     assert sorted(starts) == sorted(e.index for e in unfit)  # each one once
 
@@ -228,42 +234,42 @@ def test_chains_answer_proposals_seen_before_from_memory():
 
     class Recording(McmcSearcher):
         def tell(self, strategies, evaluations):
-            keys = [x.tobytes() for _, x, _ in self._pending[:len(evaluations)]]
+            keys = [x.tobytes() for _, x, _ in self.asked[:len(evaluations)]]
             again.extend(k for k in keys if k in told)
             told.update(keys)
             super().tell(strategies, evaluations)
 
     s = Recording()
     search(p, s, budget=600, seed=0)
-    assert s.known_taken > 50  # a tiny problem: chains often propose what they have seen
+    assert s.known.taken > 50  # a tiny problem: chains often propose what they have seen
     assert again == []  # nothing evaluated in one batch is simulated again in a later one
-    assert s.proposed.sum() > 600 - len(s.seeding.seeds)  # the chains took more steps than the budget
+    assert s.chain_state.proposed.sum() > 600 - len(s.seeding.seeds)  # the chains took more steps than the budget
     plain = McmcSearcher(known_steps=0)
     search(p, plain, budget=600, seed=0)
-    assert plain.known_taken == 0 and plain.proposed.sum() <= 600
+    assert plain.known.taken == 0 and plain.chain_state.proposed.sum() <= 600
 
 
 def test_frontier_restart_starts_from_each_front_point_in_turn(small):
     s = McmcSearcher(chains=1, restarts=("frontier",))
     search(small, s, budget=60, seed=0)
-    front = s._seen.front
+    front = s.restarter.seen.front
     assert len(front) >= 2
-    s._visits.clear()
+    s.restarter.front_visits.clear()
     starts = []
     for _ in range(len(front)):
-        s._restart(0)
-        starts.append(next(e.index for e in front if e.payload[0] is s._x[0]))
-        f = np.maximum(s._x_ev[0].values / s._scale, FRONTIER_FLOOR)
+        s.restart(0)
+        starts.append(next(e.index for e in front if e.payload[0] is s.chain_state.genome[0]))
+        f = np.maximum(s.chain_state.evaluation[0].values / s.scalarization.reference, FRONTIER_FLOOR)
         wf = s.weights[0] * f  # the weights make the point's terms equal: Chebyshev-optimal
         np.testing.assert_allclose(wf, wf[0])
-        assert s._cost[0] == s._costs(s._x_ev[0])[0]
+        assert s.chain_state.cost[0] == s.scalarization.costs(s.chain_state.evaluation[0])[0]
     assert sorted(starts) == sorted(e.index for e in front)  # each point once
 
 
 def test_chains_trace_different_parts_of_the_front(vgg):
     s = McmcSearcher(reweight=False)  # 4 chains: balanced, runtime, communication, memory
     result = search(vgg, s, budget=300, seed=0)
-    best = np.array([vgg.evaluate(vgg.genome.decode(x)).values for x in s._best_x])
+    best = np.array([vgg.evaluate(vgg.genome.decode(x)).values for x in s.chain_state.best_genome])
     lean = np.argmax(s.weights, axis=1)
     for c in (1, 2, 3):  # the chain leaning to objective k found the lowest f_k among chains
         assert best[c, lean[c]] == best[:, lean[c]].min()

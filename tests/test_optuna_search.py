@@ -88,7 +88,7 @@ def tiny_graph():
 def _resume(storage, problem, budget=60):
     """Two searches on one study, each of the seed batch and ``budget`` trial evaluations (4
     more than a whole number of batches of 8)."""
-    from searchers.listsched.seeds import seed_strategies
+    from moplace.optimize.seeds import seed_strategies
 
     n_seeds = len(seed_strategies(problem))  # the first batch of each search, not trials
     kw = dict(sampler="nsga2", storage=storage, study_name="resume-me", batch_size=8)

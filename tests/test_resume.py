@@ -49,11 +49,11 @@ class CountingEvaluate:
     def __init__(self, problem, fail_at=None):
         self.evaluate, self.fail_at, self.calls = problem.evaluate, fail_at, 0
 
-    def __call__(self, strategy):
+    def __call__(self, strategy, parent=None):
         self.calls += 1
         if self.calls == self.fail_at:
             raise KeyboardInterrupt
-        return self.evaluate(strategy)
+        return self.evaluate(strategy, parent)
 
 
 @pytest.fixture
@@ -234,7 +234,9 @@ def test_other_graph_is_refused(problem, vgg, tmp_path):
     (lambda data: data[:-100], "corrupt or truncated"),
     (lambda data: data[:-100] + bytes(100), "corrupt or truncated"),
     (lambda data: data.split(b"\n", 1)[0] + b"\n{garbage", "corrupt or truncated"),
-    (lambda data: data.replace(b'"version": 1', b'"version": 99', 1), "format version 99"),
+    (lambda data: data.replace(b'"version": 2', b'"version": 99', 1), "format version 99"),
+    (lambda data: data.replace(b'"version": 2', b'"version": 1', 1),
+     "format version 1, written by moplace 0.1 before its searcher settings were declared"),
     (lambda data: b"", "not a moplace checkpoint"),
 ])
 def test_a_damaged_file_is_refused(problem, tmp_path, damage, message):

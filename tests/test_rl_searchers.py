@@ -72,7 +72,7 @@ def test_heuristics_are_seeded_and_warm_start_imitates_dpos(problem):
     """The first batch is every seed (so no front is worse than theirs), and after imitation
     the policy draws DPOS's placement far more often than a cold policy does."""
     from searchers.listsched import heuristic_strategies
-    from searchers.listsched.seeds import seed_strategies
+    from moplace.optimize.seeds import seed_strategies
 
     seeds = [seed.strategy for seed in seed_strategies(problem)]
     dpos = heuristic_strategies(problem)[0].placement
@@ -173,7 +173,7 @@ def test_policy_files_transfer_and_refuse_misfits(problem, tmp_path):
 def test_checkpoint_resume_equals_uninterrupted(problem, tmp_path, name):
     """Stopped after 4 updates and continued to 8 from the checkpoint (weights and Adam's
     state included) is the uninterrupted search of 8 updates."""
-    from searchers.listsched.seeds import seed_strategies
+    from moplace.optimize.seeds import seed_strategies
 
     first = len(seed_strategies(problem))  # the seed batch, then 4 per update
     settings = dict(samples=4, **SMALL)
@@ -192,7 +192,7 @@ def test_mlflow_gets_per_update_curves(problem, tmp_path):
     from moplace.review.tracking import MLflowCallback
 
     tracker = MLflowCallback(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment="rl")
-    from searchers.listsched.seeds import seed_strategies
+    from moplace.optimize.seeds import seed_strategies
 
     searcher = make_searcher("trinity", samples=8, weights_per_batch=2, warm_start=False,
                              polish=0, **SMALL)

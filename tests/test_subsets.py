@@ -10,7 +10,7 @@ import moplace
 from moplace.core.baselines import on_devices
 from moplace.core.subsets import best_ring, device_subsets, islands, part_order
 from moplace.optimize.plugins import make_searcher
-from searchers.listsched.seeds import seed_strategies
+from moplace.optimize.seeds import seed_strategies
 
 PIPEDREAM = [name for name in moplace.list_bundled() if name.startswith("pipedream:")]
 CLUSTERS = ("4xV100-NVLink", "8xV100-16GB-NVLink", "2x4xV100-IB100")

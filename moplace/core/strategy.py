@@ -51,18 +51,12 @@ class Strategy:
         self.splits: Mapping[int, Split] = MappingProxyType(dict(sorted((splits or {}).items())))
         if self.priority.shape != (n,):
             raise StrategyError(f"priority has {self.priority.size} entries for {n} ops")
-        #: an evaluation hint, not part of the strategy: a `moplace.simulator.delta.DeltaRequest` asks
-        #: the simulator to patch a neighbour's task graph instead of building one
-        self.delta = None
 
     def __getstate__(self) -> dict:
-        # the delta hint is not part of the strategy: a pickled one (a checkpoint's pending
-        # batch, a batch sent to a Dask worker) is evaluated from scratch, to the same trace.
         # The splits go as their table (small integer arrays) and their distinct values: a
         # split op is one of a few options, and unpickling 367 Split objects of resnet50 took
         # 1.6 ms, more than simulating the strategy
         state = {k: v for k, v in self.__dict__.items() if k != "split_table"}
-        state["delta"] = None
         t = self.split_table
         firsts = np.sort(np.unique(t.signature, return_index=True)[1])
         distinct = tuple(self.splits[o] for o in t.ops[firsts].tolist())
@@ -72,6 +66,7 @@ class Strategy:
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.pop("delta", None)  # an evaluation hint that strategies pickled by moplace 0.1 carry
         splits = state.get("splits")
         if isinstance(splits, tuple):  # else written before the compact form: a mapping
             ops, which, distinct, parts, dims, devices = splits

@@ -44,7 +44,12 @@ from ..io.fronts import hash_arrays, hash_graph
 from . import moved, wire
 
 MAGIC = b"moplace-checkpoint\n"
-VERSION = 1
+#: the format version written: 2 since searchers hold their settings as one declared object and
+#: MCMC its chains as parts of its own (issue 31); a version-1 file's searcher state cannot be
+#: read into today's searchers, so it is refused with both versions named
+VERSION = 2
+#: what each older version was written by, for the message that refuses it
+WRITTEN_BY = {1: "moplace 0.1 before its searcher settings were declared (issue 31)"}
 _MAX_HEADER = 1 << 24  # bytes of the JSON line at most
 
 
@@ -188,8 +193,9 @@ def _header(f, path) -> dict:
     except (ValueError, KeyError, TypeError):
         raise MoplaceError(f"checkpoint {path} is corrupt or truncated (bad header)") from None
     if version != VERSION:
-        raise MoplaceError(f"checkpoint {path} has format version {version!r}; this moplace "
-                           f"reads version {VERSION}")
+        by = f", written by {WRITTEN_BY[version]}" if version in WRITTEN_BY else ""
+        raise MoplaceError(f"checkpoint {path} has format version {version!r}{by}; this moplace "
+                           f"reads version {VERSION}: start the search again with another checkpoint file")
     return meta
 
 

@@ -50,7 +50,7 @@ from ..simulator.evaluation import Evaluation
 from . import checkpoint as _ckpt
 from .archive import ParetoArchive
 from .problem import Problem
-from .searcher import Searcher
+from .searcher import Searcher, unpack
 from .sigint import HeldSigint
 
 
@@ -179,6 +179,8 @@ class _Run:
         self.sigint = HeldSigint()
         #: the batch asked and not yet told, with the evaluations done of it so far
         self.pending: tuple[list, list] | None = None
+        #: the pending strategies' parents (`Proposal`), None after a resume: a cache hint only
+        self.parents: list | None = None
         state = None
         if self.checkpoint is not None:
             if self.checkpoint.is_dir():
@@ -218,6 +220,7 @@ class _Run:
                 batch = list(self.searcher.ask())
                 if self.budget.evaluations is not None:
                     batch = batch[:self.budget.evaluations - self.archive.n_added]
+                batch, self.parents = unpack(batch)
                 self.pending = (batch, [])
                 self.consistent = True
             if not batch:
@@ -233,9 +236,11 @@ class _Run:
         if self.evaluator is None:
             step = self.problem.parallel_width()  # one strategy per core at a time
             while len(evaluations) < len(batch) and not self._out_of_time():
-                chunk = batch[len(evaluations):len(evaluations) + step]
+                at = len(evaluations)
+                chunk = batch[at:at + step]
+                parents = self.parents[at:at + step] if self.parents else None
                 with self.sigint.shield():  # every Ctrl-C waits for the compiled simulator
-                    done = self.problem.evaluate_batch(chunk)
+                    done = self.problem.evaluate_batch(chunk, parents=parents)
                 for strategy, ev in zip(chunk, done):
                     with self.sigint.shield():
                         self._add(strategy, ev)
@@ -258,12 +263,10 @@ class _Run:
         self.consistent = False
         with hold():
             self.searcher.tell(batch[:len(evaluations)], evaluations)
-            for strategy in batch:  # a delta hint holds task graphs: not kept
-                strategy.delta = None
             if evaluations:
                 self.history.append((self.archive.n_added, self._hv()))
                 self.best_history.append((self.archive.n_added, self._best()))
-            self.pending = None
+            self.pending, self.parents = None, None
             self.consistent = True
             if self._checkpoint_due():
                 self._save("running")

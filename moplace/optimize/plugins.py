@@ -6,19 +6,22 @@ declares one::
     [project.entry-points."moplace.searchers"]
     nsga2 = "searchers.nsga2:Nsga2Searcher"
 
-An entry point names a `Searcher` subclass. Its ``__init__``'s keyword parameters are the
-searcher's settings, and its docstring says what it does: the first line is the one-line
-summary that ``moplace searchers`` prints, and a ``Settings:`` section gives each setting's
-meaning, one ``name: meaning`` entry per setting (continuation lines indented further)::
+An entry point names a `Searcher` subclass. Its docstring's first line is the one-line summary
+that ``moplace searchers`` prints; its settings are the fields of its ``Settings`` dataclass
+(`moplace.optimize.settings`: type, default, meaning and bounds of each)::
+
+    @dataclass(frozen=True)
+    class HillSettings(Settings):
+        batch_size: int = setting(8, "strategies proposed per ask", low=1)
 
     class HillClimber(Searcher):
-        \"\"\"Moves one group at a time from the best point so far.
+        \"\"\"Moves one group at a time from the best point so far.\"\"\"
 
-        Settings:
-            batch_size: strategies proposed per ask.
-        \"\"\"
+        Settings = HillSettings
 
-        def __init__(self, batch_size: int = 8): ...
+A plugin without a ``Settings`` dataclass still works: its ``__init__``'s keyword parameters
+are its settings, each one's meaning an entry ``name: meaning`` of a ``Settings:`` section of
+its docstring.
 
 Entry points are read once, on first use; a searcher's module is imported only when the
 searcher is made or described, so ``import moplace`` stays light. Two installed packages that
@@ -36,23 +39,17 @@ from importlib import metadata
 from typing import Any
 
 from ..errors import MoplaceError
+from .settings import (  # noqa: F401 - Setting, REQUIRED and convert_setting are used by callers
+    REQUIRED,
+    SETTING_LIMIT,
+    Setting,
+    convert_setting,
+    declared,
+    make_settings,
+)
 
 #: The entry-point group searchers are registered in.
 GROUP = "moplace.searchers"
-#: Shown for a setting without a default.
-REQUIRED = inspect.Parameter.empty
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One keyword setting of a searcher: its name, type (as annotated), default and meaning."""
-
-    name: str
-    type: str
-    default: Any
-    doc: str
-
-
 @dataclass(frozen=True)
 class SearcherInfo:
     """What ``moplace searchers`` shows of one registered searcher."""
@@ -127,106 +124,24 @@ class SearcherRegistry:
                             summary=summary(cls), settings=tuple(settings_of(cls)))
 
     def make(self, name: str, **settings):
-        """A new searcher ``name`` with ``settings``; settings it does not have are refused
-        with its settings listed."""
+        """A new searcher ``name`` with ``settings``, each converted to its declared type and
+        checked; settings it does not have are refused with its settings listed."""
         cls = self[name]
-        known = [s.name for s in settings_of(cls)]
-        unknown = [k for k in settings if k not in known]
-        if unknown:
-            raise MoplaceError(f"searcher {name!r} has no setting {unknown[0]!r}; its settings: "
-                               f"{', '.join(known) or 'none'}")
-        declared = {s.name: s for s in settings_of(cls)}
-        settings = {k: convert_setting(name, declared[k], v) for k, v in settings.items()}
-        try:
-            searcher = cls(**settings)
-        except (ValueError, TypeError, OverflowError) as exc:  # a searcher's own range check
-            raise MoplaceError(f"searcher {name!r}: bad settings {settings}: {exc}") from None
+        if has_declared_settings(cls):
+            searcher = cls(make_settings(cls.Settings, name, settings))
+        else:  # a plugin that declares its settings by its constructor's signature
+            declared_ = {s.name: s for s in settings_of(cls)}
+            unknown = [k for k in settings if k not in declared_]
+            if unknown:
+                raise MoplaceError(f"searcher {name!r} has no setting {unknown[0]!r}; its "
+                                   f"settings: {', '.join(declared_) or 'none'}")
+            settings = {k: convert_setting(name, declared_[k], v) for k, v in settings.items()}
+            try:
+                searcher = cls(**settings)
+            except (ValueError, TypeError, OverflowError) as exc:  # its own range check
+                raise MoplaceError(f"searcher {name!r}: bad settings {settings}: {exc}") from None
         searcher.name = name
         return searcher
-
-
-#: The largest magnitude a number setting may have: no count or rate comes near it, and a
-#: larger one (1e308, 10**40) overflows the searchers' arithmetic instead of meaning something.
-SETTING_LIMIT = 1e12
-_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
-
-
-def convert_setting(searcher: str, setting: Setting, value):
-    """``value`` converted to ``setting``'s declared type (as `moplace searchers` shows it:
-    ``int``, ``float``, ``bool``, ``str``, ``X | None``, ``tuple[float, ...]``...): text from
-    the command line is read as JSON or, for ``bool``, as yes/no; numbers must be finite and
-    within `SETTING_LIMIT`. A value of none of the declared types raises `MoplaceError`
-    naming the setting and the types; a type moplace does not know is passed through."""
-    kinds = [k.strip() for k in setting.type.split("|")] if setting.type else []
-    if not kinds or any(k not in _CONVERTERS and not k.startswith("tuple[") for k in kinds):
-        return value  # a type moplace cannot check: the searcher checks it
-    candidates = [value]
-    if isinstance(value, str) and _json_or_text(value) is not value:
-        candidates.append(_json_or_text(value))
-    elif "str" in kinds and isinstance(value, (int, float)) and not isinstance(value, bool):
-        candidates.append(repr(value))  # --set policy=123 was read as a number
-    for kind in kinds:
-        for v in candidates:
-            ok, out = _convert(kind, v)
-            if ok:
-                return out
-    shown = value if not isinstance(value, str) or len(value) < 60 else value[:57] + "..."
-    numbers = " (numbers finite, at most 1e12 in size)" if {"int", "float"} & set(kinds) else ""
-    raise MoplaceError(f"setting {setting.name} of searcher {searcher!r} must be "
-                       f"{setting.type}{numbers}, got {shown!r}")
-
-
-def _convert(kind: str, v):
-    if kind.startswith("tuple["):
-        inner = [k.strip() for k in kind[len("tuple["):-1].split(",")]
-        if isinstance(v, str):  # --set restarts=best,random
-            v = [_json_or_text(x.strip()) for x in v.split(",")]
-        if not isinstance(v, (list, tuple)):
-            return False, None
-        if len(inner) == 2 and inner[1] == "...":
-            inner = [inner[0]] * len(v)
-        if len(inner) != len(v):
-            return False, None
-        out = [_convert(k, x) for k, x in zip(inner, v)]
-        return all(ok for ok, _ in out), tuple(x for _, x in out)
-    return _CONVERTERS[kind](v) if kind in _CONVERTERS else (False, None)
-
-
-def _json_or_text(text: str):
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return text
-
-
-def _number(v, integral: bool):
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False, None
-    try:
-        if not math.isfinite(v) or abs(v) > SETTING_LIMIT:
-            return False, None
-    except OverflowError:  # an int too large for a float
-        return False, None
-    if integral:
-        return (True, int(v)) if float(v).is_integer() else (False, None)
-    return True, float(v)
-
-
-def _bool(v):
-    if isinstance(v, bool):
-        return True, v
-    if isinstance(v, str) and v.strip().lower() in _TRUE + _FALSE:
-        return True, v.strip().lower() in _TRUE
-    if isinstance(v, int) and v in (0, 1):
-        return True, bool(v)
-    return False, None
-
-
-_CONVERTERS = {
-    "int": lambda v: _number(v, True), "float": lambda v: _number(v, False), "bool": _bool,
-    "str": lambda v: (isinstance(v, str), v), "None": lambda v: (v is None, None),
-    "object": lambda v: (True, v), "dict": lambda v: (isinstance(v, dict), v),
-}
 
 
 def origin(ep: metadata.EntryPoint) -> str:
@@ -243,9 +158,24 @@ def summary(cls) -> str:
     return doc.strip().split("\n\n")[0].replace("\n", " ").strip()
 
 
+def has_declared_settings(cls) -> bool:
+    """True when searcher class ``cls`` declares its settings as a `Settings` dataclass."""
+    from .searcher import Searcher
+    from .settings import NoSettings, Settings
+
+    declared_cls = getattr(cls, "Settings", None)
+    if not (isinstance(declared_cls, type) and issubclass(declared_cls, Settings)):
+        return False
+    # a searcher with a constructor of its own and no Settings declares by its signature
+    return declared_cls is not NoSettings or getattr(cls, "__init__", None) is Searcher.__init__
+
+
 def settings_of(cls) -> list[Setting]:
-    """The keyword settings of searcher class ``cls``: its ``__init__`` parameters with their
-    annotations, defaults and meanings from the ``Settings:`` section of its docstring."""
+    """The settings of searcher class ``cls``: the fields of its ``Settings`` dataclass, or,
+    for a plugin without one, its ``__init__``'s keyword parameters with their annotations,
+    defaults and meanings from the ``Settings:`` section of its docstring."""
+    if has_declared_settings(cls):
+        return declared(cls.Settings)
     docs = setting_docs(inspect.getdoc(cls) or "")
     out = []
     for p in inspect.signature(cls).parameters.values():

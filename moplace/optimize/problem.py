@@ -32,7 +32,7 @@ from ..core.graph import OpGraph
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
 from ..errors import MoplaceError
-from ..simulator.engine import simulate
+from ..simulator.incremental import IncrementalSimulator
 from ..simulator.evaluation import Evaluation
 
 
@@ -99,25 +99,41 @@ class Problem:
         """The flat encoding of strategies for this graph and cluster."""
         return GenomeSpace(self.graph, self.cluster.n_devices)
 
-    def evaluate(self, strategy: Strategy) -> Evaluation:
-        """Simulate ``strategy`` and score it: objective values and violation."""
-        trace = simulate(self.graph, self.cluster, strategy, costs=self.costs)
+    def __getstate__(self) -> dict:  # the simulator's kept task graphs are a cache
+        state = dict(self.__dict__)
+        state.pop("simulator", None)
+        return state
+
+    @cached_property
+    def simulator(self) -> IncrementalSimulator:
+        """Simulates this problem's strategies, patching a child's task graph from its
+        parent's when it holds that (``simulator.patched`` counts those)."""
+        return IncrementalSimulator(self.graph, self.cluster, self.costs)
+
+    def evaluate(self, strategy: Strategy, parent: Strategy | None = None) -> Evaluation:
+        """Simulate ``strategy`` and score it: objective values and violation. ``parent``: the
+        evaluated strategy it was derived from, if any (the same result, sooner)."""
+        trace = self.simulator.simulate(strategy, parent)
         return Evaluation(self.objectives, evaluate_trace(trace, self.objectives),
                           self.violation(trace), trace)
 
-    def evaluate_batch(self, strategies, *, workers: int | None = None) -> list[Evaluation]:
+    def evaluate_batch(self, strategies, *, workers: int | None = None,
+                       parents=None) -> list[Evaluation]:
         """`evaluate` each of ``strategies``, on all cores: the same numbers, in the same order.
 
         Threads, not processes: the compiled event loop releases the GIL, so threads run it
         side by side on the problem's own arrays, with no copy or pickling of task graphs, and
         each thread keeps its work buffers. ``workers``: threads to use (default:
         `parallel_width`). Graphs too small for the event loop to
-        outweigh the Python around it (`THREADED_MIN_OPS`) are evaluated one by one."""
+        outweigh the Python around it (`THREADED_MIN_OPS`) are evaluated one by one.
+        ``parents``: each strategy's parent or None (see `evaluate`)."""
         strategies = list(strategies)
+        pairs = [(s,) for s in strategies] if parents is None or not any(parents) \
+            else list(zip(strategies, parents))
         n = self.parallel_width() if workers is None else int(workers)
         if n <= 1 or len(strategies) <= 1 or len(self.graph.ops) < THREADED_MIN_OPS:
-            return [self.evaluate(s) for s in strategies]
-        return list(_pool(n).map(self.evaluate, strategies))
+            return [self.evaluate(*pair) for pair in pairs]
+        return list(_pool(n).map(lambda pair: self.evaluate(*pair), pairs))
 
     def parallel_width(self) -> int:
         """Strategies `evaluate_batch` scores at once: one per core, or 1 for a small graph."""

@@ -31,13 +31,14 @@ def reference_marks(problem, names=BASELINES + HEURISTICS) -> list[Mark]:
     is not registered, or whose searcher fails on this problem, is left out."""
     from ..errors import MoplaceError
     from ..optimize.plugins import make_searcher
+    from ..optimize.searcher import unpack
 
     marks = []
     for name in names:
         try:
             searcher = make_searcher(name)
             searcher.setup(problem, np.random.default_rng(0))
-            strategies = searcher.ask()
+            strategies = unpack(searcher.ask())[0]
         except MoplaceError:
             continue
         if not strategies:

@@ -16,6 +16,10 @@ entries; `Skeleton.instance` fills them in for another strategy with the same sp
 result is equal, array for array, to what a full build gives (tests/test_skeleton.py).
 `skeleton_for` keeps the last skeletons of each cost model (so of each graph and cluster), up
 to `MAX_SKELETONS` of them and `MAX_BYTES` in all.
+
+`build` is the one place that chooses how a task graph is made: the graph's own arrays for a
+strategy without splits, a patch of a parent's task graph when one is given and the patch
+applies (`moplace.simulator.delta`), else the filled skeleton.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ..core.strategy import Strategy
 from ..core.graph import OpGraph
 from ..costs.costmodel import CostModel
 from ._fill import fill_instance
+from .delta import SimulationBase, patched_task_graph
 from .taskgraph import TaskGraph, build_split_task_graph, unsplit_task_graph
 
 #: skeletons kept per cost model, and their arrays' bytes in all (the oldest go first)
@@ -40,15 +45,32 @@ _CACHE: "weakref.WeakKeyDictionary[object, OrderedDict]" = weakref.WeakKeyDictio
 _LOCK = threading.Lock()
 
 
-def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
-    """The task graph of ``strategy`` on ``graph`` (the strategy must be validated).
+#: how `build` made a task graph
+UNSPLIT, PATCHED, FILLED = "unsplit", "patched", "filled"
 
-    Without splits, tasks are ops and the graph's own arrays serve. With splits, the shape is
-    the cached skeleton of the split configuration (`skeleton_for`), filled in for this
-    strategy's placement and priorities."""
+
+def build(graph: OpGraph, strategy: Strategy, costs: CostModel,
+          parent: SimulationBase | None = None) -> tuple[TaskGraph, str]:
+    """The task graph of ``strategy`` on ``graph`` (the strategy must be validated), and how it
+    was made: `UNSPLIT`, `PATCHED` or `FILLED`.
+
+    Without splits, tasks are ops and the graph's own arrays serve (cheaper than any patch).
+    With splits, ``parent``'s task graph patched when ``parent`` (the simulated strategy this
+    one was derived from) is given and differs from it in what a patch can express, else the
+    cached skeleton of the split configuration (`skeleton_for`) filled in for this strategy's
+    placement and priorities. Every path gives the same arrays."""
     if not strategy.splits:
-        return unsplit_task_graph(graph, strategy, costs)
-    return skeleton_for(graph, strategy, costs).instance(strategy, costs)
+        return unsplit_task_graph(graph, strategy, costs), UNSPLIT
+    if parent is not None:
+        tg = patched_task_graph(parent, strategy, graph, costs)
+        if tg is not None:
+            return tg, PATCHED
+    return skeleton_for(graph, strategy, costs).instance(strategy, costs), FILLED
+
+
+def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
+    """The task graph of ``strategy`` on ``graph``, built without a parent (see `build`)."""
+    return build(graph, strategy, costs)[0]
 
 
 def split_key(strategy: Strategy) -> bytes:

@@ -17,10 +17,10 @@ the same splits and every moved op is unsplit and reads nothing from a collectiv
 built in full. The simulator patches only strategies with splits: without any,
 `build_task_graph` takes the graph's own arrays and is cheaper than a patch.
 
-A searcher asks for it through `DeltaRequest` (see `moplace.simulator.engine.simulate`): the request
-names the evaluated strategy's neighbour whose task graph is known (`SimulationBase`), and
-the simulator leaves the new strategy's own base in ``request.result``, from which the next
-move can start.
+A searcher asks for it by naming, with a proposal, the strategy it derived the proposal from
+(its parent, `moplace.optimize.searcher.Proposal`); the evaluator keeps the task graphs of the
+strategies it simulated last (`moplace.simulator.incremental`) and patches from the parent's
+when it still holds it. Nothing of this is stored on a strategy.
 """
 
 from __future__ import annotations
@@ -42,17 +42,6 @@ class SimulationBase:
     task_graph: TaskGraph
     graph: object
     costs: object
-
-
-@dataclass(eq=False)
-class DeltaRequest:
-    """Attached to a strategy as ``strategy.delta`` by a searcher: simulate it from ``base``
-    when possible; the simulator sets ``result`` to the strategy's own `SimulationBase` and
-    ``patched`` to whether the task graph was patched rather than built."""
-
-    base: SimulationBase | None = None
-    result: SimulationBase | None = None
-    patched: bool = False
 
 
 def patched_task_graph(base: SimulationBase, strategy: Strategy, graph, costs) -> TaskGraph | None:

@@ -31,7 +31,6 @@ from ..core.graph import OpGraph
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
 from ._simcore import simulate_core, work_sizes
-from .delta import SimulationBase, patched_task_graph
 from .build import build_task_graph
 from .taskgraph import TaskGraph
 
@@ -109,19 +108,13 @@ class Trace:
 def simulate(graph: OpGraph, cluster, strategy: Strategy, *, costs: CostModel | None = None,
              validate: bool = True, record: bool = False) -> Trace:
     """Simulate one training step of ``graph`` on ``cluster`` under ``strategy``; ``record``
-    keeps every transfer and memory change in the trace (for figures, a little slower)."""
+    keeps every transfer and memory change in the trace (for figures, a little slower). To
+    simulate a strategy on its parent's task graph, patched, see
+    `moplace.simulator.incremental`."""
     if validate:
         strategy.validate(graph, cluster.n_devices)
     costs = costs if costs is not None else CostModel(graph, cluster)
-    request = getattr(strategy, "delta", None)  # a searcher's hint (see moplace.simulator.delta)
-    patched = None
-    if request is not None and request.base is not None and strategy.splits:  # else the
-        # unsplit fast path of build_task_graph is cheaper than a patch
-        patched = patched_task_graph(request.base, strategy, graph, costs)
-    tg = patched if patched is not None else build_task_graph(graph, strategy, costs)
-    if request is not None:
-        request.patched = patched is not None
-        request.result = SimulationBase(strategy, tg, graph, costs)
+    tg = build_task_graph(graph, strategy, costs)
     return run_task_graph(tg, cluster, len(graph.ops), record=record)
 
 

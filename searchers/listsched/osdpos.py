@@ -1,6 +1,6 @@
 """FastT's OS-DPOS as an ask/tell searcher: DPOS, then split critical-path ops while it pays.
 
-1. The first batch holds every seed (`searchers.listsched.seeds`: the candidate schedules of
+1. The first batch holds every seed (`moplace.optimize.seeds`: the candidate schedules of
    DPOS, HEFT and m-ETF under three memory budgets, groups kept or regrouped; the baselines on
    the whole cluster and on device subsets, such as one server's GPUs); the search goes on
    from the fastest feasible one (FastT starts from DPOS, or from data parallelism when the
@@ -25,7 +25,7 @@ from moplace.errors import StrategyError
 from moplace.optimize.searcher import Searcher
 
 from .schedule import ListSchedInput, critical_path, transfer_weights, upward_rank
-from .seeds import seed_strategies
+from moplace.optimize.seeds import seed_strategies
 
 
 class OsDposSearcher(Searcher):

@@ -219,7 +219,7 @@ def heuristic_strategies(problem, schedulers=(dpos, heft)) -> list:
     in a memory-sparing order once for each kind of device
     (`moplace.core.baselines.one_device_each_kind`). Duplicates are kept; an empty graph has
     the baselines only. (The searchers start from the larger set of
-    `searchers.listsched.seeds.seed_strategies`.)"""
+    `moplace.optimize.seeds.seed_strategies`.)"""
     from moplace.core.baselines import BASELINES, baseline, one_device_each_kind
     from moplace.core.strategy import Strategy
 

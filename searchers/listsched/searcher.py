@@ -2,8 +2,9 @@
 (placement + order).
 
 The numeric work is in `searchers.listsched.schedule`; these classes only adapt it to the searcher
-contract. The scheduler's own finish-time estimate is kept (``estimated_makespan``) so it can
-be compared with the simulator's makespan for the same strategy.
+contract. The scheduler's own finish-time estimate is kept (``estimated_makespan``) and reported
+through the contract's `own_estimates`, so that it can be compared with the simulator's
+makespan for the same strategy.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ class _ListScheduler(OneShot):
 
     def notes(self) -> list[str]:
         return [self._note] if getattr(self, "_note", None) else []
+
+    def own_estimates(self) -> dict[str, float]:
+        """The schedule's finish time as the scheduler computed it, unless a baseline was
+        returned instead."""
+        if self.estimated_makespan is None or self.fell_back is not None:
+            return {}
+        return {"runtime": float(self.estimated_makespan)}
 
 
 class HeftSearcher(_ListScheduler):

@@ -156,7 +156,7 @@ class Nsga2Searcher(Searcher):
         return np.vstack(rows + M + [X]) if rows else X
 
     def seed_strategies(self) -> list[Strategy]:
-        """The strategies the search starts from (`searchers.listsched.seeds`)."""
+        """The strategies the search starts from (`moplace.optimize.seeds`)."""
         return [seed.strategy for seed in self.seeding.seeds]
 
     def _normalized(self, x: np.ndarray) -> np.ndarray:

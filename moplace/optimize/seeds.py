@@ -1,0 +1,108 @@
+"""The strategies every seeded search starts from: one home, filled at run time.
+
+A search that starts from good strategies (the list schedulers' plans, the baselines) finds a
+better front sooner, and its front then weakly dominates each of them. The baselines are
+moplace's own (`moplace.core.baselines`); the schedules come from *seed sources*, functions
+``source(problem) -> list[Seed]`` that packages register under the entry-point group
+``moplace.seeds``, the way searchers are registered::
+
+    [project.entry-points."moplace.seeds"]
+    dpos = "searchers.listsched.seeds:dpos_seeds"
+
+so that a searcher reaches every seed through `seed_strategies` without importing another
+searcher plugin, and this layer (optimize) never imports searchers. Sources are read once, on
+first use, moplace's own first, each group in name order.
+
+`seed_strategies(problem)` lists, without repeats (strategies the simulator runs alike count
+once; the first label is kept):
+
+1. every registered source's seeds (moplace's: each candidate schedule of DPOS, HEFT and
+   m-ETF: three memory budgets, groups kept or regrouped);
+2. the four baselines on the whole cluster (single, data-parallel, round-robin, layer-split);
+3. with ``subsets``, data parallelism and layer-split on each device subset of
+   `moplace.core.subsets.device_subsets` (each server, the best-connected k devices for every
+   k): using fewer devices than the cluster has is often faster (one server's 4 GPUs against
+   8 GPUs whose all-reduce crosses InfiniBand);
+4. every op on one device, in an order that keeps few outputs resident
+   (`moplace.core.baselines.memory_priority`), once for each kind of device (kind, memory,
+   speed): the zero-communication end of the front lies among single-device placements, and
+   the topological order of ``single`` can need far more memory.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Callable, NamedTuple
+
+from ..core.baselines import BASELINES, baseline, on_devices, one_device_each_kind
+from ..core.strategy import Strategy
+from ..core.subsets import device_subsets
+from ..errors import MoplaceError
+
+#: the entry-point group seed sources are registered in
+GROUP = "moplace.seeds"
+#: the baselines that are also run on each device subset
+SUBSET_BASELINES = ("data-parallel", "layer-split")
+
+
+class Seed(NamedTuple):
+    """A strategy a search starts from, and where it comes from ("dpos: static memory,
+    grouped", "data-parallel on gpu0-3")."""
+
+    label: str
+    strategy: Strategy
+
+
+_SOURCES: list[tuple[str, Callable]] | None = None
+
+
+def seed_sources() -> list[tuple[str, Callable]]:
+    """The registered seed sources, ``(name, source)``: moplace's own first, then the others,
+    each in name order."""
+    global _SOURCES
+    if _SOURCES is None:
+        points = {}
+        for ep in metadata.entry_points(group=GROUP):
+            points.setdefault(ep.name, ep)
+        ordered = sorted(points.values(), key=lambda ep: (_origin(ep) != "moplace", ep.name))
+        sources = []
+        for ep in ordered:
+            try:
+                sources.append((ep.name, ep.load()))
+            except Exception as exc:  # a plugin that fails to import must not hide the others
+                raise MoplaceError(f"seed source {ep.name!r} ({ep.value}) cannot be loaded: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+        _SOURCES = sources
+    return _SOURCES
+
+
+def _origin(ep) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.metadata["Name"] if dist is not None else ""
+
+
+def seed_strategies(problem, *, subsets: bool = True) -> list[Seed]:
+    """The seeds of ``problem`` (see the module docstring), in that order."""
+    graph = problem.graph
+    out: list[Seed] = []
+    if len(graph.ops):
+        for _, source in seed_sources():
+            out += source(problem)
+    out += [Seed(name, baseline(name, graph, problem.n_devices)) for name in BASELINES]
+    if subsets and len(graph.ops):
+        for subset in device_subsets(problem.cluster):
+            out += [Seed(f"{name} on {subset.label}", on_devices(name, graph, subset.devices))
+                    for name in SUBSET_BASELINES]
+    out += [Seed(f"all on {name}, memory order", s)
+            for name, s in one_device_each_kind(graph, problem.cluster)]
+    return _distinct(out)
+
+
+def _distinct(seeds: list[Seed]) -> list[Seed]:
+    seen, out = set(), []
+    for seed in seeds:
+        key = seed.strategy.simulation_key
+        if key not in seen:
+            seen.add(key)
+            out.append(seed)
+    return out
