@@ -25,6 +25,7 @@ from .core.strategy import Split, Strategy
 from .costs.costmodel import CostModel
 from .errors import ClusterError, FormatError, GraphError, MoplaceError, StrategyError
 from .io import list_bundled, load_graph, save_graph
+from .io.sources import GRAPH_SOURCES, add_source
 from .io.strategies import load_strategy, save_strategy
 from .optimize.driver import Budget, Callback, Point, SearchResult, search
 from .optimize.plugins import SEARCHERS, make_searcher
@@ -34,6 +35,21 @@ from .simulator.engine import Trace, simulate
 from .simulator.evaluation import Evaluation, evaluate
 
 __version__ = "0.1.0"
+
+
+def _zoo_graph(model: str, **options):
+    """``zoo:MODEL``: a model of the zoo profiled with TensorFlow (`moplace.tf.graphsource`),
+    imported only when such a graph is loaded."""
+    from .tf.graphsource import zoo_graph
+
+    return zoo_graph(model, **options)
+
+
+# the front ends' graph sources, registered where every user of moplace gets them (the
+# command line, the Python API, Dask workers) without importing a front end
+if "zoo" not in GRAPH_SOURCES:
+    add_source("zoo", _zoo_graph, "a model of `moplace zoo`, profiled with TensorFlow at batch 32")
+
 
 __all__ = [
     "BASELINES", "Budget", "Callback", "Cluster", "ClusterError", "CostModel", "Device", "Edge",

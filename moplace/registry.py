@@ -27,6 +27,12 @@ class Registry(Generic[T]):
         """Decorator form of `add`."""
         return lambda item: self.add(name, item)
 
+    def remove(self, name: str) -> T:
+        """Unregister ``name`` (registered by `add`); returns what it named."""
+        if name not in self._items:
+            raise MoplaceError(f"unknown {self.kind} {name!r}; known: {', '.join(self._items)}")
+        return self._items.pop(name)
+
     def __getitem__(self, name: str) -> T:
         try:
             return self._items[name]

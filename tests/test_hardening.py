@@ -48,7 +48,7 @@ def test_a_bad_argument_is_one_clear_line(tmp_path, capsys, extra, message):
 
 @pytest.mark.parametrize("value, expected", [("50", 50), ("5e1", 50), ("50.0", 50)])
 def test_settings_take_their_declared_type(value, expected):
-    assert make_searcher("nsga2", pop_size=value).pop_size == expected
+    assert make_searcher("nsga2", pop_size=value).config.pop_size == expected
     assert make_searcher("nsga2", seed_heuristics="no").settings()["seed_heuristics"] is False
     searcher = make_searcher("mcmc", move_weights="0.5,0.25,0.25", restarts="best")
     assert searcher.config.move_weights == (0.5, 0.25, 0.25) and searcher.config.restarts == ("best",)

@@ -53,7 +53,8 @@ def _searchers(args) -> int:
             {"name": i.name, "origin": i.origin, "target": i.target, "summary": i.summary,
              "settings": [{"name": s.name, "type": s.type, "required": s.default is REQUIRED,
                            "default": None if s.default is REQUIRED else _jsonable(s.default),
-                           "meaning": s.doc} for s in i.settings]} for i in infos]}))
+                           "meaning": s.doc, "allowed": s.allowed} for s in i.settings]}
+            for i in infos]}))
         return 0
     for k, info in enumerate(infos):
         if k:
@@ -63,7 +64,8 @@ def _searchers(args) -> int:
         width = max((len(s.name) for s in info.settings), default=0)
         for s in info.settings:
             shown = "required" if s.default is REQUIRED else f"= {s.default!r}"
-            print(f"    {s.name:<{width}}  {s.type} {shown}".rstrip())
+            allowed = f"  ({s.allowed})" if s.allowed else ""
+            print(f"    {s.name:<{width}}  {s.type} {shown}{allowed}".rstrip())
             if s.doc:
                 pad = " " * (width + 6)
                 print(textwrap.fill(s.doc, 100, initial_indent=pad, subsequent_indent=pad))

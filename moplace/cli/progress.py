@@ -14,7 +14,7 @@ import sys
 import time
 
 from ..optimize.driver import Callback
-from ..review.units import LABELS, SHORT, fmt, fmt_duration, kind_of
+from ..review.units import fmt, fmt_duration, kind_of, short
 
 PLAIN_EVERY = 5.0
 
@@ -24,7 +24,7 @@ def describe(result) -> str:
     parts = [f"HV {result.hypervolume:.4f}"]
     if result.best_history and result.front:
         for name, v in zip(result.problem.objectives, result.best_history[-1][1]):
-            parts.append(f"{SHORT.get(name, LABELS.get(name, name))} {fmt(v, kind_of(name))}")
+            parts.append(f"{short(name)} {fmt(v, kind_of(name))}")
     else:
         parts.append("nothing fits yet")
     return "  ".join(parts)

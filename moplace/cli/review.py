@@ -60,7 +60,7 @@ def _uri(args) -> str:
 
 def _runs(args) -> int:
     from ..review.runs import list_runs
-    from ..review.units import SHORT, column_unit, kind_of, number
+    from ..review.units import column_unit, kind_of, number, short
 
     if args.limit < 1:
         raise MoplaceError(f"--limit must be at least 1, got {args.limit}")
@@ -72,15 +72,15 @@ def _runs(args) -> int:
     if not runs:
         print(f"no searches logged in {uri}" + (f" for graph {args.graph}" if args.graph else ""))
         return 0
-    objs = ("runtime", "peak_communication", "peak_memory")
-    units = {o: column_unit(o, [r["best"][o] for r in runs if r["best"][o] is not None])
+    objs = list(dict.fromkeys(o for r in runs for o in r["best"]))  # every run's objectives
+    units = {o: column_unit(o, [r["best"][o] for r in runs if r["best"].get(o) is not None])
              for o in objs}
     print(f"{'run':<10} {'started':<16} {'searcher':<14} {'graph':<18} {'cluster':<20} "
-          f"{'evals':>6} {'HV':>7} " + " ".join(f"{SHORT[o] + ' ' + units[o][0]:>11}" for o in objs)
+          f"{'evals':>6} {'HV':>7} " + " ".join(f"{short(o) + ' ' + units[o][0]:>11}" for o in objs)
           + f"  {'status':<11} figures")
     for r in runs:
         cells = [number(r["best"][o], kind_of(o), units[o])
-                 if r["best"][o] is not None else "-" for o in objs]
+                 if r["best"].get(o) is not None else "-" for o in objs]
         hv = f"{r['hypervolume']:.4f}" if r["hypervolume"] is not None else "-"
         name = ("  " if r["parent_run_id"] else "") + (r["searcher"] or "?")
         print(f"{r['run_id'][:8]:<10} {_when(r['started']):<16} {name:<14} "
@@ -107,6 +107,7 @@ def _show(args) -> int:
     uri = _uri(args)
     client, run = find_run(uri, args.run_id)
     info, data = summary(run), run_front(client, run)
+    _known_objectives(data, f"run {run.info.run_id}")
     figures = figure_paths(client, run)
     points = data["points"]
     knee = front_knee(data)
@@ -147,16 +148,27 @@ def _show(args) -> int:
     return 0
 
 
+def _known_objectives(data: dict, what: str) -> None:
+    """Refuse a front whose objectives this process has not registered (their JSON keys and
+    units are unknown here)."""
+    from objectives import OBJECTIVES
+
+    unknown = [o for o in data.get("objectives", []) if o not in OBJECTIVES]
+    if unknown:
+        raise MoplaceError(f"{what} has objectives registered where it ran, not here: "
+                           f"{', '.join(unknown)} (known: {', '.join(OBJECTIVES)})")
+
+
 def _print_point(p: dict, k: int, data: dict, knee) -> None:
     import numpy as np
 
     from objectives import json_key
 
-    from ..review.units import LABELS, fmt, kind_of
+    from ..review.units import fmt, kind_of, label
 
-    label = " (the knee)" if k == knee else ""
-    print(f"point {k}{label}, found by {p.get('searcher', data.get('searcher'))}: "
-          + ", ".join(f"{LABELS.get(o, o)} {fmt(p[json_key(o)], kind_of(o))}"
+    which = " (the knee)" if k == knee else ""
+    print(f"point {k}{which}, found by {p.get('searcher', data.get('searcher'))}: "
+          + ", ".join(f"{label(o)} {fmt(p[json_key(o)], kind_of(o))}"
                       for o in data["objectives"])
           + ("" if p["feasible"] else f"; over memory by {fmt(p['violation_bytes'], 'bytes')}"))
     s = p["strategy"]

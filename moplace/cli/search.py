@@ -6,6 +6,8 @@
 
 ``--set KEY=VALUE`` (``--set NAME.KEY=VALUE`` in compare) passes a setting to a searcher, e.g.
 ``--set pop_size=50`` for nsga2; a setting the searcher does not have is refused with its list.
+``--objectives a,b,...`` picks the objectives by their registered names (default: runtime,
+peak_communication, peak_memory).
 
 ``--checkpoint FILE`` writes the search's state to FILE while it runs (every 500 evaluations
 or 30 s, whichever comes first, and at the end, Ctrl-C included); when FILE exists the search
@@ -57,6 +59,9 @@ def _problem_and_budget(p, per: str) -> None:
     how.add_argument("--budget", type=integer(1, 10**12), help=f"evaluations{per} (default 2000)")
     how.add_argument("--time", help=f"wall time{per}, e.g. 60s, 5m")
     p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
+    p.add_argument("--objectives", type=objective_names, metavar="A,B,...",
+                   help="the objectives to minimize, registered names (default: runtime,"
+                        "peak_communication,peak_memory)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -91,7 +96,7 @@ def _search(args) -> int:
     check_output(Path(args.out) / "front.json", force=args.force, flag="--out",
                  replaceable=resuming)  # before any work: nothing found is lost
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
-    problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
+    problem = Problem(load_graph(args.graph), load_cluster(args.cluster), **objectives_arg(args))
     evaluator = _evaluator(args)
     display = Display("quiet" if args.json or args.quiet else "auto")
     callbacks = [display.search(f"{args.searcher}")]
@@ -140,14 +145,16 @@ def _search(args) -> int:
     print(f"wrote {path} (evaluate a point with: moplace evaluate ... --strategy {path} --point K)")
     for note in notes:
         print(f"note: {note}")
-    estimate = getattr(searcher, "estimated_makespan", None)
-    if estimate and result.front + result.infeasible and not getattr(searcher, "fell_back", None):
-        simulated = (result.front + result.infeasible)[0].values[0]
+    estimate = searcher.own_estimates().get("runtime")
+    if estimate and result.front + result.infeasible and "runtime" in problem.objectives:
+        point = (result.front + result.infeasible)[0]
+        simulated = point.values[problem.objectives.index("runtime")]
         flag = "" if abs(simulated / estimate - 1) <= 0.05 else "  (they disagree by more than 5%)"
         print(f"the scheduler's own makespan estimate: {estimate * 1e3:.3f} ms, simulated: "
               f"{simulated * 1e3:.3f} ms{flag}")
     if tracker is not None:
         drawing = {"background": "being drawn", "inline": "drawn", "off": "off"}[args.figures]
+        drawing = "drawn" if drawing == "being drawn" and tracker.figure_job is None else drawing
         print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri} (figures "
               f"{drawing}; `moplace show {tracker.run_id[:8]}` lists them)")
     return 0
@@ -215,7 +222,7 @@ def _compare(args) -> int:
     per_searcher = parse_settings(args.set, names)
     searchers = [make_searcher(n, **per_searcher.get(n, {})) for n in names]  # fail before work
     budget = _budget(args)
-    problem = Problem(load_graph(args.graph), load_cluster(args.cluster))
+    problem = Problem(load_graph(args.graph), load_cluster(args.cluster), **objectives_arg(args))
     evaluator = _evaluator(args)
     comparison = None
     if not args.no_mlflow:
@@ -265,13 +272,13 @@ def _compare(args) -> int:
 
 
 def _compare_table(problem, budget, seed, rows) -> None:
-    from ..review.units import SHORT, column_unit, fmt_duration, kind_of, number
+    from ..review.units import column_unit, fmt_duration, kind_of, number, short
 
     print(f"{problem.graph.name} on {problem.cluster.name}, budget "
           f"{budget.evaluations or f'{budget.seconds:g} s'} per searcher, seed {seed}")
     units = {o: column_unit(o, [r[f"best_{o}"] for r in rows if r[f"best_{o}"] is not None])
              for o in problem.objectives}
-    cols = [(o, f"{SHORT.get(o, o)} {units[o][0]}".strip()) for o in problem.objectives]
+    cols = [(o, f"{short(o)} {units[o][0]}".strip()) for o in problem.objectives]
     print(f"{'searcher':<14} {'evals':>6} {'front':>6} {'hypervolume':>12} "
           + " ".join(f"{h:>12}" for _, h in cols) + f" {'time':>10}")
     for r in rows:
@@ -324,6 +331,28 @@ def parse_settings(items, names=None) -> dict:
                                f"{', '.join(names)}, got {item!r}")
         out.setdefault(name, {})[key] = value
     return out
+
+
+def objective_names(text: str) -> tuple[str, ...]:
+    """An argparse ``type``: ``--objectives a,b,c``, each a registered objective, none twice."""
+    import argparse
+
+    from objectives import OBJECTIVES
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names or len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"wants distinct objective names separated by commas, "
+                                         f"got {text!r}")
+    for name in names:
+        if name not in OBJECTIVES:
+            raise argparse.ArgumentTypeError(f"unknown objective {name!r}; known: "
+                                             f"{', '.join(OBJECTIVES)}")
+    return names
+
+
+def objectives_arg(args) -> dict:
+    """The `Problem` keyword ``--objectives`` asks for (none: the default objectives)."""
+    return {"objectives": args.objectives} if args.objectives else {}
 
 
 def parse_seconds(text: str) -> float:

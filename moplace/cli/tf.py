@@ -256,11 +256,10 @@ def _filed_device_names(n: int) -> list[str]:
 def _placeholder_cluster(names: list[str]):
     """A cluster of devices named ``names``, with no figures that matter: for checking a
     strategy's shape and device names before the real devices exist."""
-    from ..core.cluster import Cluster, Device
+    from ..core.cluster import Cluster
 
-    n = len(names)
-    return Cluster(f"check-{n}", [Device(name, "cpu", 2**40, 1.0) for name in names],
-                   [[1e10] * n for _ in range(n)], [[0.0] * n for _ in range(n)])
+    return Cluster.uniform(names, kind="cpu", memory_bytes=2**40, speed=1.0, bandwidth=1e10,
+                           name=f"check-{len(names)}")
 
 
 def _positive(flag: str, value) -> None:

@@ -123,9 +123,38 @@ class Cluster:
     def single(cls, kind: str = "V100", memory_bytes: int = 16 * 2**30,
                speed: float | None = None) -> "Cluster":
         """A one-device cluster; ``speed`` defaults to `kind_speed(kind)` (1.0 if unknown)."""
-        speed = kind_speed(kind) if speed is None else speed
-        device = Device("gpu0", kind, int(memory_bytes), 1.0 if speed is None else float(speed))
-        return cls(f"1x{kind}", [device], [[math.inf]], [[0.0]])
+        return cls.uniform(1, kind=kind, memory_bytes=memory_bytes, speed=speed)
+
+    @classmethod
+    def uniform(cls, devices: int | Sequence[str], *, kind: str | Sequence[str] = "V100",
+                memory_bytes=16 * 2**30, speed=None, bandwidth=None, latency=0.0,
+                name: str | None = None, prefix: str = "gpu") -> "Cluster":
+        """A cluster in which every ordered pair of devices has a dedicated link of its own.
+
+        ``devices``: how many (named ``prefix0``, ``prefix1``, ...) or their names. ``kind``,
+        ``memory_bytes`` and ``speed`` are one value for every device or one per device;
+        ``speed`` defaults to `kind_speed` of the device's kind (1.0 if unknown).
+        ``bandwidth`` (bytes/s, needed with two devices or more) and ``latency`` (s) are one
+        value for every pair or a D x D matrix (its diagonal is ignored). ``name`` defaults to
+        ``"DxKIND"`` (``"2xV100+1xP100"`` for mixed kinds).
+        """
+        names = ([f"{prefix}{i}" for i in range(devices)] if isinstance(devices, int)
+                 else [str(d) for d in devices])
+        n = len(names)
+        kinds = [str(k) for k in _per_device(kind, n, "kind")]
+        memory = _per_device(memory_bytes, n, "memory_bytes")
+        speeds = [kind_speed(k) if s is None else s
+                  for k, s in zip(kinds, _per_device(speed, n, "speed"))]
+        devs = [Device(d, k, int(m), 1.0 if s is None else float(s))
+                for d, k, m, s in zip(names, kinds, memory, speeds)]
+        if bandwidth is None:
+            if n > 1:
+                raise ClusterError("Cluster.uniform: give the links' bandwidth (bytes/s)")
+            bandwidth = math.inf
+        if name is None:
+            counts = {k: kinds.count(k) for k in kinds}
+            name = "+".join(f"{c}x{k}" for k, c in counts.items())
+        return cls(name, devs, _per_pair(bandwidth, n), _per_pair(latency, n))
 
     def route(self, i: int, j: int) -> np.ndarray:
         """Resource indices held by a transfer from device ``i`` to device ``j``."""
@@ -167,6 +196,23 @@ class Cluster:
             lines.append("  links (per direction):")
             lines += [f"    {pairs}: {what}" for pairs, what in _link_groups(self)]
         return "\n".join(lines)
+
+
+def _per_device(value, n: int, what: str) -> list:
+    """``value`` for each of ``n`` devices: one value for all (a string is one value) or one
+    per device."""
+    if value is None or isinstance(value, str) or np.ndim(value) == 0:
+        return [value] * n
+    values = list(value)
+    if len(values) != n:
+        raise ClusterError(f"{what}: expected one value or {n} (one per device), got "
+                           f"{len(values)}")
+    return values
+
+
+def _per_pair(value, n: int):
+    """``value`` for each ordered pair: one value for all, or already an n x n matrix."""
+    return np.full((n, n), float(value)) if np.ndim(value) == 0 else value
 
 
 def _check_devices(devices: tuple[Device, ...]) -> None:

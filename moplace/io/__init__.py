@@ -1,7 +1,8 @@
 """Reading and writing op graphs.
 
-`load_graph` takes a file path or a bundled name (see `list_bundled`) and picks the importer from
-the file's content: PipeDream ``graph.txt``, moplace's own JSON, or dnn-partitioning JSON.
+`load_graph` takes a file path, a bundled name (see `list_bundled`) or a name of a registered
+graph source (``zoo:MODEL``, see `moplace.io.sources`), and picks the importer from the file's
+content: PipeDream ``graph.txt``, moplace's own JSON, or dnn-partitioning JSON.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .dnnpart import load_dnn_partitioning
 from .native import FORMAT as NATIVE_FORMAT
 from .native import load_native, read_json, save_graph
 from .pipedream import load_pipedream
+from .sources import GRAPH_SOURCES, known_sources_text, split_spec
 
 __all__ = ["load_graph", "detect_format", "list_bundled", "bundled_path", "save_graph",
            "load_native", "load_pipedream", "load_dnn_partitioning"]
@@ -68,11 +70,39 @@ def detect_format(path) -> str:
 
 
 def load_graph(path_or_spec, **kwargs) -> OpGraph:
-    """Load a graph from a file or a bundled name such as ``pipedream:resnet50``.
+    """Load a graph from a file, a bundled name such as ``pipedream:resnet50``, or a name
+    ``PREFIX:NAME`` of a registered graph source (`moplace.io.sources`) such as ``zoo:mlp``.
 
-    ``kwargs`` go to the importer: ``device_kind``/``name`` (PipeDream, dnn-partitioning),
-    ``optimizer_state_factor`` (PipeDream). A missing file or unknown name raises `FormatError`
-    listing the bundled names.
+    Bundled names come first, then files (a file named ``zoo:mlp`` is read as a file), then
+    sources. ``kwargs`` go to the importer: ``device_kind``/``name`` (PipeDream,
+    dnn-partitioning), ``optimizer_state_factor`` (PipeDream); or to the source's loader. A
+    missing file or unknown name raises `FormatError` listing the sources and bundled names.
     """
-    path = bundled_path(path_or_spec) if is_bundled_spec(path_or_spec) else Path(path_or_spec)
+    if is_bundled_spec(path_or_spec):
+        path = bundled_path(path_or_spec)
+    else:
+        path = Path(path_or_spec)
+        source = _source(path_or_spec, path)
+        if source is not None:
+            load, name = source
+            return load(name, **kwargs)
     return _LOADERS[detect_format(path)](path, **kwargs)
+
+
+def _source(spec, path: Path):
+    """``(loader, name)`` when ``spec`` is ``PREFIX:NAME`` of a registered source and names no
+    file or folder; None when it is no such name (or names something on disk); `FormatError`
+    for a ``PREFIX:NAME`` that names nothing on disk and no source."""
+    split = split_spec(spec)
+    if split is None:
+        return None
+    try:
+        if path.exists():
+            return None
+    except (OSError, ValueError):  # a name too long, a NUL byte: detect_format says so
+        return None
+    prefix, name = split
+    if prefix not in GRAPH_SOURCES:
+        raise FormatError(spec, f"no such file (or it is a directory), and {prefix}: is no "
+                          f"graph source ({known_sources_text()}); {known_names_text()}")
+    return GRAPH_SOURCES[prefix].load, name

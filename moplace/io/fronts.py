@@ -10,8 +10,10 @@
                  "best": {"runtime_s": [...], ...}}}
 
 ``graph_source`` and ``cluster_source`` (when the search came from the command line) say where
-the graph and cluster came from. ``history`` has one entry per batch the searcher was told: evaluations so far, hypervolume and
-the best feasible value of each objective (``null`` before a feasible point was found).
+the graph and cluster came from. Each objective is under the JSON key it was registered with
+(`objectives.Objective.json_key`). ``history`` has one entry per batch the searcher was told:
+evaluations so far, hypervolume and the best feasible value of each objective (``null`` before
+a feasible point was found).
 ``graph_fingerprint``, ``cluster_devices`` and ``cluster_fingerprint`` record what the search
 ran on (a hash of the graph's ops, sizes and times; the device names; a hash of the devices'
 kinds, names, memory, speeds and links), so a front read on another graph or cluster is told

@@ -40,7 +40,7 @@ import math
 import numpy as np
 
 from ..core.baselines import topological_priority
-from ..core.cluster import KIND_SPEED, Cluster, Device
+from ..core.cluster import Cluster
 from ..core.strategy import Strategy
 from ..core.synthetic import random_dag
 from ..errors import MoplaceError
@@ -79,9 +79,9 @@ def tiny_instance(seed: int = 0, index: int = 0, *, n_devices: int | None = None
     name = f"tiny-s{seed}-i{index}"
 
     def build(capacity) -> Problem:
-        devices = [Device(f"d{d}", kinds[d], int(math.ceil(capacity[d])), KIND_SPEED[kinds[d]])
-                   for d in range(n_devices)]
-        return Problem(graph, Cluster(name, devices, bw, lat))
+        memory = [math.ceil(c) for c in capacity]
+        return Problem(graph, Cluster.uniform(n_devices, kind=kinds, memory_bytes=memory,
+                                              bandwidth=bw, latency=lat, name=name, prefix="d"))
 
     # per placement (topological order), the scale of ``shape`` at which it just fits
     roomy = build(np.full(n_devices, 2.0**50))

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from .. import strictjson
+from .mlstore import connect_client
 
 
 def start_figures(data: dict, problem, tracking_uri: str, run_id: str, *, inline=False):
@@ -39,7 +40,7 @@ def start_figures(data: dict, problem, tracking_uri: str, run_id: str, *, inline
         pickle.dump({"cluster": problem.cluster, "objectives": problem.objectives,
                      "limits": problem.limits, "tracking_uri": tracking_uri,
                      "run_id": run_id}, f)
-    _client(tracking_uri).set_tag(run_id, "figures", "drawing")
+    connect_client(tracking_uri).set_tag(run_id, "figures", "drawing")
     log = open(folder / "log.txt", "w")
     return subprocess.Popen([sys.executable, "-m", "moplace.review.figurejob", str(folder)],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -53,16 +54,10 @@ def wait(job, client, run_id: str, timeout: float = 120.0) -> str:
     return client.get_run(run_id).data.tags.get("figures", "")
 
 
-def _client(uri: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
-
-
 def _draw_and_log(data: dict, problem, tracking_uri: str, run_id: str) -> bool:
     from .figures import draw_search
 
-    client = _client(tracking_uri)
+    client = connect_client(tracking_uri)
     t0 = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="moplace-figures-") as tmp:
@@ -99,7 +94,7 @@ def main(folder: str) -> int:
         print(f"figures of run {job['run_id']} failed: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         try:
-            _client(job["tracking_uri"]).set_tag(
+            connect_client(job["tracking_uri"]).set_tag(
                 job["run_id"], "figures", f"failed: {type(exc).__name__}: {exc} "
                                           f"(log: {folder / 'log.txt'})"[:4000])
         except Exception:

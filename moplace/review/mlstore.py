@@ -207,7 +207,7 @@ def front_table(data: dict) -> dict:
     for name, unit in units.items():
         table[axis_label(name, unit)] = [p[json_key(name)] / unit[1] for p in points]
     table["feasible"] = [bool(p["feasible"]) for p in points]
-    over = column_unit("peak_memory", [p["violation_bytes"] for p in points])
+    over = column_unit("violation", [p["violation_bytes"] for p in points], kind="bytes")
     table[f"over memory ({over[0]})"] = [p["violation_bytes"] / over[1] for p in points]
     table["knee"] = ["knee" if k == knee else "" for k in range(len(points))]
     return table

@@ -6,24 +6,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from objectives import DEFAULT
+
 from ..errors import MoplaceError
+from .mlstore import connect_client
 from .tracking import METRIC_UNITS, metric_name
-from .units import kind_of
-
-OBJECTIVES = ("runtime", "peak_communication", "peak_memory")
-
-
-def _client(uri: str):
-    from .mlstore import connect_client
-
-    return connect_client(uri, must_exist=True)
 
 
 def list_runs(uri: str, *, graph: str | None = None, experiment: str | None = None,
               limit: int = 50) -> list[dict]:
     """The searches in the store, newest first (``graph``: only that graph's; ``experiment``:
     only that experiment's)."""
-    client = _client(uri)
+    client = connect_client(uri, must_exist=True)
     experiments = client.search_experiments()
     if experiment is not None:
         experiments = [e for e in experiments if e.name == experiment]
@@ -41,13 +35,11 @@ def list_runs(uri: str, *, graph: str | None = None, experiment: str | None = No
 
 def summary(run, experiment: str = "") -> dict:
     """A run's key figures: ids, what was searched, status, evaluations, hypervolume and the
-    best of each objective (seconds / bytes)."""
+    best of each objective (seconds / bytes / the objective's unit): the default objectives
+    (None when the run had not one of them) and the run's others."""
     m, tags = run.data.metrics, run.data.tags
-    best = {}
-    for name in OBJECTIVES:
-        value = m.get(metric_name(name))
-        unit = METRIC_UNITS.get(kind_of(name))
-        best[name] = None if value is None else value * (unit[1] if unit else 1.0)
+    searched = [o for o in run.data.params.get("objectives", "").split(",") if o]
+    best = {name: _best(m, name) for name in dict.fromkeys([*DEFAULT, *searched])}
     return {"run_id": run.info.run_id, "run_name": run.info.run_name, "experiment": experiment,
             "parent_run_id": tags.get("mlflow.parentRunId"), "graph": tags.get("graph"),
             "cluster": tags.get("cluster"), "searcher": tags.get("searcher"),
@@ -58,6 +50,21 @@ def summary(run, experiment: str = "") -> dict:
             "best": best, "artifact_uri": run.info.artifact_uri}
 
 
+def _best(metrics: dict, name: str) -> float | None:
+    """The best value of objective ``name`` in its base unit, from the run's metric (its unit
+    read from the metric's name, so an objective this process does not know is found too)."""
+    key, prefix = metric_name(name), f"best_{name}_"
+    if key not in metrics:  # logged where the objective had another unit, or is not registered
+        key = next((k for k in metrics if k.startswith(prefix) and "_" not in k[len(prefix):]),
+                   key)
+    value = metrics.get(key)
+    if value is None:
+        return None
+    scale = dict(METRIC_UNITS.values()).get(key[len(prefix):], 1.0) \
+        if key.startswith(prefix) else 1.0
+    return value * scale
+
+
 def _int(value):
     return None if value is None else int(value)
 
@@ -66,7 +73,7 @@ def find_run(uri: str, run_id: str):
     """The run whose id is ``run_id`` or starts with it (at least 6 characters, unique)."""
     from mlflow.exceptions import MlflowException
 
-    client = _client(uri)
+    client = connect_client(uri, must_exist=True)
     text = run_id.strip().lower()
     if len(text) == 32:
         try:

@@ -11,15 +11,17 @@ children together; filter by the ``graph`` tag to see one graph's runs):
   budget, the seed, the objectives and limits;
 - **metrics by step** (step = evaluations so far): hypervolume, front size and the best value
   of each objective in a unit named in the metric (``best_runtime_ms``,
-  ``best_peak_memory_GiB``...), and what a learning searcher reports of itself after each
-  batch (`Searcher.progress`, logged as ``searcher.<name>``);
+  ``best_peak_memory_GiB``, an objective registered in joules ``best_energy_J``...), and what
+  a learning searcher reports of itself after each batch (`Searcher.progress`, logged as
+  ``searcher.<name>``);
 - **at the end:** the front as a table in units chosen for it (``front_table.json``, readable
   in the UI's artifact view), as JSON with every strategy (``front.json``, the file
   `moplace search` writes), and the figures (``figures/``, see `moplace.review.figures`).
 
 Figures are drawn by a separate process (`moplace.review.figurejob`) once the search ends, so
 the search and the command return at once; the run's ``figures`` tag says when they are
-there. The run ends FINISHED, KILLED (Ctrl-C) or FAILED, with what the search had found either
+there. (An objective registered at run time is unknown to that process: such a run's figures
+are drawn in the search's process.) The run ends FINISHED, KILLED (Ctrl-C) or FAILED, with what the search had found either
 way. The store is a SQLite file ``mlflow.db`` in the working directory unless a tracking URI is
 given (argument, or ``MLFLOW_TRACKING_URI``); telemetry is off. A server that does not answer
 fails within seconds, not minutes.
@@ -28,6 +30,7 @@ fails within seconds, not minutes.
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import numpy as np
@@ -42,15 +45,24 @@ STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "failed": "FAILED"}
 METRIC_UNITS = {"time": ("ms", 1e-3), "bytes": ("GiB", 2.0 ** 30)}
 
 
+def metric_unit(objective: str) -> tuple[str, float] | None:
+    """The unit of an objective's metrics: ms, GiB, or the unit it was registered with
+    (``J``; characters MLflow refuses in a metric's name made ``_``); None for a number."""
+    kind = kind_of(objective)
+    if kind in METRIC_UNITS:
+        return METRIC_UNITS[kind]
+    return None if kind == "number" else (re.sub(r"[^A-Za-z0-9.\-/]", "_", kind), 1.0)
+
+
 def metric_name(objective: str) -> str:
     """The MLflow metric of an objective's best value, its unit in the name (fixed per
     objective, so runs compare in MLflow's charts)."""
-    unit = METRIC_UNITS.get(kind_of(objective))
+    unit = metric_unit(objective)
     return f"best_{objective}_{unit[0]}" if unit else f"best_{objective}"
 
 
 def metric_value(objective: str, value: float) -> float:
-    unit = METRIC_UNITS.get(kind_of(objective))
+    unit = metric_unit(objective)
     return float(value) / unit[1] if unit else float(value)
 
 
@@ -197,9 +209,13 @@ def close_run(client, run_id, data, problem, uri, status, figures):
     client.set_tag(run_id, "mlflow.note.content", note + summary_note(data))
     job = None
     if figures != "off" and status != "failed":
+        from objectives import BUILT_IN
+
         from .figurejob import start_figures
 
-        job = start_figures(data, problem, uri, run_id, inline=figures == "inline")
+        # an objective registered at run time is unknown to a drawing process: draw here
+        inline = figures == "inline" or not set(problem.objectives) <= BUILT_IN
+        job = start_figures(data, problem, uri, run_id, inline=inline)
     client.set_terminated(run_id, status=STATUS.get(status, "FINISHED"))
     return job
 

@@ -1,50 +1,80 @@
-"""Units a person reads at a glance: times in ns/µs/ms/s, sizes in B/KiB/MiB/GiB/TiB.
+"""Units a person reads at a glance: times in ns/µs/ms/s, sizes in B/KiB/MiB/GiB/TiB, any other
+unit with SI prefixes (J, kJ, MJ...).
 
 One unit is chosen per column or axis (from its largest value), so numbers in a table or on an
-axis compare directly; single values are formatted in the unit that suits them. Objectives are
-mapped to their kind by name: ``runtime`` is a time, the others (``peak_communication``,
-``peak_memory``) are sizes; an objective moplace does not know is shown as a plain number.
+axis compare directly; single values are formatted in the unit that suits them. An objective's
+kind, label and short name are those it was registered with (`objectives.Objective`): unit
+``"s"`` is a time, ``"B"`` a size, another unit (``"J"``) is shown with SI prefixes and ``""`` as
+a plain number. A name that is no objective is a time when it ends in ``_s``, a size when it
+ends in ``bytes``, else a plain number.
 """
 
 from __future__ import annotations
 
 import math
 
+from objectives import OBJECTIVES
+
 TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
 BYTE_UNITS = (("TiB", 2.0 ** 40), ("GiB", 2.0 ** 30), ("MiB", 2.0 ** 20), ("KiB", 2.0 ** 10),
               ("B", 1.0))
-LABELS = {"runtime": "runtime", "peak_communication": "peak communication",
-          "peak_memory": "peak memory"}
-SHORT = {"runtime": "runtime", "peak_communication": "comm", "peak_memory": "mem"}  # narrow columns
+SI_PREFIXES = (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0),
+               ("m", 1e-3), ("µ", 1e-6), ("n", 1e-9))
+KINDS = {"s": "time", "B": "bytes", "": "number"}
+#: each objective's label and short name (narrow columns), as registered
+LABELS = OBJECTIVES.view("label")
+SHORT = OBJECTIVES.view("short")
 
 
 def kind_of(objective: str) -> str:
-    """``"time"``, ``"bytes"`` or ``"number"`` for an objective's name."""
-    if objective == "runtime" or objective.endswith("_s") or objective.endswith("seconds"):
+    """``"time"``, ``"bytes"``, ``"number"`` or the unit (``"J"``, shown with SI prefixes) of
+    an objective, as it was registered (a name that is no objective: see the module)."""
+    if objective in OBJECTIVES:
+        unit = OBJECTIVES[objective].unit
+        return KINDS.get(unit, unit)
+    if objective.endswith("_s") or objective.endswith("seconds"):
         return "time"
-    if objective.startswith("peak_") or objective.endswith("bytes"):
+    if objective.endswith("bytes"):
         return "bytes"
     return "number"
+
+
+def label(name: str) -> str:
+    """An objective's label (``peak communication``); another name with spaces for ``_``."""
+    return LABELS.get(name) or name.replace("_", " ")
+
+
+def short(name: str) -> str:
+    """An objective's short name for narrow columns (``comm``); another name as it is."""
+    return SHORT.get(name) or name
+
+
+def _units(kind: str):
+    if kind in ("time", "bytes"):
+        return TIME_UNITS if kind == "time" else BYTE_UNITS
+    if kind == "number" or not kind:
+        return None
+    return tuple((prefix + kind, size) for prefix, size in SI_PREFIXES)
 
 
 def unit_for(kind: str, largest: float) -> tuple[str, float]:
     """(unit name, its size in base units) for values up to ``largest`` of ``kind``: the
     largest unit in which ``largest`` is at least 1."""
-    units = {"time": TIME_UNITS, "bytes": BYTE_UNITS}.get(kind)
+    units = _units(kind)
     if units is None:
         return "", 1.0
     largest = abs(float(largest)) if math.isfinite(largest) else 0.0
     for name, size in units:
         if largest >= size:
             return name, size
-    if largest == 0.0 and kind == "time":
-        return TIME_UNITS[0]
+    if largest == 0.0 and kind != "bytes":  # a zero time or energy: in s, J
+        return next(u for u in units if u[1] == 1.0)
     return units[-1]
 
 
 def fmt(value: float, kind: str, unit: tuple[str, float] | None = None, digits: int = 4) -> str:
-    """``value`` (seconds or bytes) as text, e.g. ``693.6 ms``, ``15.21 GiB``, ``0 B``; in
-    ``unit`` when given (a column's), else in the unit that suits the value."""
+    """``value`` (seconds, bytes, joules...) as text, e.g. ``693.6 ms``, ``15.21 GiB``, ``0 B``,
+    ``1.234 kJ``; in ``unit`` when given (a column's), else in the unit that suits the value."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     if not math.isfinite(value):
@@ -64,16 +94,17 @@ def number(value: float, kind: str, unit: tuple[str, float]) -> str:
     return fmt(value, kind, unit).rsplit(" ", 1)[0]
 
 
-def column_unit(name: str, values) -> tuple[str, float]:
-    """One unit for a column of an objective's values (chosen from the largest finite one)."""
+def column_unit(name: str, values, *, kind: str | None = None) -> tuple[str, float]:
+    """One unit for a column of an objective's values (chosen from the largest finite one);
+    ``kind`` for a column that is no objective's."""
     finite = [abs(v) for v in values if v is not None and math.isfinite(v)]
-    return unit_for(kind_of(name), max(finite, default=0.0))
+    return unit_for(kind or kind_of(name), max(finite, default=0.0))
 
 
 def axis_label(name: str, unit: tuple[str, float]) -> str:
     """An axis or column title: the objective's name and its unit, e.g. ``runtime (ms)``."""
-    label = LABELS.get(name, name.replace("_", " "))
-    return f"{label} ({unit[0]})" if unit[0] else label
+    text = label(name)
+    return f"{text} ({unit[0]})" if unit[0] else text
 
 
 def fmt_duration(seconds: float) -> str:

@@ -32,9 +32,9 @@ class Evaluation:
         return dict(zip(self.names, self.values.tolist()))
 
     def as_dict(self) -> dict:
-        """The evaluation as ``moplace evaluate --json`` prints it: objectives under their JSON
-        names (``runtime_s``, ``peak_comm_bytes``, ``peak_mem_bytes``), ``feasible``,
-        ``memory_excess_bytes`` and per-device figures."""
+        """The evaluation as ``moplace evaluate --json`` prints it: objectives under the JSON
+        names they were registered with (``runtime_s``, ``peak_comm_bytes``,
+        ``peak_mem_bytes``...), ``feasible``, ``memory_excess_bytes`` and per-device figures."""
         t = self.trace
         out = {json_key(n): v for n, v in zip(self.names, self.values.tolist())}
         out.update(feasible=self.feasible, memory_excess_bytes=self.violation, devices=[

@@ -41,34 +41,17 @@ def _graph(params, folder, kinds):
     if not name:
         raise MoplaceError("the sweep gives no graph (set graph in [fixed] or [space])")
     if name.startswith("zoo:"):
-        return _zoo_graph(name[4:], int(params.get("batch", 32)), folder, kinds)
+        # the zoo source's loader, told the trial's batch and the cluster's kinds, keeping
+        # each profiled graph in graphs/ beside the sweep file for every trial to reuse
+        from ..tf.graphsource import zoo_graph
+
+        return zoo_graph(name[4:], batch=int(params.get("batch", 32)), kinds=kinds,
+                         cache=folder / "graphs")
     return load_graph(relative(name, folder))
 
 
-def _zoo_graph(model: str, batch: int, folder: Path, kinds):
-    """A zoo model profiled at ``batch`` (TensorFlow, on this machine's device), kept in
-    ``folder/graphs/`` so that every trial with the same model and batch reuses it."""
-    from ..io import load_graph
-    from ..io.native import save_graph
-
-    path = folder / "graphs" / f"zoo-{model}-batch{batch}-{'-'.join(kinds)}.json"
-    if path.is_file():
-        return load_graph(str(path))
-    try:
-        from ..tf.frontend import profile_model
-    except ModuleNotFoundError as exc:
-        raise MoplaceError(f"graph zoo:{model} needs TensorFlow ({exc.name} is missing): "
-                           "pip install 'moplace[tf]'") from None
-    graph = profile_model(model, batch, estimate_kinds=kinds, measure_links=False).graph
-    path.parent.mkdir(exist_ok=True)
-    tmp = path.with_suffix(".tmp.json")
-    save_graph(graph, tmp)
-    tmp.replace(path)  # another worker may profile the same model: the last one wins, equal
-    return graph
-
-
 def _cluster(params, folder):
-    from ..core.cluster import Cluster, Device, kind_speed
+    from ..core.cluster import Cluster
     from ..core.presets import load_cluster
 
     if not any(k in params for k in GENERATED):
@@ -83,14 +66,8 @@ def _cluster(params, folder):
     latency = float(params.get("link_latency_us", 2.0)) * 1e-6
     if not 1 <= n <= 256:
         raise MoplaceError(f"devices must be from 1 to 256, got {n}")
-    speed = kind_speed(kind) or 1.0
-    devices = [Device(f"gpu{i}", kind, int(memory * GIB), speed) for i in range(n)]
-    bandwidth = np.full((n, n), bw)
-    np.fill_diagonal(bandwidth, np.inf)
-    lat = np.full((n, n), latency)
-    np.fill_diagonal(lat, 0.0)
-    name = f"{n}x{kind}-{memory:g}GiB-{bw / 1e9:g}GBps"
-    return Cluster(name, devices, bandwidth, lat)
+    return Cluster.uniform(n, kind=kind, memory_bytes=memory * GIB, bandwidth=bw,
+                           latency=latency, name=f"{n}x{kind}-{memory:g}GiB-{bw / 1e9:g}GBps")
 
 
 def returns(result, params: dict) -> dict[str, float]:

@@ -27,7 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from ..core.cluster import Cluster, Device, kind_speed
+from ..core.cluster import Cluster
 from ..errors import MoplaceError
 from .devices import PLACEHOLDER_BANDWIDTH, PLACEHOLDER_LATENCY, host_memory_bytes
 
@@ -127,14 +127,12 @@ class Testbed:
     def cluster(self) -> Cluster:
         """The testbed as a `Cluster`, with placeholder links (10 GB/s, 5 us) until
         `moplace.tf.commprofile` measures them. CPU workers share the host's memory equally."""
-        devices = []
-        for w in self.workers:
-            memory = w.memory_bytes or host_memory_bytes() // self.count
-            devices.append(Device(f"w{w.task}-{w.kind}", w.kind, memory, kind_speed(w.kind) or 1.0))
-        n = len(devices)
-        return Cluster(f"testbed-{n}x{devices[0].kind}", devices,
-                       [[PLACEHOLDER_BANDWIDTH] * n for _ in range(n)],
-                       [[PLACEHOLDER_LATENCY] * n for _ in range(n)])
+        return Cluster.uniform([f"w{w.task}-{w.kind}" for w in self.workers],
+                               kind=[w.kind for w in self.workers],
+                               memory_bytes=[w.memory_bytes or host_memory_bytes() // self.count
+                                             for w in self.workers],
+                               bandwidth=PLACEHOLDER_BANDWIDTH, latency=PLACEHOLDER_LATENCY,
+                               name=f"testbed-{len(self.workers)}x{self.workers[0].kind}")
 
     def describe(self) -> str:
         """One line: how many workers, of what, on which cores."""

@@ -18,31 +18,34 @@ strategy of the first batch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from moplace.core.strategy import Strategy
 from moplace.errors import StrategyError
 from moplace.optimize.searcher import Searcher
+from moplace.optimize.seeds import seed_strategies
+from moplace.optimize.settings import Settings, setting
 
 from .schedule import ListSchedInput, critical_path, transfer_weights, upward_rank
-from moplace.optimize.seeds import seed_strategies
+
+
+@dataclass(frozen=True)
+class OsDposSettings(Settings):
+    patience: int = setting(1, "critical-path ops tried without improvement before stopping "
+                            "(1 is FastT's rule; 0: DPOS's schedule alone)", low=0)
 
 
 class OsDposSearcher(Searcher):
     """FastT's OS-DPOS: DPOS, then split critical-path ops while the simulator says it pays.
 
     See the module docstring for the steps.
-
-    Settings:
-        patience: critical-path ops tried without improvement before stopping (1 is FastT's
-            rule).
     """
 
     name = "os-dpos"
     seeded = True
-
-    def __init__(self, patience: int = 1):
-        self.patience = int(patience)
+    Settings = OsDposSettings
 
     def _setup(self) -> None:
         p = self.problem
@@ -62,7 +65,7 @@ class OsDposSearcher(Searcher):
         if not self._asked_first:
             self._asked_first = True
             return list(self._first)
-        while self._queue and self._misses < self.patience and self._best is not None:
+        while self._queue and self._misses < self.config.patience and self._best is not None:
             candidates = self._variants(self._queue.pop(0))
             if candidates:
                 return candidates
@@ -96,7 +99,3 @@ class OsDposSearcher(Searcher):
                 y[gene] = option
                 out.append(space.decode(y))
         return out
-
-    def settings(self) -> dict:
-        return {"patience": self.patience}
-

@@ -35,11 +35,15 @@ stay per group; split changes and priority swaps stay per group and per op).
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import numpy as np
 
 from moplace.core.strategy import Strategy
 from moplace.errors import MoplaceError
 from moplace.optimize.searcher import Searcher
+from moplace.optimize.settings import Settings, setting
 from searchers.seeding import SeedPhase
 
 from .operators import (
@@ -57,49 +61,51 @@ from .operators import (
 )
 
 
+@dataclass(frozen=True)
+class Nsga2Settings(Settings):
+    pop_size: int = setting(100, "population, and offspring per generation", low=2)
+    seed_heuristics: bool = setting(True, "evaluate the seeds first (every candidate of the "
+                                    "list schedulers, the baselines on the whole cluster and on "
+                                    "device subsets; see searchers.seeding) and start the "
+                                    "population from them (false: all random)")
+    crossover_prob: float = setting(0.9, "share of matings that cross over (the others copy a "
+                                    "parent, then mutate)", low=0, high=1)
+    rates: MutationRates | dict | None = setting(
+        None, "mutation rates, a MutationRates or a dict of its fields (moves, block, splits, "
+        "copy_split, swaps, jitter, jitter_sigma, reset, devices); none: the defaults")
+    coarsen: int | None = setting(None, "none, or a number of contiguous blocks the groups' "
+                                  "device genes are tied into (for graphs of thousands of "
+                                  "groups)", low=1)
+    mutants: float = setting(0.3, "share of the initial population's random part replaced by "
+                             "mutants of the seeds the genome encodes", low=0, high=1)
+    seed_subsets: bool = setting(True, "include the baselines on device subsets among the "
+                                 "seeds")
+
+    def check(self) -> None:
+        rates = self.rates
+        if isinstance(rates, MutationRates):
+            return
+        if rates is not None and not isinstance(rates, dict):
+            raise MoplaceError(f"rates must be a dict of mutation rates, got {rates!r}")
+        try:
+            object.__setattr__(self, "rates", MutationRates(**(rates or {})))
+        except TypeError:
+            known = ", ".join(f.name for f in dataclasses.fields(MutationRates))
+            raise MoplaceError(f"rates takes the fields {known}, got {sorted(rates)}") from None
+
+
 class Nsga2Searcher(Searcher):
     """NSGA-II (pymoo) seeded with the heuristics, structure-aware variation, memory as a
     constraint.
 
     See the module docstring for how pymoo's ask/tell loop is driven.
 
-    Settings:
-        pop_size: population, and offspring per generation.
-        seed_heuristics: evaluate the seeds first (every candidate of the list schedulers,
-            the baselines on the whole cluster and on device subsets; see
-            `searchers.seeding`) and start the population from them (false: all random).
-        seed_subsets: include the baselines on device subsets among the seeds.
-        crossover_prob: share of matings that cross over (the others copy a parent, then
-            mutate).
-        rates: mutation rates, a `MutationRates` or a dict of its fields (moves, block,
-            splits, copy_split, swaps, jitter, jitter_sigma, reset).
-        coarsen: none, or a number of contiguous blocks the groups' device genes are tied into
-            (for graphs of thousands of groups).
-        mutants: share of the initial population's random part replaced by mutants of the
-            seeds the genome encodes (0.3: on instance 0 of `moplace.optimize.tiny`, seeds
-            0-5, the mean hypervolume / exact went 0.989 with none to 0.997).
+    Settings: see `Nsga2Settings`.
     """
 
     name = "nsga2"
     seeded = True
-
-    def __init__(self, pop_size: int = 100, seed_heuristics: bool = True,
-                 crossover_prob: float = 0.9, rates: MutationRates | dict | None = None,
-                 coarsen: int | None = None, mutants: float = 0.3, seed_subsets: bool = True):
-        if isinstance(pop_size, bool) or int(pop_size) < 2:
-            raise MoplaceError(f"pop_size must be at least 2, got {pop_size}")
-        if not 0.0 <= float(crossover_prob) <= 1.0:
-            raise MoplaceError(f"crossover_prob must be in [0, 1], got {crossover_prob}")
-        if coarsen is not None and int(coarsen) < 1:
-            raise MoplaceError(f"coarsen must be a positive number of blocks, got {coarsen}")
-        self.pop_size, self.seed_heuristics = int(pop_size), bool(seed_heuristics)
-        self.crossover_prob = float(crossover_prob)
-        self.rates = rates if isinstance(rates, MutationRates) else MutationRates(**(rates or {}))
-        self.coarsen = None if coarsen is None else int(coarsen)
-        if not 0.0 <= float(mutants) <= 1.0:
-            raise MoplaceError(f"mutants must be a share in [0, 1], got {mutants}")
-        self.mutants = float(mutants)
-        self.seed_subsets = bool(seed_subsets)
+    Settings = Nsga2Settings
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -113,12 +119,12 @@ class Nsga2Searcher(Searcher):
         lo, hi = self.space.bounds
         self.n_var = lo.size
         self._scale = float(np.sum(p.cluster.memory)) or 1.0
-        self.seeding = SeedPhase(p, enabled=self.seed_heuristics, subsets=self.seed_subsets)
+        self.seeding = SeedPhase(p, enabled=self.config.seed_heuristics, subsets=self.config.seed_subsets)
         if self.n_var == 0:  # an empty graph: nothing to search, one strategy
             self._one_shot = [self.space.decode(np.empty(0))]
             self.seeding.done = True
             return
-        self.structure = GenomeStructure.of(self.space, self.coarsen)
+        self.structure = GenomeStructure.of(self.space, self.config.coarsen)
         self.algorithm = None  # made once the seeds are told (their rows start the population)
         if not self.seeding.active:
             self._start()
@@ -134,9 +140,9 @@ class Nsga2Searcher(Searcher):
                                   n_ieq_constr=1, xl=lo, xu=hi, vtype=float)
         X0 = self._initial_population()
         self.algorithm = NSGA2(
-            pop_size=self.pop_size, sampling=X0,
-            crossover=GroupCrossover(self.structure, prob=self.crossover_prob),
-            mutation=StructuredMutation(self.structure, self.rates),
+            pop_size=self.config.pop_size, sampling=X0,
+            crossover=GroupCrossover(self.structure, prob=self.config.crossover_prob),
+            mutation=StructuredMutation(self.structure, self.config.rates),
             repair=GenomeRepair(self.structure), eliminate_duplicates=ExactDuplicates())
         self.algorithm.setup(self.shell, seed=int(self.rng.integers(2**31)),
                              termination=_no_termination(), verbose=False)
@@ -147,10 +153,10 @@ class Nsga2Searcher(Searcher):
             row = self._normalized(x)
             self._known[genome_key(row)] = ev
             rows.append(row)
-        n_fill = max(self.pop_size - len(rows), 0)
-        n_mutants = int(round(self.mutants * n_fill)) if rows else 0
+        n_fill = max(self.config.pop_size - len(rows), 0)
+        n_mutants = int(round(self.config.mutants * n_fill)) if rows else 0
         parents = [rows[i] for i in self.rng.integers(len(rows), size=n_mutants)] if rows else []
-        M = [repair(self.structure, mutate(self.structure, x, self.rng, self.rates)[None])[0]
+        M = [repair(self.structure, mutate(self.structure, x, self.rng, self.config.rates)[None])[0]
              for x in parents]
         X = random_genomes(self.structure, n_fill - n_mutants, self.rng)
         return np.vstack(rows + M + [X]) if rows else X
@@ -184,7 +190,7 @@ class Nsga2Searcher(Searcher):
             from pymoo.core.population import Population
 
             self.algorithm.termination.force_termination = False
-            pop = Population.new(X=random_genomes(self.structure, self.pop_size, self.rng))
+            pop = Population.new(X=random_genomes(self.structure, self.config.pop_size, self.rng))
         self._pending = pop
         X = pop.get("X")
         # rows scored before (the seeds in the first population) are told, not simulated
@@ -225,10 +231,9 @@ class Nsga2Searcher(Searcher):
         return [note] if note else []
 
     def settings(self) -> dict:
-        return {"pop_size": self.pop_size, "seed_heuristics": self.seed_heuristics,
-                "crossover_prob": self.crossover_prob, "coarsen": self.coarsen,
-                "mutants": self.mutants, "seed_subsets": self.seed_subsets,
-                **{f"rate_{k}": v for k, v in vars(self.rates).items()}}
+        """The settings, each mutation rate as its own ``rate_NAME`` entry."""
+        plain = {k: v for k, v in super().settings().items() if k != "rates"}
+        return {**plain, **{f"rate_{k}": v for k, v in vars(self.config.rates).items()}}
 
 
 def _no_termination():

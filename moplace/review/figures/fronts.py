@@ -1,5 +1,7 @@
 """Figures of fronts: each pair of objectives, the 3-D front (PNG, and interactive HTML with
 plotly) and how a search progressed (hypervolume and best of each objective over evaluations).
+With more than three objectives the pairs wrap onto rows of three, the 3-D front shows the
+first three and colours its points by the fourth, and the HTML's hover tells every objective.
 
 Inputs are plain arrays and dicts, so the same figures come from a live search, an MLflow run
 or a ``front.json``. Every axis is in the unit its data calls for (see `moplace.review.units`).
@@ -15,6 +17,7 @@ from ..units import axis_label, column_unit, fmt, kind_of
 from .common import MARK_STYLE, SERIES, legend_below_and_save, new_figure, save
 
 FRONT_COLOUR = "#1f77b4"
+PAIRS_PER_ROW = 3
 
 
 def _units(objectives, values, marks):
@@ -29,9 +32,11 @@ def front_pairs(values, objectives, path, *, marks=(), knee=None, title="", labe
     values = np.asarray(values, float).reshape(-1, len(objectives))
     units = _units(objectives, values, marks)
     pairs = list(itertools.combinations(range(len(objectives)), 2)) or [(0, 0)]
-    fig = new_figure(5.0 * len(pairs), 4.6)
+    cols = min(len(pairs), PAIRS_PER_ROW)
+    rows = -(-len(pairs) // cols)
+    fig = new_figure(5.0 * cols, 4.6 * rows)
     for j, (a, b) in enumerate(pairs):
-        ax = fig.add_subplot(1, len(pairs), j + 1)
+        ax = fig.add_subplot(rows, cols, j + 1)
         ua, ub = units[a][1], units[b][1]
         order = np.argsort(values[:, a], kind="stable")
         ax.plot(values[order, a] / ua, values[order, b] / ub, color=FRONT_COLOUR, alpha=0.25,
@@ -59,7 +64,10 @@ def front_pairs(values, objectives, path, *, marks=(), knee=None, title="", labe
         ax.set_xlabel(axis_label(objectives[a], units[a]))
         ax.set_ylabel(axis_label(objectives[b], units[b]))
         ax.grid(alpha=0.3)
-    legend_below_and_save(fig, path, title=title)
+    if rows > 1:  # the legend's room below, the same in inches as on one row
+        fig.subplots_adjust(hspace=0.3)
+    legend_below_and_save(fig, path, title=title, **({} if rows == 1 else
+                                                     {"bottom": 0.25 / rows, "y": -0.02 / rows}))
 
 
 def front_3d(values, objectives, path, *, marks=(), knee=None, title="") -> None:
@@ -71,8 +79,14 @@ def front_3d(values, objectives, path, *, marks=(), knee=None, title="") -> None
     fig = new_figure(7.5, 6.5)
     ax = fig.add_subplot(projection="3d")
     scaled = values[:, :3] / [u[1] for u in units[:3]]
-    ax.scatter(*scaled.T, s=18, color=FRONT_COLOUR, depthshade=True,
-               label=f"front ({len(values)} points)")
+    colour = {"color": FRONT_COLOUR}
+    if len(objectives) > 3:  # the fourth objective as the points' colour
+        colour = {"c": values[:, 3] / units[3][1], "cmap": "viridis"}
+    points = ax.scatter(*scaled.T, s=18, depthshade=True, label=f"front ({len(values)} points)",
+                        **colour)
+    if len(objectives) > 3:
+        fig.colorbar(points, ax=ax, shrink=0.6, pad=0.1,
+                     label=axis_label(objectives[3], units[3]))
     for m in marks:
         marker, colour = MARK_STYLE.get(m.name, ("x", "black"))
         ax.scatter(*(m.values[:3] / [u[1] for u in units[:3]]), marker=marker, s=70,
@@ -99,13 +113,16 @@ def front_3d_html(values, objectives, path, *, marks=(), knee=None, title="") ->
     scale = [u[1] for u in units[:3]]
 
     def hover(v, name):
-        parts = [f"{objectives[k]}: {fmt(v[k], kind_of(objectives[k]))}" for k in range(3)]
+        parts = [f"{o}: {fmt(v[k], kind_of(o))}" for k, o in enumerate(objectives)]
         return name + "<br>" + "<br>".join(parts)
 
+    by = 3 if len(objectives) > 3 else 0  # the colour: the fourth objective, else the first
+    bar = dict(colorbar=dict(title=axis_label(objectives[3], units[3]))) if by else {}
     traces = [go.Scatter3d(
         x=values[:, 0] / scale[0], y=values[:, 1] / scale[1], z=values[:, 2] / scale[2],
         mode="markers", name=f"front ({len(values)} points)",
-        marker=dict(size=4, color=values[:, 0], colorscale="Viridis"),
+        marker=dict(size=4, color=values[:, by] / (units[by][1] if by else 1.0),
+                    colorscale="Viridis", **bar),
         hovertext=[hover(v, f"point {i}") for i, v in enumerate(values)], hoverinfo="text")]
     for m in marks:
         traces.append(go.Scatter3d(
