@@ -61,6 +61,10 @@ def _bad(tmp_path, capsys, text, *extra):
     (("budget = 40", 'budget = 40\n"random.size" = 3'), ["random.size", "no setting 'size'"]),
     (("budget = 40", 'budget = 40\n"nsga2.pop_size" = 3'), ["nsga2.pop_size", "not one this sweep runs"]),
     (("budget = 40", "budget = -4"), ["[fixed] budget", "above 0"]),
+    (("memory_limit_gib = [2, 8]", '"random.batch_size" = [0, 10]'),
+     ["[space] random.batch_size", "batch_size must be at least 1, got 0"]),
+    (('budget = 40', 'budget = 40\n"random.batch_size" = -2'),
+     ["[fixed] random.batch_size", "batch_size must be at least 1"]),
     (("memory_limit_gib = [2, 8]", "memory_limit_gib = [2, 8]\ncluster = [\"4xV100-NVLink\"]"),
      ["cannot go with cluster"]),
     (('heartbeat_seconds = 1', 'heartbeat_seconds = 1\nstorage = "sqlite:////nonexistent/dir/x.db"'),
@@ -90,17 +94,27 @@ def _trials(storage, name):
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
 
-def test_a_sweep_in_process_resumes_and_records_failed_trials(tmp_path, capsys):
+def test_a_sweep_in_process_resumes_and_records_failed_trials(tmp_path, capsys, monkeypatch):
+    from searchers.random_search import RandomSearcher
+
+    ask = RandomSearcher.ask
+
+    def failing_ask(self):  # a search that fails inside its trial (settings are checked before)
+        if self.config.batch_size == 5:
+            raise RuntimeError("batch_size 5 fails on purpose")
+        return ask(self)
+
+    monkeypatch.setattr(RandomSearcher, "ask", failing_ask)
     text = SWEEP.format(name="small", budget=30).replace(
-        "memory_limit_gib = [2, 8]", '"random.batch_size" = [0, 10]')
+        "memory_limit_gib = [2, 8]", '"random.batch_size" = [5, 10]')
     path = _write(tmp_path, text)
     assert main(["sweep", str(path), "--no-mlflow", "--json", "--trials", "4"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["trials"]["complete"] + out["trials"]["fail"] == 4 and out["trials"]["running"] == 0
     storage = out["storage"]
     trials = _trials(storage, "small")
-    for t in trials:  # batch_size 0 is refused by the searcher: recorded, the sweep went on
-        if t.params["random.batch_size"] == 0:
+    for t in trials:  # batch_size 5's search failed: recorded, the sweep went on
+        if t.params["random.batch_size"] == 5:
             assert t.state.name == "FAIL" and "batch_size" in t.user_attrs["error"]
         else:
             assert t.state.name == "COMPLETE" and t.user_attrs["evaluations"] == 30

@@ -111,9 +111,6 @@ def check(meta: dict, key: dict, path) -> None:
 
 # -- the file ---------------------------------------------------------------------------------
 
-_mappingproxy = wire._mappingproxy  # where checkpoints written before moplace.optimize.wire find it
-
-
 class _Pickler(wire.Pickler):
     """Pickles the problem's objects (and the searcher itself) as references; read-only mapping
     proxies (used by strategies) as dicts."""

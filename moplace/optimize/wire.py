@@ -23,7 +23,8 @@ from . import moved
 PROBLEM_PARTS = ("graph", "cluster", "costs", "genome")
 
 
-def _mappingproxy(d):
+def mappingproxy(d):
+    """A read-only view of ``d`` (how a pickled mapping proxy is made again)."""
     return MappingProxyType(d)
 
 
@@ -32,7 +33,7 @@ class Pickler(pickle.Pickler):
     mapping proxies as dicts."""
 
     dispatch_table = {**copyreg.dispatch_table,
-                      MappingProxyType: lambda m: (_mappingproxy, (dict(m),))}
+                      MappingProxyType: lambda m: (mappingproxy, (dict(m),))}
 
     def __init__(self, file, refs: dict | None = None):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)

@@ -28,6 +28,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from pathlib import Path
 
 from ..errors import MoplaceError
@@ -154,7 +155,20 @@ def open_sweep_study(spec, url: str, *, trials: int | None = None, create: bool 
         if study.metric_names is None:
             study.set_metric_names(list(spec.returns))
         _queue(study, trials if trials is not None else spec.trials)
+    _STORAGES[study] = storage
     return study, resumed
+
+
+#: each study opened here -> its heartbeat-enabled storage (optuna keeps it private)
+_STORAGES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def storage_of(study):
+    """The storage ``study`` was opened on by `open_sweep_study`."""
+    try:
+        return _STORAGES[study]
+    except KeyError:
+        raise MoplaceError("this study was not opened by moplace.sweep.study.open_study") from None
 
 
 def _slots(trials) -> int:
@@ -193,9 +207,10 @@ def _pop(study, storage):
 
     study_id = storage.get_study_id_from_name(study.study_name)
     for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.WAITING,)):
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         try:
-            if storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
-                return t._trial_id
+            if storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
+                return trial_id
         except UpdateFinishedTrialError:
             continue
     return None
@@ -226,7 +241,7 @@ def work(study, run_one, *, poll: float = 1.0, stop=lambda: False) -> int:
     import optuna
     from optuna.trial import TrialState
 
-    storage, ran = study._storage, 0
+    storage, ran = storage_of(study), 0
     interval = storage.get_heartbeat_interval()
     while not stop():
         optuna.storages.fail_stale_trials(study)
@@ -243,7 +258,7 @@ def work(study, run_one, *, poll: float = 1.0, stop=lambda: False) -> int:
         try:
             values = run_one(trial)
         except KeyboardInterrupt:
-            _requeue(study, trial, "interrupted (Ctrl-C)")
+            _requeue(study, storage, trial_id, trial, "interrupted (Ctrl-C)")
             raise
         except Exception as exc:  # noqa: BLE001 - recorded with the trial; the sweep goes on
             trial.set_user_attr("error", _one_line(exc))
@@ -256,11 +271,12 @@ def work(study, run_one, *, poll: float = 1.0, stop=lambda: False) -> int:
     return ran
 
 
-def _requeue(study, trial, why: str) -> None:
-    """Fail ``trial`` and queue a copy with the same parameters (as a retry, not a new place)."""
+def _requeue(study, storage, trial_id: int, trial, why: str) -> None:
+    """Fail ``trial`` (id ``trial_id`` in ``storage``) and queue a copy with the same
+    parameters (as a retry, not a new place)."""
     from optuna.trial import TrialState, create_trial
 
-    frozen = study._storage.get_trial(trial._trial_id)
+    frozen = storage.get_trial(trial_id)
     study.tell(trial, state=TrialState.FAIL)
     history = list(frozen.system_attrs.get("retry_history", [])) + [frozen.number]
     study.add_trial(create_trial(

@@ -94,7 +94,7 @@ def _find_slot(iv_start, iv_end, cnt, d, ready, dur):
 
 
 @njit(cache=True)
-def _ready_time(i, d, in_ptr, in_edge, src, edge_bytes, latency, bandwidth, place, finish):
+def ready_time(i, d, in_ptr, in_edge, src, edge_bytes, latency, bandwidth, place, finish):
     """Time all inputs of op i are on device d (transfers start at the producer's finish)."""
     r = 0.0
     for p in range(in_ptr[i], in_ptr[i + 1]):
@@ -185,7 +185,7 @@ def schedule_kernel(visit, cp, compute, src, edge_bytes, in_ptr, in_edge, latenc
                 continue
             if forced < 0 and group_mem[g] > free[d]:
                 continue  # EFT = inf: the group does not fit
-            r = _ready_time(i, d, in_ptr, in_edge, src, edge_bytes, latency, bandwidth,
+            r = ready_time(i, d, in_ptr, in_edge, src, edge_bytes, latency, bandwidth,
                             place, finish)
             s, k = _find_slot(iv_start, iv_end, cnt, d, r, compute[i, d])
             f = s + compute[i, d]
@@ -197,7 +197,7 @@ def schedule_kernel(visit, cp, compute, src, edge_bytes, in_ptr, in_edge, latenc
             for d in range(1, D):
                 if free[d] > free[best_d]:
                     best_d = d
-            r = _ready_time(i, best_d, in_ptr, in_edge, src, edge_bytes, latency, bandwidth,
+            r = ready_time(i, best_d, in_ptr, in_edge, src, edge_bytes, latency, bandwidth,
                             place, finish)
             best_s, best_k = _find_slot(iv_start, iv_end, cnt, best_d, r, compute[i, best_d])
             best_f = best_s + compute[i, best_d]

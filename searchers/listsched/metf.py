@@ -95,7 +95,7 @@ def metf_kernel(rank, compute, src, edge_bytes, in_ptr, in_edge, out_ptr, out_ed
             missing[j] -= 1
             if missing[j] == 0:
                 for dd in range(D):
-                    drt[j, dd] = core._ready_time(j, dd, in_ptr, in_edge, src, edge_bytes,
+                    drt[j, dd] = core.ready_time(j, dd, in_ptr, in_edge, src, edge_bytes,
                                                   latency, bandwidth, place, finish)
                 ready[n_ready] = j
                 n_ready += 1
