@@ -10,7 +10,12 @@ from moplace.errors import MoplaceError
 from moplace.optimize.driver import search
 from moplace.optimize.plugins import make_searcher
 from moplace.optimize.problem import Problem
-from searchers.optuna_search import OptunaSearcher, open_storage, unit_rank
+from searchers.optuna_search import (
+    OptunaNsga2Searcher,
+    OptunaTpeSearcher,
+    open_storage,
+    unit_rank,
+)
 
 from conftest import make_cluster
 
@@ -26,11 +31,22 @@ def vgg_random_hv(vgg):
 
 def test_registered_names_and_bad_settings():
     assert make_searcher("optuna-nsga2").name == "optuna-nsga2"
-    assert make_searcher("optuna-tpe").settings()["sampler"] == "tpe"
-    with pytest.raises(MoplaceError, match="unknown optuna sampler"):
-        OptunaSearcher(sampler="cma")
-    with pytest.raises(MoplaceError, match="batch_size"):
-        OptunaSearcher(batch_size=0)
+    assert make_searcher("optuna-tpe").sampler == "tpe"  # fixed by the name, not a setting
+    with pytest.raises(MoplaceError, match="no setting 'sampler'"):
+        make_searcher("optuna-tpe", sampler="cma")
+    with pytest.raises(MoplaceError, match="batch_size must be at least 1"):
+        OptunaNsga2Searcher(batch_size=0)
+    # each sampler has only the settings it reads
+    with pytest.raises(MoplaceError, match="no setting 'population_size'"):
+        make_searcher("optuna-tpe", population_size=16)
+    with pytest.raises(MoplaceError, match="no setting 'ei_candidates'"):
+        make_searcher("optuna-nsga2", ei_candidates=16)
+    with pytest.raises(MoplaceError, match="mutations must be more than 0"):
+        make_searcher("optuna-nsga2", mutations=0)
+    # a storage object is shown as its type's name (checkpoints and MLflow params)
+    storage = optuna.storages.InMemoryStorage()
+    assert make_searcher("optuna-nsga2", storage=storage).settings()["storage"] == \
+        "InMemoryStorage"
 
 
 def test_unit_rank_keeps_order_and_ties():
@@ -40,7 +56,7 @@ def test_unit_rank_keeps_order_and_ties():
 
 
 def test_heuristics_are_the_first_trials_and_simulate_as_themselves(small):
-    s = OptunaSearcher(batch_size=8)
+    s = OptunaNsga2Searcher(batch_size=8)
     s.setup(small, np.random.default_rng(0))
     seeds = s.ask()  # every seed, as it is
     values = {tuple(small.evaluate(x).values) for x in seeds}
@@ -60,7 +76,7 @@ def test_heuristics_are_the_first_trials_and_simulate_as_themselves(small):
 
 def test_constraint_reaches_the_study():
     tiny = Problem(layered_dag(20, width=4), make_cluster(2, memory=1000))  # nothing fits
-    s = OptunaSearcher(sampler="nsga2", batch_size=4)
+    s = OptunaNsga2Searcher(batch_size=4)
     result = search(tiny, s, budget=12, seed=0)
     trials = s.study.get_trials(states=(COMPLETE,))
     assert len(trials) == 12 and not result.feasible_found
@@ -70,11 +86,11 @@ def test_constraint_reaches_the_study():
 
 
 def test_priorities_can_be_left_out(small):
-    s = OptunaSearcher(priorities=False)
+    s = OptunaNsga2Searcher(priorities=False)
     result = search(small, s, budget=16, seed=0)
     assert result.front
     assert not any(k.startswith("p") for t in s.study.trials for k in t.params)
-    s = OptunaSearcher(max_priority_ops=10)  # 40 ops > 10: not searched by default
+    s = OptunaNsga2Searcher(max_priority_ops=10)  # 40 ops > 10: not searched by default
     search(small, s, budget=8, seed=0)
     assert not any(k.startswith("p") for k in s.study.trials[0].params)
 
@@ -91,8 +107,8 @@ def _resume(storage, problem, budget=60):
     from moplace.optimize.seeds import seed_strategies
 
     n_seeds = len(seed_strategies(problem))  # the first batch of each search, not trials
-    kw = dict(sampler="nsga2", storage=storage, study_name="resume-me", batch_size=8)
-    s1, s2 = OptunaSearcher(**kw), OptunaSearcher(**kw)
+    kw = dict(storage=storage, study_name="resume-me", batch_size=8)
+    s1, s2 = OptunaNsga2Searcher(**kw), OptunaNsga2Searcher(**kw)
     first = search(problem, s1, budget=n_seeds + budget, seed=0)
     assert first.n_evaluations == n_seeds + budget
     study = optuna.load_study(study_name="resume-me", storage=open_storage(storage))
@@ -130,10 +146,10 @@ def test_resume_from_a_journal_file(tmp_path, tiny_graph):
 
 def test_resume_refuses_another_problem(tmp_path, tiny_graph):
     storage = str(tmp_path / "other.log")
-    search(tiny_graph, OptunaSearcher(storage=storage, study_name="s"), budget=8, seed=0)
+    search(tiny_graph, OptunaNsga2Searcher(storage=storage, study_name="s"), budget=8, seed=0)
     other = Problem(layered_dag(30, width=3, seed=4), make_cluster(3))
     with pytest.raises(MoplaceError, match="was made for"):
-        search(other, OptunaSearcher(storage=storage, study_name="s"), budget=8, seed=0)
+        search(other, OptunaNsga2Searcher(storage=storage, study_name="s"), budget=8, seed=0)
 
 
 # TPE's 300 trials take about 20 s, NSGA-II's about 7: behind the slow marker (polish and the
@@ -154,7 +170,7 @@ def test_trials_simulated_before_are_told_from_memory():
     from moplace.optimize.tiny import tiny_instance
 
     p = tiny_instance(0, 2)
-    s = OptunaSearcher(sampler="tpe", known_trials=8)
+    s = OptunaTpeSearcher(known_trials=8)
     result = search(p, s, budget=300, seed=0)
     assert result.n_evaluations == 300
     trials = s.study.get_trials(states=(COMPLETE,))
@@ -167,9 +183,9 @@ def test_trials_simulated_before_are_told_from_memory():
         if len(keys) % 10 == 0:
             np.testing.assert_array_equal(p.evaluate(strategy).values, t.values)
     assert len(keys) <= 300
-    assert OptunaSearcher(sampler="tpe").known_trials == 0  # TPE's default (module docstring)
-    assert OptunaSearcher(sampler="nsga2").known_trials == 8
-    plain = OptunaSearcher(sampler="tpe", known_trials=0)
+    assert OptunaTpeSearcher().config.known_trials == 0  # TPE's default (module docstring)
+    assert OptunaNsga2Searcher().config.known_trials == 8
+    plain = OptunaTpeSearcher(known_trials=0)
     search(p, plain, budget=300, seed=0)
     assert plain.known_taken == 0
     assert len(plain.study.get_trials(states=(COMPLETE,))) == 300 - seeds + plain.seeds_taken
@@ -180,8 +196,8 @@ def test_polish_trials_are_new_neighbours_of_earlier_trials():
     from searchers.optuna_search import POLISH_SHARE
 
     p = tiny_instance(0, 11)
-    s = OptunaSearcher(sampler="tpe", batch_size=8)
-    assert s.polish == 32 and OptunaSearcher(sampler="nsga2").polish == 0
+    s = OptunaTpeSearcher(batch_size=8)
+    assert s.config.polish == 32 and OptunaNsga2Searcher().config.polish == 0
     search(p, s, budget=400, seed=0)
     trials = s.study.get_trials(states=(COMPLETE,))
     polish = [k for k, t in enumerate(trials) if t.user_attrs.get("moplace_polish")]
@@ -220,8 +236,8 @@ def test_polish_trials_are_new_neighbours_of_earlier_trials():
         else:
             raise AssertionError(f"polish trial {k} is no neighbour of an earlier trial")
     assert min(kinds.values()) > 0, kinds
-    off = OptunaSearcher(sampler="tpe", polish=0)
+    off = OptunaTpeSearcher(polish=0)
     search(p, off, budget=100, seed=0)
     assert off.polished == 0
-    with pytest.raises(MoplaceError, match="polish"):
-        OptunaSearcher(polish=-1)
+    with pytest.raises(MoplaceError, match="polish must be at least 0"):
+        OptunaTpeSearcher(polish=-1)

@@ -140,7 +140,8 @@ def test_plugin_runs_from_the_command_line(plugin_dir, tmp_path):
     entry = {s["name"]: s for s in json.loads(listing.stdout)["searchers"]}["greedy-walk"]
     assert entry["origin"] == "greedy-placer 1.2.0"
     assert entry["settings"][0] == {"name": "batch_size", "type": "int", "required": False,
-                                    "default": 4, "meaning": "strategies proposed per ask."}
+                                    "default": 4, "meaning": "strategies proposed per ask.",
+                                    "allowed": ""}
 
 
 def test_two_packages_claiming_one_name_are_refused(tmp_path, monkeypatch):

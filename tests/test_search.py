@@ -189,7 +189,7 @@ def test_searchers_lists_names_and_settings(capsys):
     assert main(["searchers"]) == 0
     blocks = {b.split()[0]: b for b in capsys.readouterr().out.strip().split("\n\n")}
     assert blocks["nsga2"].splitlines()[0].startswith("nsga2  (moplace ")
-    assert "pop_size         int = 100" in blocks["nsga2"]
+    assert "pop_size         int = 100  (at least 2)" in blocks["nsga2"]
     assert "population, and offspring per generation." in blocks["nsga2"]
     assert "temperature" in blocks["mcmc"]
     settings = [line.split()[0] for line in blocks["optuna-tpe"].splitlines()[2:]
@@ -205,6 +205,7 @@ def test_searchers_json_describes_every_setting(capsys):
     by_name = {s["name"]: s for s in out["searchers"]}
     nsga2 = {s["name"]: s for s in by_name["nsga2"]["settings"]}
     assert nsga2["pop_size"] == {"name": "pop_size", "type": "int", "required": False,
-                                 "default": 100, "meaning": "population, and offspring per generation."}
+                                 "default": 100, "meaning": "population, and offspring per generation.",
+                                 "allowed": "at least 2"}
     assert by_name["mcmc"]["target"] == "searchers.mcmc:McmcSearcher"
     assert all(s["meaning"] for e in out["searchers"] for s in e["settings"])

@@ -97,8 +97,13 @@ class NoSettings(Settings):
 def declared(settings_cls, searcher: str = "") -> list[Setting]:
     """The `Setting` of each field of ``settings_cls`` (``searcher``: the name errors use)."""
     return [Setting(f.name, str(f.type), f.default if f.default is not dataclasses.MISSING
-                    else REQUIRED, f.metadata.get("doc", ""), f)
+                    else REQUIRED, _sentence(f.metadata.get("doc", "")), f)
             for f in dataclasses.fields(settings_cls)]
+
+
+def _sentence(doc: str) -> str:
+    doc = doc.strip()
+    return doc + "." if doc and not doc.endswith((".", "!", "?")) else doc
 
 
 def make_settings(settings_cls, searcher: str, values: dict):

@@ -29,9 +29,9 @@ _KEY = "\0key"  # the simulation key of a queued polish trial, kept with its par
 class PolishMixin:
     """The polish queue of an optuna searcher.
 
-    Uses the searcher's ``problem``, ``rng``, ``study``, ``polish`` (neighbours per polished
-    trial), ``_trials`` (`TrialSpace`), ``_search_priorities``, ``_fixed_priority``, ``_known``
-    (strategies simulated before) and ``_strategy``.
+    Uses the searcher's ``problem``, ``rng``, ``study``, ``config.polish`` (neighbours per
+    polished trial), ``_trials`` (`TrialSpace`), ``_search_priorities``, ``_fixed_priority``,
+    ``_known`` (strategies simulated before) and ``_strategy``.
     """
 
     def _setup_polish(self) -> None:
@@ -73,8 +73,8 @@ class PolishMixin:
     def _queue_polish(self, params: dict, strategy: Strategy) -> None:
         """Queue neighbours of a trial worth polishing (see the package docstring): its
         placement in the standard orders, the first time the placement is polished, and up to
-        ``polish`` of its one-step neighbours (two ops of one device swapped, one group on
-        another device, or two devices trading their groups), drawn at random; strategies
+        ``config.polish`` of its one-step neighbours (two ops of one device swapped, one group
+        on another device, or two devices trading their groups), drawn at random; strategies
         simulated or queued before are skipped. Without priority parameters there would be no
         swaps and no orders, but ``tell`` polishes only when priorities are searched."""
         placement, D = strategy.placement, self._trials.genome.n_devices
@@ -83,14 +83,15 @@ class PolishMixin:
         steps += [("relabel", d, e) for d in range(D) for e in range(d + 1, D)]
         orders = []
         if self._search_priorities:
-            steps = [("swap", i, j) for i, j in swap_pairs(placement, strategy.priority, SWAP_WINDOW)] + steps
+            pairs = swap_pairs(placement, strategy.priority, SWAP_WINDOW)
+            steps = [("swap", i, j) for i, j in pairs] + steps
             digest = hashlib.blake2b(placement.tobytes(), digest_size=16).digest()
             if digest not in self._polished_placements:
                 self._polished_placements.add(digest)
                 orders = self._standard_orders()(placement)
         queued = 0
         for k in self.rng.permutation(len(steps)).tolist():
-            if queued == self.polish:
+            if queued == self.config.polish:
                 break
             kind, u, v = steps[k]
             if kind == "swap":

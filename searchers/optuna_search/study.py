@@ -110,9 +110,12 @@ def open_storage(storage):
         raise MoplaceError(f"storage {storage!r} cannot be opened: {detail}") from None
 
 
-def make_sampler(kind: str, seed: int, population_size: int, n_startup_trials: int,
-                 mutation_prob: float | None = None, ei_candidates: int = 24):
-    """Optuna's sampler ``kind`` (one of `SAMPLERS`); TPE multivariate with the constant liar."""
+def make_sampler(kind: str, seed: int, *, population_size: int = 50,
+                 mutation_prob: float | None = None, n_startup_trials: int = 10,
+                 ei_candidates: int = 24):
+    """Optuna's sampler ``kind`` (one of `SAMPLERS`): NSGA-II with ``population_size`` and
+    ``mutation_prob``, TPE (multivariate, with the constant liar) with ``n_startup_trials`` and
+    ``ei_candidates``, or random; the defaults are optuna's."""
     import optuna
 
     if kind == "nsga2":
@@ -122,7 +125,9 @@ def make_sampler(kind: str, seed: int, population_size: int, n_startup_trials: i
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                           n_startup_trials=n_startup_trials,
                                           n_ei_candidates=ei_candidates)
-    return optuna.samplers.RandomSampler(seed=seed)
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise MoplaceError(f"unknown optuna sampler {kind!r}; known: {', '.join(SAMPLERS)}")
 
 
 def unit_rank(priority: np.ndarray) -> np.ndarray:

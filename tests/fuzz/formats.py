@@ -226,8 +226,8 @@ SETTINGS = {
              "penalty", "move_weights", "restarts", "reweight", "adjacent_prob", "extra_move",
              "known_steps", "delta"],
     "optuna-tpe": ["storage", "study_name", "batch_size", "priorities", "max_priority_ops",
-                   "population_size", "n_startup_trials", "seed_heuristics", "mutations",
-                   "known_trials", "polish", "ei_candidates"],
+                   "n_startup_trials", "seed_heuristics", "known_trials", "polish",
+                   "ei_candidates"],
 }
 SET_JUNK = ["abc", "-3", "1e400", "-1e400", "0", "-1", "1" + "0" * 40, "null", "true", "[]", "{}",
             "[1,2,3]", '""', '"x"', "NaN", "Infinity", "0.5", "1.5", "[0,0,0]", "[-1,1,1]",
