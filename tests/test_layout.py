@@ -3,6 +3,7 @@
 docs/architecture.md describes the layers; `LAYERS` is its checkable form.
 """
 
+import re
 import subprocess
 import sys
 
@@ -140,3 +141,15 @@ def test_every_module_imports(graph):
             continue
         importlib.import_module(name)
 
+
+
+def test_the_architecture_names_every_module():
+    """docs/architecture.md's module index lists each module of moplace, objectives and
+    searchers that exists, and no other (python3 docs/module_index.py writes it anew)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    index = text[text.index("## Module index"):]
+    listed = set(re.findall(r"^\| `([\w/]+\.py)` \|", index, flags=re.MULTILINE))
+    present = {p.relative_to(ROOT).as_posix() for pkg in ("moplace", "objectives", "searchers")
+               for p in (ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts}
+    assert sorted(present - listed) == [], "modules the index does not name"
+    assert sorted(listed - present) == [], "modules the index names that do not exist"

@@ -24,6 +24,7 @@ import dataclasses
 import inspect
 import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,14 @@ def setting(default: Any, doc: str, *, low: float | None = None, high: float | N
     meta = {"doc": doc, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": choices, "length": length}
     return dataclasses.field(default=default, metadata=meta)
+
+
+def default_of(settings_cls, name: str, default: Any):
+    """Field ``name`` of ``settings_cls`` again, with another ``default`` (its meaning and
+    bounds kept): for a searcher whose settings derive from another's and differ in a default
+    only."""
+    base = next(f for f in dataclasses.fields(settings_cls) if f.name == name)
+    return dataclasses.field(default=default, metadata=base.metadata)
 
 
 @dataclass(frozen=True)
@@ -278,8 +287,14 @@ def _bool(v):
     return False, None
 
 
+def _text(v):
+    if isinstance(v, os.PathLike):  # a file setting given as a Path
+        return True, os.fspath(v)
+    return isinstance(v, str), v
+
+
 _CONVERTERS = {
     "int": lambda v: _number(v, True), "float": lambda v: _number(v, False), "bool": _bool,
-    "str": lambda v: (isinstance(v, str), v), "None": lambda v: (v is None, None),
+    "str": _text, "None": lambda v: (v is None, None),
     "object": lambda v: (True, v), "dict": lambda v: (isinstance(v, dict), v),
 }

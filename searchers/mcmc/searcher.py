@@ -1,4 +1,4 @@
-"""`McmcSearcher`: its settings, setup, ask / tell and the chains' Metropolis-Hastings steps.
+"""`McmcSearcher`: setup, ask / tell, and the chains' walk through known proposals.
 
 The searcher owns its parts and passes them what they need: the chains' state and steps
 (`chains.Chains`) and costs (`chains.Scalarization`), the proposals (`moves.Moves`), the

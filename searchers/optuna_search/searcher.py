@@ -48,14 +48,19 @@ class OptunaSearcher(PolishMixin, Searcher):
         name = cfg.study_name
         if name is None and cfg.storage is not None:
             name = f"moplace:{p.graph.name}:{p.cluster.name}:{self.sampler}"
+        storage = open_storage(cfg.storage) if cfg.storage is not None \
+            else optuna.storages.InMemoryStorage()
         self.study = optuna.create_study(directions=["minimize"] * len(p.objectives),
-                                         sampler=sampler, storage=open_storage(cfg.storage),
+                                         sampler=sampler, storage=storage,
                                          study_name=name, load_if_exists=True)
         check_study(self.study, p, self._search_priorities)
         # trials of an earlier search on this study that were asked but never told
-        self._pending = [optuna.trial.Trial(self.study, t._trial_id) for t in
-                         self.study.get_trials(deepcopy=False,
-                                               states=(optuna.trial.TrialState.RUNNING,))]
+        running = self.study.get_trials(deepcopy=False,
+                                        states=(optuna.trial.TrialState.RUNNING,))
+        study_id = storage.get_study_id_from_name(self.study.study_name)
+        trial_id = storage.get_trial_id_from_study_id_trial_number
+        self._pending = [optuna.trial.Trial(self.study, trial_id(study_id, t.number))
+                         for t in running]
         self._asked: list = []
         self._known = KnownEvaluations()
         self.known_taken = 0  # trials told from _known instead of simulated

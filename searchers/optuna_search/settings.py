@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moplace.optimize.settings import Settings, setting
+from moplace.optimize.settings import Settings, default_of, setting
 
 _KNOWN_TRIALS = ("most trials per ask whose strategy was simulated before, told at once from "
                  "memory instead of simulated (not counted as evaluations); 0: off")
@@ -62,7 +62,7 @@ class TpeSamplerSettings(OptunaSettings):
                               "trials asked but not yet told)", low=1)
     known_trials: int = setting(0, _KNOWN_TRIALS + " (measured no better for TPE, and slower)",
                                 low=0)
-    polish: int = setting(32, _POLISH, low=0)
+    polish: int = default_of(OptunaSettings, "polish", 32)
     n_startup_trials: int = setting(
         100, "complete trials (the enqueued heuristics included) sampled at random before TPE "
         "starts modelling good and bad trials (optuna's default: 10)", low=0)

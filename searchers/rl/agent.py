@@ -3,9 +3,10 @@ simulator behind the driver's ask/tell loop.
 
 - **Start**: the first ask hands the driver every seed (`searchers.seeding`: each candidate of
   the list schedulers, the baselines on the whole cluster and on device subsets), as NSGA-II
-  starts from them, so the archive holds them and no front is worse than theirs. With ``warm_start`` the policy first imitates
-  DPOS (supervised: the log probability of the decisions that give DPOS's placement, maximized
-  for ``imitation_steps`` steps; `actions.ActionSpace.targets`).
+  starts from them, so the archive holds them and no front is worse than theirs. With
+  ``warm_start`` the policy first imitates DPOS (supervised: the log probability of the
+  decisions that give DPOS's placement, maximized for ``imitation_steps`` steps;
+  `actions.ActionSpace.targets`).
 - **Each ask** draws ``samples`` decisions from the policy (logit noise decaying to zero over
   ``noise_updates`` updates) and turns them into strategies (`actions.ActionSpace`).
 - **Each tell** scores the evaluated samples and updates the policy (the subclass's `_learn`:
@@ -21,6 +22,8 @@ simulator behind the driver's ask/tell loop.
 - **Files**: ``policy=FILE`` starts from a saved policy (`store`), ``save_policy=FILE`` writes
   the policy when the search ends. A checkpoint holds the weights and the optimizer's state
   (`__getstate__`), and the TensorFlow objects are rebuilt on resume.
+- **Settings**: `settings.PolicySettings` (both searchers'), `settings.HierarchicalSettings` and
+  `settings.TrinitySettings`, read as ``self.config``.
 
 TensorFlow is imported when a search starts, not when the searcher is listed or made.
 Sampling uses TensorFlow's stateless random ops seeded from the driver's generator, so the
@@ -39,52 +42,12 @@ from searchers.polish import FrontPolish
 
 from . import store
 from .actions import ActionSpace
+from .settings import PolicySettings
 
 #: Structural embedding width (Trinity's Node2vec), when the searcher uses one.
 STRUCTURE_DIM = 16
-#: Default share of the evaluations that polish may take (setting ``polish``).
-DEFAULT_POLISH = 0.5
 #: Most strategies of one polish batch.
 POLISH_BATCH = 16
-
-
-#: The settings both RL searchers have, appended to each one's ``Settings:`` section.
-SHARED_SETTINGS = """
-        levels: priority levels with genome "full".
-        hidden: width of the grouper's hidden layer (paper: 64).
-        lstm: width of the placer's LSTMs.
-        learning_rate: Adam's learning rate (gradient-norm clip 1.0).
-        noise: standard deviation of the logit noise at the start; it decays linearly to 0.
-        noise_updates: updates over which the noise decays (0: no noise).
-        warm_start: imitate DPOS's placement before searching.
-        imitation_steps: most supervised steps of the warm start.
-        imitation_confidence: the warm start stops once the policy gives DPOS's decisions this
-            probability (geometric mean per decision).
-        seed_heuristics: evaluate the seeds first (each candidate of the list schedulers, the
-            baselines on the whole cluster and on device subsets; `searchers.seeding`).
-        policy: a policy file to start from (zero-shot or fine-tuning), as written by
-            save_policy; its sizes replace groups, hidden and lstm.
-        save_policy: write the trained policy to this file when the search ends.
-        learn: update the policy (false: only sample it, e.g. to measure a loaded policy
-            zero-shot).
-        polish: most share of the evaluations spent polishing the front between policy
-            batches (standard orders and one-step neighbours of new front points; 0: none).
-"""
-
-
-def shared_settings(cls):
-    """Class decorator: append `SHARED_SETTINGS` to ``cls``'s docstring (``moplace searchers``
-    reads each setting's meaning there)."""
-    cls.__doc__ = cls.__doc__.rstrip() + SHARED_SETTINGS
-    return cls
-
-
-def positive(name: str, value, least: int = 1) -> int:
-    """``value`` as an int, or a `MoplaceError` naming setting ``name`` if it is not an integer
-    of at least ``least``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise MoplaceError(f"{name} must be an integer of at least {least}, got {value!r}")
-    return int(value)
 
 
 def _tf():
@@ -97,55 +60,22 @@ def _tf():
 
 
 class PolicySearcher(Searcher):
-    """Base of the RL searchers (see the module docstring); subclasses define `_learn`."""
+    """Base of the RL searchers (see the module docstring); subclasses define `_learn`.
 
+    Settings: see `searchers.rl.settings.PolicySettings`.
+    """
+
+    Settings = PolicySettings
     #: conditions the policy takes per sample (Trinity: the objective weights)
     n_conditions = 0
     seeded = True
-
-    def __init__(self, *, samples: int, groups: int | None, genome: str, levels: int,
-                 hidden: int, lstm: int, learning_rate: float, noise: float, noise_updates: int,
-                 warm_start: bool, imitation_steps: int, imitation_confidence: float,
-                 seed_heuristics: bool,
-                 policy: str | None, save_policy: str | None, learn: bool = True,
-                 polish: float = DEFAULT_POLISH):
-        self.samples = positive("samples", samples)
-        self.groups = None if groups is None else positive("groups", groups)
-        if genome not in ("placement", "full"):
-            raise MoplaceError(f"genome must be 'placement' or 'full', got {genome!r}")
-        self.genome, self.levels = genome, positive("levels", levels)
-        self.hidden, self.lstm = positive("hidden", hidden), positive("lstm", lstm)
-        if not (isinstance(learning_rate, (int, float)) and 0 < learning_rate < 10):
-            raise MoplaceError(f"learning_rate must be in (0, 10), got {learning_rate!r}")
-        if not (isinstance(noise, (int, float)) and 0 <= noise < 100):
-            raise MoplaceError(f"noise must be a standard deviation >= 0, got {noise!r}")
-        self.learning_rate, self.noise = float(learning_rate), float(noise)
-        self.noise_updates = positive("noise_updates", noise_updates, 0)
-        self.imitation_steps = positive("imitation_steps", imitation_steps, 0)
-        if not (isinstance(imitation_confidence, (int, float)) and 0 < imitation_confidence < 1):
-            raise MoplaceError("imitation_confidence must be a probability in (0, 1), got "
-                               f"{imitation_confidence!r}")
-        self.imitation_confidence = float(imitation_confidence)
-        self.warm_start, self.seed_heuristics = bool(warm_start), bool(seed_heuristics)
-        self.policy = None if policy in (None, "") else str(policy)
-        self.save_policy = None if save_policy in (None, "") else str(save_policy)
-        self.learn = bool(learn)
-        if isinstance(polish, bool) or not (isinstance(polish, (int, float)) and 0 <= polish < 1):
-            raise MoplaceError(f"polish must be a share in [0, 1), got {polish!r}")
-        self.polish = float(polish)
-        self._polishing = False  # the last batch asked was a polish batch
-
-    def settings(self) -> dict:
-        return {k: getattr(self, k) for k in (
-            "samples", "groups", "genome", "levels", "hidden", "lstm", "learning_rate", "noise",
-            "noise_updates", "warm_start", "imitation_steps", "imitation_confidence",
-            "seed_heuristics", "policy", "save_policy", "learn", "polish")}
+    _polishing = False  # the last batch asked was a polish batch
 
     # -- setup ----------------------------------------------------------------------------------
     def _setup(self) -> None:
-        p = self.problem
-        if self.save_policy is not None:
-            store.check_writable(self.save_policy)
+        p, cfg = self.problem, self.config
+        if cfg.save_policy is not None:
+            store.check_writable(cfg.save_policy)
         self.n_ops, self.updates, self._last, self._progress = len(p.graph.ops), 0, None, {}
         self._weights = self._opt_state = None
         self._model, self.loaded_from = None, {}
@@ -155,11 +85,11 @@ class PolicySearcher(Searcher):
         from moplace.core.strategy import Strategy
 
         # every seed first (`searchers.seeding`); an empty graph: the baselines, then done
-        self.seeding = SeedPhase(p, enabled=self.seed_heuristics or not self.n_ops)
+        self.seeding = SeedPhase(p, enabled=cfg.seed_heuristics or not self.n_ops)
         self._pending = self.seeding.ask()
         self._dpos = None
-        self._front_polish = FrontPolish(p, self.rng, share=self.polish) \
-            if self.polish > 0 and self.n_ops else None
+        self._front_polish = FrontPolish(p, self.rng, share=cfg.polish) \
+            if cfg.polish > 0 and self.n_ops else None
         if self.n_ops:
             result = dpos(ListSchedInput.from_problem(p.graph, p.cluster, p.costs))
             self._dpos = Strategy(result.placement, result.priority())
@@ -167,15 +97,16 @@ class PolicySearcher(Searcher):
             return
         self._init_seed = int(self.rng.integers(2**31))
         self._build()
-        if self.warm_start and self.policy is None:
+        if cfg.warm_start and cfg.policy is None:
             self._progress.update(self._imitate(self._dpos))
 
     def _sizes(self) -> dict:
         """The sizes the problem and settings fix (a loaded policy must have them)."""
         D = self.problem.n_devices
-        full = self.genome == "full"
+        full = self.config.genome == "full"
         return {"n_devices": D, "n_splits": D if full and D > 1 else 1,
-                "n_levels": self.levels if full else 1, "n_conditions": self.n_conditions,
+                "n_levels": self.config.levels if full else 1,
+                "n_conditions": self.n_conditions,
                 "structure_dim": STRUCTURE_DIM if self._structure() else 0}
 
     def _structure(self) -> bool:
@@ -191,36 +122,36 @@ class PolicySearcher(Searcher):
         from .features import problem_features
         from .structure import structural_embedding
 
-        p, sizes = self.problem, self._sizes()
+        p, sizes, cfg = self.problem, self._sizes(), self.config
         graph = p.graph
         structure = structural_embedding(graph, dim=STRUCTURE_DIM, seed=self._init_seed) \
             if self._structure() else None
         self._tensors = P.ProblemTensors(problem_features(p), structure, units=graph.arrays.group)
         units = self._tensors.n_units
         default = min(256, 20 * sizes["n_devices"], units)  # more groups than units: idle ones
-        config = {"n_groups": self.groups or default,
-                  "hidden": self.hidden, "lstm": self.lstm, "type_dim": 20}
+        config = {"n_groups": cfg.groups or default,
+                  "hidden": cfg.hidden, "lstm": cfg.lstm, "type_dim": 20}
         weights, meta = self._weights, {}
-        if weights is None and self.policy is not None:
-            have, weights, meta = store.load(self.policy)
-            store.check_fits(self.policy, have, {**sizes, "vocabulary": len(P.VOCABULARY)})
+        if weights is None and cfg.policy is not None:
+            have, weights, meta = store.load(cfg.policy)
+            store.check_fits(cfg.policy, have, {**sizes, "vocabulary": len(P.VOCABULARY)})
             config = {k: int(have[k]) for k in config}
         self._model = P.HierarchicalPolicy(
             config["n_groups"], sizes["n_devices"], n_splits=sizes["n_splits"],
             n_levels=sizes["n_levels"], n_conditions=sizes["n_conditions"],
             type_dim=config["type_dim"], hidden=config["hidden"], lstm=config["lstm"],
             seed=self._init_seed)
-        k = self.samples  # the shape every later call has: traced once
+        k = cfg.samples  # the shape every later call has: traced once
         self._model.sample(self._tensors, k, seed=0)  # builds the weights; draws nothing from rng
         if weights is not None:
             if [w.shape for w in self._model.weights] != [np.shape(w) for w in weights]:
-                raise MoplaceError(f"policy file {self.policy} does not fit this search: its "
+                raise MoplaceError(f"policy file {cfg.policy} does not fit this search: its "
                                    "weights have other shapes")
             for var, value in zip(self._model.weights, weights):
                 var.assign(value)
         self.space = ActionSpace(p, self._model.n_groups, splits=sizes["n_splits"],
                                  levels=sizes["n_levels"])
-        self._optimizer = keras.optimizers.Adam(self.learning_rate, global_clipnorm=1.0)
+        self._optimizer = keras.optimizers.Adam(cfg.learning_rate, global_clipnorm=1.0)
         self._optimizer.build(self._model.trainable_variables)
         if self._opt_state is not None:
             for var, value in zip(self._optimizer.variables, self._opt_state):
@@ -237,9 +168,9 @@ class PolicySearcher(Searcher):
         search, until the geometric mean probability of a target decision reaches
         ``imitation_confidence`` (a policy sure of DPOS would only ever sample DPOS) or
         ``imitation_steps`` have run; the optimizer's state is reset afterwards."""
-        P = _tf()
+        P, cfg = _tf(), self.config
         groups, devices, splits, levels = self.space.targets(target)
-        k = self.samples  # the search's batch shape: one compiled step for both
+        k = cfg.samples  # the search's batch shape: one compiled step for both
         actions = P.Actions(*(np.repeat(a[None], k, 0) for a in (groups, devices, splits,
                                                                    levels)))
         # groups, devices and levels (when the policy has that head); splits are left free
@@ -248,14 +179,14 @@ class PolicySearcher(Searcher):
         opt = self._optimizer
         opt.learning_rate.assign(0.01)
         confidence, steps = 0.0, 0
-        while steps < self.imitation_steps and confidence < self.imitation_confidence:
+        while steps < cfg.imitation_steps and confidence < cfg.imitation_confidence:
             _, _, logp = self._model.train_step(opt, self._tensors, actions, weight,
                                                 conditions=self._conditions(k),
                                                 heads=(1.0, 0.0, 1.0))
             confidence, steps = float(np.exp(np.mean(logp) / decisions)), steps + 1
         for var in opt.variables:  # the search starts with a fresh optimizer
             var.assign(np.zeros(var.shape, var.dtype))
-        opt.learning_rate.assign(self.learning_rate)
+        opt.learning_rate.assign(cfg.learning_rate)
         return {"imitation_steps": float(steps), "imitation_confidence": confidence}
 
     # -- ask / tell -----------------------------------------------------------------------------
@@ -264,9 +195,10 @@ class PolicySearcher(Searcher):
         return None
 
     def _noise(self) -> float:
-        if self.noise_updates == 0:
+        cfg = self.config
+        if cfg.noise_updates == 0:
             return 0.0
-        return self.noise * max(0.0, 1.0 - self.updates / self.noise_updates)
+        return cfg.noise * max(0.0, 1.0 - self.updates / cfg.noise_updates)
 
     def ask(self):
         if self._pending:
@@ -276,16 +208,16 @@ class PolicySearcher(Searcher):
             return []
         polish = self._front_polish
         if polish is not None and polish.due():
-            batch = polish.take(max(self.samples, POLISH_BATCH))
+            batch = polish.take(max(self.config.samples, POLISH_BATCH))
             if batch:
                 self._last, self._polishing = None, True
                 return batch
         self._polishing = False
         if self._model is None:
             self._build()
-        cond = self._conditions(self.samples)
+        cond = self._conditions(self.config.samples)
         self._noise_at_draw = self._noise()
-        actions, logp = self._model.sample(self._tensors, self.samples,
+        actions, logp = self._model.sample(self._tensors, self.config.samples,
                                            seed=int(self.rng.integers(2**31)),
                                            noise=self._noise_at_draw, conditions=cond)
         self._last = (actions, logp, cond)
@@ -302,7 +234,7 @@ class PolicySearcher(Searcher):
             self._build()
         actions, logp, cond = self._last
         self._last = None
-        self._progress = self._learn(actions, logp, cond, evaluations, update=self.learn)
+        self._progress = self._learn(actions, logp, cond, evaluations, update=self.config.learn)
         self.updates += 1
 
     def _learn(self, actions, logp, cond, evaluations, update: bool = True) -> dict:
@@ -327,9 +259,9 @@ class PolicySearcher(Searcher):
 
     # -- files ----------------------------------------------------------------------------------
     def close(self) -> None:
-        if self.save_policy is not None and getattr(self, "_model", None) is not None:
+        if self.config.save_policy is not None and getattr(self, "_model", None) is not None:
             p = self.problem
-            store.save(self.save_policy, {**self._model.config(), **self._sizes()},
+            store.save(self.config.save_policy, {**self._model.config(), **self._sizes()},
                        [w.numpy() for w in self._model.weights],
                        {"graph": p.graph.name, "cluster": p.cluster.name, "searcher": self.name,
                         "updates": self.updates})

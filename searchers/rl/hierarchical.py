@@ -18,54 +18,22 @@ import numpy as np
 
 from moplace.errors import MoplaceError
 
-from .agent import DEFAULT_POLISH, PolicySearcher, shared_settings
+from .agent import PolicySearcher
 from .rewards import MovingAverage, sqrt_runtime_reward
+from .settings import HierarchicalSettings
 
 
-@shared_settings
 class HierarchicalSearcher(PolicySearcher):
     """Hierarchical planner: grouper + LSTM placer, REINFORCE on -sqrt(runtime).
 
     Starts from the list schedulers' strategies (and, warm, a policy imitating DPOS); see
     searchers/rl/agent.py and searchers/rl/hierarchical.py.
 
-    Settings:
-        samples: placements drawn per policy update (the paper's k = 4).
-        groups: groups the grouper makes (default min(256, 20 x devices, co-location groups);
-            more than the graph has ops works, the extra groups stay empty).
-        genome: "placement" (the paper) or "full": the placer also picks each group's split
-            degree and priority level.
-        fail_factor: an infeasible strategy scores as this many times the reference runtime.
-        baseline_decay: decay of the moving-average reward baseline (paper: 0.9).
+    Settings: see `searchers.rl.settings.HierarchicalSettings`.
     """
 
     name = "hierarchical"
-
-    def __init__(self, samples: int = 4, groups: int | None = None, genome: str = "placement",
-                 levels: int = 4, hidden: int = 64, lstm: int = 64, learning_rate: float = 0.001,
-                 noise: float = 0.5, noise_updates: int = 100, warm_start: bool = True,
-                 imitation_steps: int = 200, imitation_confidence: float = 0.8,
-                 seed_heuristics: bool = True,
-                 policy: str | None = None, save_policy: str | None = None,
-                 learn: bool = True, polish: float = DEFAULT_POLISH, fail_factor: float = 10.0,
-                 baseline_decay: float = 0.9):
-        super().__init__(samples=samples, groups=groups, genome=genome, levels=levels,
-                         hidden=hidden, lstm=lstm, learning_rate=learning_rate, noise=noise,
-                         noise_updates=noise_updates, warm_start=warm_start,
-                         imitation_steps=imitation_steps,
-                         imitation_confidence=imitation_confidence,
-                         seed_heuristics=seed_heuristics,
-                         policy=policy, save_policy=save_policy, learn=learn,
-                         polish=polish)
-        if not (isinstance(fail_factor, (int, float)) and fail_factor >= 1):
-            raise MoplaceError(f"fail_factor must be at least 1, got {fail_factor!r}")
-        if not (isinstance(baseline_decay, (int, float)) and 0 <= baseline_decay < 1):
-            raise MoplaceError(f"baseline_decay must be in [0, 1), got {baseline_decay!r}")
-        self.fail_factor, self.baseline_decay = float(fail_factor), float(baseline_decay)
-
-    def settings(self) -> dict:
-        return {**super().settings(), "fail_factor": self.fail_factor,
-                "baseline_decay": self.baseline_decay}
+    Settings = HierarchicalSettings
 
     def _setup(self) -> None:
         if "runtime" not in self.problem.objectives:
@@ -74,13 +42,14 @@ class HierarchicalSearcher(PolicySearcher):
         self._runtime = self.problem.objectives.index("runtime")
         runtimes = [ev.values[self._runtime] for ev in self.problem.baselines.values()]
         self._reference = max(min(runtimes), 1e-12)
-        self._baseline = MovingAverage(self.baseline_decay)
+        self._baseline = MovingAverage(self.config.baseline_decay)
         super()._setup()
 
     def _learn(self, actions, logp, cond, evaluations, update: bool = True) -> dict:
         runtime = np.array([ev.values[self._runtime] for ev in evaluations])
         feasible = np.array([ev.feasible for ev in evaluations])
-        reward = sqrt_runtime_reward(runtime, feasible, self._reference, self.fail_factor)
+        reward = sqrt_runtime_reward(runtime, feasible, self._reference,
+                                     self.config.fail_factor)
         baseline = self._baseline.update(reward)
         advantage = np.zeros(len(actions))
         advantage[:reward.size] = reward - baseline
