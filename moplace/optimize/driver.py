@@ -150,8 +150,8 @@ def search(problem: Problem, searcher: Searcher, *, budget: Budget | int = 1000,
     if isinstance(every_n, bool) or not isinstance(every_n, (int, np.integer)) or every_n < 1:
         raise MoplaceError("checkpoint_every_evaluations must be a positive integer, got "
                            f"{every_n!r}")
-    run = _Run(problem, searcher, budget, seed, callbacks, checkpoint, float(every), int(every_n),
-               evaluator)
+    saving = None if checkpoint is None else _Saving(Path(checkpoint), float(every), int(every_n))
+    run = _Run(problem, searcher, budget, seed, callbacks, saving, evaluator)
     with run.sigint:
         try:
             run.loop()
@@ -163,9 +163,19 @@ def search(problem: Problem, searcher: Searcher, *, budget: Budget | int = 1000,
         return run.end("finished")
 
 
+@dataclass(frozen=True)
+class _Saving:
+    """Where a search's checkpoint goes, and how often: after ``every_seconds`` or
+    ``every_evaluations``, whichever comes first."""
+
+    file: Path
+    every_seconds: float
+    every_evaluations: int
+
+
 class _Run:
-    def __init__(self, problem, searcher, budget, seed, callbacks, checkpoint=None,
-                 checkpoint_every=30.0, checkpoint_every_evaluations=500, evaluator=None):
+    def __init__(self, problem, searcher, budget, seed, callbacks, saving: _Saving | None = None,
+                 evaluator=None):
         self.problem, self.searcher, self.budget = problem, searcher, budget
         self.evaluator = evaluator
         self.seed, self.callbacks = int(seed), list(callbacks)
@@ -173,9 +183,8 @@ class _Run:
         self.history: list[tuple[int, float]] = []
         self.best_history: list[tuple[int, tuple[float, ...]]] = []  # best of each objective
         self.elapsed_before, self.resumed_from = 0.0, 0
-        self.checkpoint = None if checkpoint is None else Path(checkpoint)
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_every_evaluations = checkpoint_every_evaluations
+        self.checkpoint = None if saving is None else saving.file
+        self.saving = saving
         self.sigint = HeldSigint()
         #: the batch asked and not yet told, with the evaluations done of it so far
         self.pending: tuple[list, list] | None = None
@@ -286,8 +295,8 @@ class _Run:
 
     def _checkpoint_due(self) -> bool:
         return self.checkpoint is not None and (
-            time.perf_counter() - self.last_save >= self.checkpoint_every
-            or self.archive.n_added - self.saved_at >= self.checkpoint_every_evaluations)
+            time.perf_counter() - self.last_save >= self.saving.every_seconds
+            or self.archive.n_added - self.saved_at >= self.saving.every_evaluations)
 
     def _save(self, status: str) -> None:
         state = {"archive": self.archive, "history": self.history,
