@@ -135,6 +135,18 @@ def _search(args) -> int:
                                     for pt in result.front], "front_file": str(path),
                           **tracking_json(tracker)}))
         return 0
+    _print_result(problem, searcher, result, path, notes)
+    if tracker is not None:
+        drawing = {"background": "being drawn", "inline": "drawn", "off": "off"}[args.figures]
+        drawing = "drawn" if drawing == "being drawn" and tracker.figure_job is None else drawing
+        print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri} (figures "
+              f"{drawing}; `moplace show {tracker.run_id[:8]}` lists them)")
+    return 0
+
+
+def _print_result(problem, searcher, result, path, notes) -> None:
+    """A search's result for a person: its figures, its front, where it was written, the
+    searcher's notes and its own estimates beside the simulated values."""
     print(f"{result.searcher} on {problem.graph.name} / {problem.cluster.name}: "
           f"{result.n_evaluations} evaluations in {result.seconds:.1f} s ({result.status}), "
           f"hypervolume {result.hypervolume:.4f}")
@@ -152,12 +164,6 @@ def _search(args) -> int:
         flag = "" if abs(simulated / estimate - 1) <= 0.05 else "  (they disagree by more than 5%)"
         print(f"the scheduler's own makespan estimate: {estimate * 1e3:.3f} ms, simulated: "
               f"{simulated * 1e3:.3f} ms{flag}")
-    if tracker is not None:
-        drawing = {"background": "being drawn", "inline": "drawn", "off": "off"}[args.figures]
-        drawing = "drawn" if drawing == "being drawn" and tracker.figure_job is None else drawing
-        print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri} (figures "
-              f"{drawing}; `moplace show {tracker.run_id[:8]}` lists them)")
-    return 0
 
 
 def front_text(problem, points) -> str:
