@@ -16,7 +16,7 @@ from .harness import failure_report, fuzz
 
 SEED = 0
 #: inputs per format; "arguments" covers all its ~240 named cases (mostly instant errors) first
-N = {"pipedream": 50, "dnn-partitioning": 50, "native": 50, "cluster": 50, "strategy": 50,
+N = {"pipedream": 25, "dnn-partitioning": 50, "native": 50, "cluster": 50, "strategy": 50,
      "front": 50, "sweep": 50, "arguments": 250}
 #: the slow run (``pytest -m slow``, also run by .ci/run): other inputs, ten times as many
 N_SLOW = 500
