@@ -72,6 +72,12 @@ def seed_sources() -> list[tuple[str, Callable]]:
             except Exception as exc:  # a plugin that fails to import must not hide the others
                 raise MoplaceError(f"seed source {ep.name!r} ({ep.value}) cannot be loaded: "
                                    f"{type(exc).__name__}: {exc}") from exc
+        if not any(_origin(points[name]) == "moplace" for name in points):
+            # every installed moplace registers its own (the list schedulers'): an install
+            # made before the group existed gives no schedules, and searches would quietly
+            # start from the baselines alone
+            raise MoplaceError(f"moplace's seed sources are not registered (entry-point group "
+                               f"{GROUP}): install moplace again (pip install -e .)")
         _SOURCES = sources
     return _SOURCES
 
