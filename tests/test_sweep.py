@@ -52,6 +52,13 @@ def _bad(tmp_path, capsys, text, *extra):
     return err
 
 
+def test_a_settings_range_beyond_its_bounds_is_refused_before_any_trial(tmp_path, capsys):
+    text = SWEEP.format(name="s", budget=40).replace('searcher = "random"', 'searcher = "mcmc"') \
+        .replace("memory_limit_gib = [2, 8]", '"mcmc.neighbour_prob" = { low = 0.5, high = 2 }')
+    err = _bad(tmp_path, capsys, text)
+    assert "[space] mcmc.neighbour_prob" in err and "must be in [0, 1], got 2.0" in err
+
+
 @pytest.mark.parametrize("change, words", [
     (("devices = [1, 2, 4]", "gpus = [1, 2]"), ["[space] gpus", "unknown parameter"]),
     (("devices = [1, 2, 4]", "devices = []"), ["[space] devices", "empty list"]),

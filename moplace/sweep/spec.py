@@ -334,6 +334,14 @@ def _dist(name, value, searchers, err) -> Dist:
             raise err(key, "a range takes step or log, not both")
     if kind is int and (low != int(low) or high != int(high) or (step and step != int(step))):
         raise err(key, "an integer parameter's range needs whole numbers")
+    if name not in PARAMETERS:  # a searcher setting: both ends within its declared bounds
+        from ..optimize.plugins import convert_setting
+
+        try:
+            for end in (low, high):
+                convert_setting(owner, setting, kind(end))
+        except MoplaceError as exc:
+            raise err(key, str(exc)) from None
     return Dist(name, kind, low=low, high=high, step=step, log=log)
 
 
