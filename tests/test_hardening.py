@@ -283,3 +283,26 @@ def test_a_value_quoted_whole_in_an_error_is_cut_to_one_short_line(tmp_path, cap
         assert "graph.txt, line 2: edge names unknown node" in err
     else:  # argparse quotes it whole: the line is cut
         assert "more characters" in err
+
+
+def test_a_damaged_mlflow_store_is_one_clear_line(tmp_path, capsys):
+    """A store file that is not a database (or one whose making was killed part-way: the
+    fuzz met "table _alembic_tmp_experiments already exists") was a traceback."""
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"not an SQLite database\n" * 64)
+    code = main(["search", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--searcher",
+                 "random", "--budget", "4", "--quiet", "--out", str(tmp_path / "out"),
+                 "--tracking-uri", f"sqlite:///{db}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"MLflow store sqlite:///{db} cannot be opened" in err and "remove the file" in err
+
+
+def test_sweep_returns_nested_in_a_list_are_one_clear_line(tmp_path, capsys):
+    path = tmp_path / "s.toml"
+    path.write_text('[sweep]\nname = "s"\nreturns = [["hypervolume"]]\n[fixed]\n'
+                    'graph = "pipedream:alexnet"\ncluster = "4xV100-NVLink"\n'
+                    'searcher = "random"\nbudget = 4\n[space]\nseed = [0, 1]\n')
+    assert main(["sweep", str(path), "--check", "--no-mlflow"]) == 2
+    err = capsys.readouterr().err
+    assert "[sweep] returns: must be one or more of" in err and err.count("\n") == 1, err

@@ -46,6 +46,15 @@ def connect(uri: str, experiment: str):
                     client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
     except MlflowException as exc:
         raise MoplaceError(f"MLflow store {uri}: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # noqa: BLE001 - the database driver's own errors (sqlalchemy)
+        if type(exc).__name__ not in ("OperationalError", "DatabaseError", "IntegrityError"):
+            raise
+        # e.g. "table _alembic_tmp_experiments already exists": a schema creation or upgrade
+        # that was killed part-way left the file half made
+        raise MoplaceError(f"MLflow store {uri} cannot be opened ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:200]}); if a command making it was "
+                           f"stopped part-way, remove the file or give another --tracking-uri"
+                           ) from None
     return client, exp_id
 
 
@@ -85,6 +94,15 @@ def connect_client(uri: str, *, must_exist: bool = False):
             client.search_experiments(max_results=1)  # a new store's schema, under the lock
     except MlflowException as exc:
         raise MoplaceError(f"MLflow store {uri}: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # noqa: BLE001 - the database driver's own errors (sqlalchemy)
+        if type(exc).__name__ not in ("OperationalError", "DatabaseError", "IntegrityError"):
+            raise
+        # e.g. "table _alembic_tmp_experiments already exists": a schema creation or upgrade
+        # that was killed part-way left the file half made
+        raise MoplaceError(f"MLflow store {uri} cannot be opened ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:200]}); if a command making it was "
+                           f"stopped part-way, remove the file or give another --tracking-uri"
+                           ) from None
     return client
 
 

@@ -173,7 +173,8 @@ def load_spec(path) -> SweepSpec:
     dists = {k: _dist(k, v, searchers, err) for k, v in space.items()}
     returns = sweep.get("returns", ["hypervolume"])
     returns = [returns] if isinstance(returns, str) else returns
-    if not isinstance(returns, list) or not returns or any(r not in RETURNS for r in returns):
+    if not isinstance(returns, list) or not returns \
+            or any(not isinstance(r, str) or r not in RETURNS for r in returns):
         raise err("[sweep] returns", f"must be one or more of {', '.join(RETURNS)}, got {shown(returns)}")
     if len(set(returns)) != len(returns):
         raise err("[sweep] returns", "names a value twice")

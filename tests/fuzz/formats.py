@@ -322,7 +322,17 @@ class Arguments:
         for k in ("search-random", "compare"):
             n.append((f"{k} --tracking-uri bogus://x",
                       _drop(b[k], "--no-mlflow") + ["--tracking-uri", "bogus://x"]))
+        damaged = wd / "damaged.db"  # a store whose making was killed part-way, or garbage
+        damaged.write_bytes(b"not an SQLite database\n" * 64)
+        for k in ("search-random", "compare"):
+            n.append((f"{k} --tracking-uri damaged db",
+                      _drop(b[k], "--no-mlflow") + ["--tracking-uri", f"sqlite:///{damaged}"]))
+        for v in ("random.batch_size=0", "mcmc.extra_move=1", "mcmc.restarts=best,nosuch"):
+            n.append((f"compare --set {v} (out of bounds)",
+                      _swap(b["compare"], "--searchers", "random,mcmc") + ["--set", v]))
         for k in ("runs", "show", "show-point"):
+            n.append((f"{k} --tracking-uri damaged db",
+                      _swap(b[k], "--tracking-uri", f"sqlite:///{damaged}")))
             n.append((f"{k} --tracking-uri bogus://x", _swap(b[k], "--tracking-uri", "bogus://x")))
             n.append((f"{k} --tracking-uri missing db",
                       _swap(b[k], "--tracking-uri", f"sqlite:///{wd / 'nosuch' / 'x.db'}")))
@@ -453,7 +463,10 @@ class SweepToml(FileFormat):
 
     def make_seeds(self):
         folder = Path(__file__).resolve().parents[2] / "experiments" / "sweeps"
-        return [("hand-written", SWEEP_TOML.encode())] + [
+        nested = SWEEP_TOML.replace('returns = ["hypervolume", "best_runtime_within_memory"]',
+                                    'returns = [["hypervolume"], "best_runtime"]')
+        return [("hand-written", SWEEP_TOML.encode()),
+                ("returns nested in a list (a traceback once)", nested.encode())] + [
             (f"example {p.name}", p.read_bytes()) for p in sorted(folder.glob("*.toml"))]
 
     def command(self, rng):
