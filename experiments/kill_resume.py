@@ -43,8 +43,8 @@ def counted(problem, counter_path: str | None):
     evaluate, calls = problem.evaluate, [0]
     fd = os.open(counter_path, os.O_RDWR | os.O_CREAT) if counter_path else None
 
-    def counting(strategy):
-        ev = evaluate(strategy)
+    def counting(strategy, parent=None):
+        ev = evaluate(strategy, parent)
         calls[0] += 1
         if fd is not None:
             os.pwrite(fd, struct.pack("<q", calls[0]), 0)

@@ -140,7 +140,9 @@ def open_sweep_study(spec, url: str, *, trials: int | None = None, create: bool 
     """`open_study`, and whether the storage held the study already (a resumed sweep)."""
     import optuna
 
-    storage = open_storage(url, spec)
+    # the storage as the study holds it (optuna wraps a database storage in a cache, and trial
+    # ids must be handed out through that same object)
+    storage = optuna.storages.get_storage(open_storage(url, spec))
     resumed = any(s.study_name == spec.name for s in storage.get_all_studies())
     if create:
         study = optuna.create_study(study_name=spec.name, storage=storage, load_if_exists=True,

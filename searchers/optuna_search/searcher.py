@@ -48,8 +48,8 @@ class OptunaSearcher(PolishMixin, Searcher):
         name = cfg.study_name
         if name is None and cfg.storage is not None:
             name = f"moplace:{p.graph.name}:{p.cluster.name}:{self.sampler}"
-        storage = open_storage(cfg.storage) if cfg.storage is not None \
-            else optuna.storages.InMemoryStorage()
+        # the storage as the study holds it (a database storage wrapped in optuna's cache)
+        storage = optuna.storages.get_storage(open_storage(cfg.storage))
         self.study = optuna.create_study(directions=["minimize"] * len(p.objectives),
                                          sampler=sampler, storage=storage,
                                          study_name=name, load_if_exists=True)
