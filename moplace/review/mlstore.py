@@ -26,10 +26,25 @@ SCHEMES = {"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql"
 PROBE_SECONDS = 3.0
 
 
-def connect(uri: str, experiment: str):
-    """(MlflowClient, experiment id) for ``uri``, the experiment created if new."""
+def _store_error(uri: str, exc: Exception) -> Exception:
+    """What to raise for ``exc``, met opening the store at ``uri``: MLflow's errors and the
+    database driver's (sqlalchemy's OperationalError, DatabaseError, IntegrityError) as one
+    line naming the store; anything else as it is."""
     from mlflow.exceptions import MlflowException
 
+    if isinstance(exc, MlflowException):
+        return MoplaceError(f"MLflow store {uri}: {str(exc).splitlines()[0]}")
+    if type(exc).__name__ not in ("OperationalError", "DatabaseError", "IntegrityError"):
+        return exc
+    # e.g. "table _alembic_tmp_experiments already exists": a schema creation or upgrade that
+    # was killed part-way left the file half made
+    return MoplaceError(f"MLflow store {uri} cannot be opened ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:200]}); if a command making it was "
+                        f"stopped part-way, remove the file or give another --tracking-uri")
+
+
+def connect(uri: str, experiment: str):
+    """(MlflowClient, experiment id) for ``uri``, the experiment created if new."""
     client = connect_client(uri)
     try:
         with _store_lock(uri):
@@ -44,17 +59,8 @@ def connect(uri: str, experiment: str):
                 exp_id = exp.experiment_id
                 if EXPERIMENT_KIND[0] not in exp.tags:
                     client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
-    except MlflowException as exc:
-        raise MoplaceError(f"MLflow store {uri}: {str(exc).splitlines()[0]}") from None
-    except Exception as exc:  # noqa: BLE001 - the database driver's own errors (sqlalchemy)
-        if type(exc).__name__ not in ("OperationalError", "DatabaseError", "IntegrityError"):
-            raise
-        # e.g. "table _alembic_tmp_experiments already exists": a schema creation or upgrade
-        # that was killed part-way left the file half made
-        raise MoplaceError(f"MLflow store {uri} cannot be opened ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0][:200]}); if a command making it was "
-                           f"stopped part-way, remove the file or give another --tracking-uri"
-                           ) from None
+    except Exception as exc:  # noqa: BLE001 - MLflow's and the database driver's errors
+        raise _store_error(uri, exc) from None
     return client, exp_id
 
 
@@ -85,24 +91,14 @@ def connect_client(uri: str, *, must_exist: bool = False):
 
     for noisy in ("mlflow.store.db.utils", "alembic"):  # "Creating initial tables..." on stderr
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     try:
         with _store_lock(uri):
             client = MlflowClient(tracking_uri=uri)
             client.search_experiments(max_results=1)  # a new store's schema, under the lock
-    except MlflowException as exc:
-        raise MoplaceError(f"MLflow store {uri}: {str(exc).splitlines()[0]}") from None
-    except Exception as exc:  # noqa: BLE001 - the database driver's own errors (sqlalchemy)
-        if type(exc).__name__ not in ("OperationalError", "DatabaseError", "IntegrityError"):
-            raise
-        # e.g. "table _alembic_tmp_experiments already exists": a schema creation or upgrade
-        # that was killed part-way left the file half made
-        raise MoplaceError(f"MLflow store {uri} cannot be opened ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0][:200]}); if a command making it was "
-                           f"stopped part-way, remove the file or give another --tracking-uri"
-                           ) from None
+    except Exception as exc:  # noqa: BLE001 - MLflow's and the database driver's errors
+        raise _store_error(uri, exc) from None
     return client
 
 
