@@ -31,19 +31,16 @@ claim the same name are refused, naming both.
 from __future__ import annotations
 
 import inspect
-import json
-import math
 import re
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
 
 from ..errors import MoplaceError
 from .settings import (  # noqa: F401 - Setting, REQUIRED and convert_setting are used by callers
     REQUIRED,
-    SETTING_LIMIT,
     Setting,
     convert_setting,
+    converted,
     declared,
     make_settings,
 )
@@ -61,21 +58,22 @@ class SearcherInfo:
     settings: tuple[Setting, ...]
 
 
-class SearcherRegistry:
-    """The searchers registered under entry-point group ``group``, by name.
+class PluginRegistry:
+    """The plugins registered under entry-point group ``group``, by name; ``kind`` names them
+    in messages. ``registry[name]`` is the object the entry point names, imported on first
+    use; two installed packages that claim one name are refused, naming both."""
 
-    ``registry[name]`` is the searcher's class (imported on first use); `make` builds one with
-    settings checked against the class's signature; `info` describes it.
-    """
+    kind = "plugin"
 
-    def __init__(self, group: str = GROUP):
+    def __init__(self, group: str, kind: str | None = None):
         self.group = group
+        self.kind = kind or self.kind
         self._points: dict[str, metadata.EntryPoint] | None = None
-        self._classes: dict[str, type] = {}
+        self._loaded: dict[str, object] = {}
 
     def reload(self) -> None:
         """Forget what was read, so that the next use reads the entry points again."""
-        self._points, self._classes = None, {}
+        self._points, self._loaded = None, {}
 
     def _entry_points(self) -> dict[str, metadata.EntryPoint]:
         if self._points is None:
@@ -84,8 +82,8 @@ class SearcherRegistry:
                 seen = points.get(ep.name)
                 if seen is not None and seen.value != ep.value:
                     a, b = sorted((f"{origin(e)} ({e.value})" for e in (seen, ep)))
-                    raise MoplaceError(f"searcher {ep.name!r} is registered twice: by {a} and "
-                                       f"by {b}; uninstall one")
+                    raise MoplaceError(f"{self.kind} {ep.name!r} is registered twice: by {a} "
+                                       f"and by {b}; uninstall one")
                 points.setdefault(ep.name, ep)
             self._points = points
         return self._points
@@ -93,7 +91,11 @@ class SearcherRegistry:
     def names(self) -> list[str]:
         """Registered names: moplace's own first, then the others, each alphabetically."""
         points = self._entry_points()
-        return sorted(points, key=lambda n: (origin(points[n]).split()[0] != "moplace", n))
+        return sorted(points, key=lambda n: (not self.is_moplaces(n), n))
+
+    def is_moplaces(self, name: str) -> bool:
+        """True when moplace itself registered ``name``."""
+        return origin(self._entry_points()[name]).split()[0] == "moplace"
 
     def __contains__(self, name: str) -> bool:
         return name in self._entry_points()
@@ -101,21 +103,35 @@ class SearcherRegistry:
     def __iter__(self):
         return iter(self.names())
 
-    def __getitem__(self, name: str) -> type:
+    def __getitem__(self, name: str):
         points = self._entry_points()
         if name not in points:
-            raise MoplaceError(f"unknown searcher {name!r}; known: {', '.join(self.names())}")
-        if name not in self._classes:
+            raise MoplaceError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
+        if name not in self._loaded:
             ep = points[name]
             try:
-                cls = ep.load()
+                obj = ep.load()
             except Exception as exc:  # a plugin that fails to import must not hide the others
-                raise MoplaceError(f"searcher {name!r} ({ep.value}, from {origin(ep)}) cannot "
-                                   f"be loaded: {type(exc).__name__}: {exc}") from exc
-            if not callable(cls):
-                raise MoplaceError(f"searcher {name!r}: entry point {ep.value} is not a class")
-            self._classes[name] = cls
-        return self._classes[name]
+                raise MoplaceError(f"{self.kind} {name!r} ({ep.value}, from {origin(ep)}) "
+                                   f"cannot be loaded: {type(exc).__name__}: {exc}") from exc
+            if not callable(obj):
+                raise MoplaceError(f"{self.kind} {name!r}: entry point {ep.value} is not "
+                                   f"callable")
+            self._loaded[name] = obj
+        return self._loaded[name]
+
+
+class SearcherRegistry(PluginRegistry):
+    """The searchers registered under entry-point group ``group``, by name.
+
+    ``registry[name]`` is the searcher's class (imported on first use); `make` builds one with
+    its settings checked; `info` describes it.
+    """
+
+    kind = "searcher"
+
+    def __init__(self, group: str = GROUP):
+        super().__init__(group)
 
     def info(self, name: str) -> SearcherInfo:
         """Origin, summary and settings of searcher ``name``."""
@@ -130,12 +146,7 @@ class SearcherRegistry:
         if has_declared_settings(cls):
             searcher = cls(make_settings(cls.Settings, name, settings))
         else:  # a plugin that declares its settings by its constructor's signature
-            declared_ = {s.name: s for s in settings_of(cls)}
-            unknown = [k for k in settings if k not in declared_]
-            if unknown:
-                raise MoplaceError(f"searcher {name!r} has no setting {unknown[0]!r}; its "
-                                   f"settings: {', '.join(declared_) or 'none'}")
-            settings = {k: convert_setting(name, declared_[k], v) for k, v in settings.items()}
+            settings = converted(name, settings_of(cls), settings)
             try:
                 searcher = cls(**settings)
             except (ValueError, TypeError, OverflowError) as exc:  # its own range check

@@ -31,13 +31,13 @@ once; the first label is kept):
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Callable, NamedTuple
 
 from ..core.baselines import BASELINES, baseline, on_devices, one_device_each_kind
 from ..core.strategy import Strategy
 from ..core.subsets import device_subsets
 from ..errors import MoplaceError
+from .plugins import PluginRegistry
 
 #: the entry-point group seed sources are registered in
 GROUP = "moplace.seeds"
@@ -53,6 +53,8 @@ class Seed(NamedTuple):
     strategy: Strategy
 
 
+#: the seed sources installed in this environment
+SEED_SOURCES = PluginRegistry(GROUP, "seed source")
 _SOURCES: list[tuple[str, Callable]] | None = None
 
 
@@ -61,30 +63,15 @@ def seed_sources() -> list[tuple[str, Callable]]:
     each in name order."""
     global _SOURCES
     if _SOURCES is None:
-        points = {}
-        for ep in metadata.entry_points(group=GROUP):
-            points.setdefault(ep.name, ep)
-        ordered = sorted(points.values(), key=lambda ep: (_origin(ep) != "moplace", ep.name))
-        sources = []
-        for ep in ordered:
-            try:
-                sources.append((ep.name, ep.load()))
-            except Exception as exc:  # a plugin that fails to import must not hide the others
-                raise MoplaceError(f"seed source {ep.name!r} ({ep.value}) cannot be loaded: "
-                                   f"{type(exc).__name__}: {exc}") from exc
-        if not any(_origin(points[name]) == "moplace" for name in points):
+        names = SEED_SOURCES.names()
+        if not any(SEED_SOURCES.is_moplaces(name) for name in names):
             # every installed moplace registers its own (the list schedulers'): an install
             # made before the group existed gives no schedules, and searches would quietly
             # start from the baselines alone
             raise MoplaceError(f"moplace's seed sources are not registered (entry-point group "
                                f"{GROUP}): install moplace again (pip install -e .)")
-        _SOURCES = sources
+        _SOURCES = [(name, SEED_SOURCES[name]) for name in names]
     return _SOURCES
-
-
-def _origin(ep) -> str:
-    dist = getattr(ep, "dist", None)
-    return dist.metadata["Name"] if dist is not None else ""
 
 
 def seed_strategies(problem, *, subsets: bool = True) -> list[Seed]:

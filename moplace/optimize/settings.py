@@ -51,6 +51,7 @@ class Setting:
         """What values the setting allows beyond its type, in words ("" if nothing is said)."""
         return describe(self.field) if self.field is not None else ""
 
+
 def setting(default: Any, doc: str, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, high_open: bool = False, choices: tuple | None = None,
             length: tuple[int, int] | None = None):
@@ -93,18 +94,14 @@ class Settings:
         """These settings with ``changes`` (checked like new ones)."""
         return dataclasses.replace(self, **changes)
 
-    @classmethod
-    def fields(cls) -> list[dataclasses.Field]:
-        return list(dataclasses.fields(cls))
-
 
 @dataclass(frozen=True)
 class NoSettings(Settings):
     """The settings of a searcher that has none."""
 
 
-def declared(settings_cls, searcher: str = "") -> list[Setting]:
-    """The `Setting` of each field of ``settings_cls`` (``searcher``: the name errors use)."""
+def declared(settings_cls) -> list[Setting]:
+    """The `Setting` of each field of ``settings_cls``."""
     return [Setting(f.name, str(f.type), f.default if f.default is not dataclasses.MISSING
                     else REQUIRED, _sentence(f.metadata.get("doc", "")), f)
             for f in dataclasses.fields(settings_cls)]
@@ -115,15 +112,21 @@ def _sentence(doc: str) -> str:
     return doc + "." if doc and not doc.endswith((".", "!", "?")) else doc
 
 
-def make_settings(settings_cls, searcher: str, values: dict):
-    """``settings_cls(**values)``, each value converted and checked first so that an error
-    names ``searcher``; a setting it does not have is refused with its settings listed."""
-    known = {s.name: s for s in declared(settings_cls)}
+def converted(searcher: str, settings: list[Setting], values: dict) -> dict:
+    """``values`` each converted to its setting's type and checked; a name that is none of
+    ``settings`` is refused with them listed (errors name ``searcher``)."""
+    known = {s.name: s for s in settings}
     unknown = [k for k in values if k not in known]
     if unknown:
         raise MoplaceError(f"searcher {searcher!r} has no setting {unknown[0]!r}; its settings: "
                            f"{', '.join(known) or 'none'}")
-    return settings_cls(**{k: convert_setting(searcher, known[k], v) for k, v in values.items()})
+    return {k: convert_setting(searcher, known[k], v) for k, v in values.items()}
+
+
+def make_settings(settings_cls, searcher: str, values: dict):
+    """``settings_cls(**values)``, the values `converted` first so that an error names
+    ``searcher``."""
+    return settings_cls(**converted(searcher, declared(settings_cls), values))
 
 
 def _plain(value):
