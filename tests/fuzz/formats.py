@@ -327,6 +327,8 @@ class Arguments:
         for k in ("search-random", "compare"):
             n.append((f"{k} --tracking-uri damaged db",
                       _drop(b[k], "--no-mlflow") + ["--tracking-uri", f"sqlite:///{damaged}"]))
+        for v in ("nosuch", "", "runtime,runtime", "runtime,,peak_memory"):
+            n.append((f"search --objectives {v!r}", b["search-random"] + ["--objectives", v]))
         for v in ("random.batch_size=0", "mcmc.extra_move=1", "mcmc.restarts=best,nosuch"):
             n.append((f"compare --set {v} (out of bounds)",
                       _swap(b["compare"], "--searchers", "random,mcmc") + ["--set", v]))
