@@ -71,7 +71,7 @@ def per_evaluation(p: Problem, x: np.ndarray, rng, n: int = 200) -> tuple[float,
     delta = []
     for y in ys:
         s = parent.derive(placement=y[:space.n_groups].astype(np.int64)[group],
-                          priority=y[2 * space.n_groups:])
+                          priority=y[space.priorities])
         delta.append(p.evaluate(s, parent).values)
     t2 = time.perf_counter()
     if not np.array_equal(np.array(full), np.array(delta)):

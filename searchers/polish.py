@@ -122,8 +122,9 @@ class FrontPolish:
             if self._orders is None:
                 self._orders = StandardOrders(self.problem)
             for priority in self._orders(strategy.placement):
-                self._offer(self.space.decode(np.concatenate([x[:2 * self.space.n_groups],
-                                                              priority])))
+                y = x.copy()
+                y[self.space.priorities] = priority
+                self._offer(self.space.decode(y))
 
     def _move(self, x: np.ndarray, kind: str, pairs) -> np.ndarray | None:
         """``x`` changed by one move of ``kind`` (``pairs``: the swappable pairs of its order,

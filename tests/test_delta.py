@@ -129,8 +129,8 @@ def test_derived_strategy_shares_splits_and_patches(vgg):
     pr = parent.priority.copy()
     pr[[3, 4]] = pr[[4, 3]]
     child = parent.derive(priority=pr)
-    assert child.splits is parent.splits and child == parent.__class__(parent.placement, pr,
-                                                                      dict(parent.splits))
+    assert child.splits is parent.splits and child == parent.__class__(
+        parent.placement, pr, dict(parent.splits), bucket_bytes=parent.bucket_bytes)
     trace, patched = _simulated(sim, child, parent)
     assert patched
     _assert_same_trace(trace, simulate(p.graph, p.cluster, p.genome.decode(p.genome.encode(child)),

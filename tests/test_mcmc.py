@@ -74,7 +74,7 @@ def test_a_proposal_changes_one_thing(small):
         x = s.chain_state.genome[0]
         y = s.moves.propose(x, s.rng)
         dev, spl, pri = (np.flatnonzero(x[:G] != y[:G]), np.flatnonzero(x[G:2 * G] != y[G:2 * G]),
-                         np.flatnonzero(x[2 * G:] != y[2 * G:]))
+                         np.flatnonzero(x[space.priorities] != y[space.priorities]))
         if space.device_window(x)[1] != space.device_window(y)[1]:
             kinds.add("device set")  # the whole strategy onto a run of another length
             assert not pri.size

@@ -234,8 +234,9 @@ def test_other_graph_is_refused(problem, vgg, tmp_path):
     (lambda data: data[:-100], "corrupt or truncated"),
     (lambda data: data[:-100] + bytes(100), "corrupt or truncated"),
     (lambda data: data.split(b"\n", 1)[0] + b"\n{garbage", "corrupt or truncated"),
-    (lambda data: data.replace(b'"version": 2', b'"version": 99', 1), "format version 99"),
-    (lambda data: data.replace(b'"version": 2', b'"version": 1', 1),
+    (lambda data: data.replace(b'"version": 3', b'"version": 99', 1),
+     "format version 99; this moplace reads versions 2, 3 \\(newer than this moplace"),
+    (lambda data: data.replace(b'"version": 3', b'"version": 1', 1),
      "format version 1, written by moplace 0.1 before its searcher settings were declared"),
     (lambda data: b"", "not a moplace checkpoint"),
 ])
@@ -246,6 +247,16 @@ def test_a_damaged_file_is_refused(problem, tmp_path, damage, message):
     with pytest.raises(MoplaceError, match=message) as err:
         search(problem, make("random"), budget=32, checkpoint=ck)
     assert str(ck) in str(err.value)
+
+
+def test_a_version_2_checkpoint_resumes_with_default_options(problem, tmp_path):
+    """Checkpoints written before strategies had options (version 2) hold strategies without
+    them: they resume, each strategy with every option at its default."""
+    ck = tmp_path / "search.ckpt"
+    search(problem, make("random"), budget=16, checkpoint=ck)
+    ck.write_bytes(ck.read_bytes().replace(b'"version": 3', b'"version": 2', 1))
+    result = search(problem, make("random"), budget=32, checkpoint=ck)
+    assert result.n_evaluations == 32 and result.front
 
 
 def test_checkpoint_every_must_be_a_number_of_seconds(problem, tmp_path):

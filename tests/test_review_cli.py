@@ -32,7 +32,9 @@ def _search(graph, searcher, uri, out, figures):
     with contextlib.redirect_stdout(buffer):  # inline: the figures are there when it returns
         assert main(["search", graph, "--cluster", "4xV100-NVLink", "--searcher", searcher,
                      "--budget", "30", "--tracking-uri", uri, "--out", str(out), "--json",
-                     "--figures", figures]) == 0
+                     "--figures", figures, "--seed", "1"]) == 0
+    # (seed 1: random's 30 draws on alexnet put front points inside the reference box, so the
+    # listing has a hypervolume above 0 to show; seed 0's all fall outside it)
     return json.loads(buffer.getvalue())["mlflow_run_id"]
 
 

@@ -11,6 +11,7 @@ from moplace.core.genome import GenomeSpace
 from moplace.core.strategy import Split, Strategy
 from moplace.simulator import build as sk
 from moplace.simulator.build import build_task_graph
+from moplace.simulator.collectives import all_reduce_plan
 from moplace.simulator.taskgraph import build_split_task_graph
 
 
@@ -81,15 +82,29 @@ def test_the_cache_is_bounded(monkeypatch):
     assert len(keys) > 3 and len(sk._CACHE[costs]) == 3
 
 
-def _edges_by_hand(graph, strategy, n_compute, dev, coll_ops, coll_devs):
+def _edges_by_hand(graph, cluster, strategy, n_compute, dev):
     """A split task graph's edges from the definitions, one pair of parts at a time: a part
     holds its slice of the unit square (batch, channel) and a consumer part needs its batch
-    slice (batch split, not an update), its channel shard (channel-split update) or all."""
+    slice (batch split, not an update), its channel shard (channel-split update) or all.
+    Each gradient (one bucket each) is all-reduced by the tasks of its devices' plan, every
+    phase of a stage after every phase of the stage before; updates read the last."""
     n = len(graph.ops)
     parts = [strategy.splits[i].parts if i in strategy.splits else 1 for i in range(n)]
     dims = [strategy.splits[i].dim if i in strategy.splits else None for i in range(n)]
     first = np.concatenate([[0], np.cumsum(parts)])
-    coll = {op: c for c, op in enumerate(coll_ops)}
+    entry, exit_, exit_devs, chain = {}, {}, {}, []
+    t = n_compute
+    for u in range(n):
+        devs = sorted({int(d) for d in dev[first[u]:first[u + 1]]})
+        if dims[u] != "batch" or graph.ops[u].grad_bytes <= 0 or len(devs) < 2:
+            continue
+        plan = all_reduce_plan(cluster, devs)
+        ids = [[t + sum(len(st) for st in plan[:i]) + j for j in range(len(stage))]
+               for i, stage in enumerate(plan)]
+        chain += [(a, b, 0.0, -1, 0.0) for here, nxt in zip(ids, ids[1:])
+                  for a in here for b in nxt]
+        entry[u], exit_[u], exit_devs[u] = ids[0][0], ids[-1][0], devs
+        t = ids[-1][-1] + 1
 
     def box(k, n_parts, dim):
         part = (k / n_parts, (k + 1) / n_parts)
@@ -99,16 +114,16 @@ def _edges_by_hand(graph, strategy, n_compute, dev, coll_ops, coll_devs):
     def overlap(x, y):
         return max(0.0, min(x[1], y[1]) - max(x[0], y[0]))
 
-    rows = []  # (src task, dst task, bytes, source device, bytes when moved)
+    rows = list(chain)  # (src task, dst task, bytes, source device, bytes when moved)
     for e in sorted(graph.edges, key=lambda e: (e.src, e.dst)):
         u, v = e.src, e.dst
         update = graph.ops[v].role == "update"
-        if u in coll and update:  # the reduced gradient, from the all-reduce
+        if u in entry and update:  # the reduced gradient, from the all-reduce's last task
             for j in range(parts[v]):
                 d = int(dev[first[v] + j])
-                here = d in coll_devs[coll[u]]
-                rows.append((n_compute + coll[u], first[v] + j, 0.0 if here else e.bytes,
-                             d if here else coll_devs[coll[u]][0], e.bytes))
+                here = d in exit_devs[u]
+                rows.append((exit_[u], first[v] + j, 0.0 if here else e.bytes,
+                             d if here else exit_devs[u][0], e.bytes))
             continue
         need = ("batch" if dims[v] == "batch" and not update
                 else "channel" if dims[v] == "channel" and update else None)
@@ -120,9 +135,9 @@ def _edges_by_hand(graph, strategy, n_compute, dev, coll_ops, coll_devs):
                 if f > 0:
                     b = e.bytes * f
                     rows.append((first[u] + k, first[v] + j, b, int(dev[first[u] + k]), b))
-    for u, c in coll.items():  # every part feeds its op's all-reduce
+    for u, c in entry.items():  # every part feeds its op's all-reduce
         for k in range(parts[u]):
-            rows.append((first[u] + k, n_compute + c, 0.0, int(dev[first[u] + k]), 0.0))
+            rows.append((first[u] + k, c, 0.0, int(dev[first[u] + k]), 0.0))
     return sorted(rows, key=lambda r: (r[0], r[1]))
 
 
@@ -136,14 +151,13 @@ def test_split_edges_are_the_pairs_of_parts_that_share_data(cluster_name):
         graph = load_graph(name)
         costs = CostModel(graph, cluster)
         space = GenomeSpace(graph, cluster.n_devices)
-        for s in [space.decode(x) for x in space.sample(2, rng)] + [
-                baseline("data-parallel", graph, cluster.n_devices)]:
+        for s in [space.decode(x).with_options(bucket_bytes=0)
+                  for x in space.sample(2, rng)] + [
+                baseline("data-parallel", graph, cluster.n_devices).with_options(
+                    bucket_bytes=0)]:
             tg, moved = build_split_task_graph(graph, s, costs)
             nc = tg.n_compute
-            coll_ops = tg.task_op[nc:].tolist()
-            coll_devs = [tg.coll_dev[tg.coll_ptr[c]:tg.coll_ptr[c + 1]].tolist()
-                         for c in range(len(coll_ops))]
-            want = _edges_by_hand(graph, s, nc, tg.dev, coll_ops, coll_devs)
+            want = _edges_by_hand(graph, cluster, s, nc, tg.dev)
             got = list(zip(tg.e_src.tolist(), tg.e_dst.tolist(), tg.e_bytes.tolist(),
                            tg.e_srcdev.tolist(), moved.tolist()))
             assert len(got) == len(want), name

@@ -411,17 +411,19 @@ class TestGenome:
                 made, ref = s.split_table, SplitTable.of(s.splits)
                 for name in ("ops", "parts", "dims", "devices", "signature"):
                     np.testing.assert_array_equal(getattr(made, name), getattr(ref, name), name)
-                assert s == Strategy(s.placement, s.priority, dict(s.splits))
+                assert s == Strategy(s.placement, s.priority, dict(s.splits),
+                                     bucket_bytes=s.bucket_bytes)
 
     def test_options(self, g):
         space = GenomeSpace(g, 4, max_parts=3)
         # groups: in, L (f+b), upd, side
-        assert space.n_groups == 4 and space.size == 2 * 4 + 5
+        assert space.n_groups == 4 and space.size == 2 * 4 + 5 + 1  # + the bucket gene
         assert space.options[0] == (None, ("batch", 2), ("batch", 3))
         assert space.options[1] == (None, ("batch", 2), ("batch", 3), ("channel", 2), ("channel", 3))
         assert space.options[2] == (None,) and space.options[3] == (None,)
         lo, hi = space.bounds
-        assert hi.tolist() == [3, 3, 3, 3, 2, 4, 0, 0, 1, 1, 1, 1, 1] and (lo == 0).all()
+        assert hi.tolist()[:-1] == [3, 3, 3, 3, 2, 4, 0, 0, 1, 1, 1, 1, 1] and (lo == 0).all()
+        assert hi[-1] == len(space.bucket_choices) - 1
 
     def test_wrapping_consecutive_split_round_trips(self, g):
         space = GenomeSpace(g, 4)
@@ -472,7 +474,7 @@ def test_simulation_key_is_shared_by_strategies_that_simulate_alike():
             on = np.flatnonzero(s.placement == d)
             on = on[np.lexsort((on, -s.priority[on]))]
             prio[on] = np.sort(rng.random(on.size))[::-1] * 1e3  # the first: the highest
-        t = Strategy(s.placement, prio)
+        t = Strategy(s.placement, prio, bucket_bytes=s.bucket_bytes)
         assert not np.array_equal(np.argsort(-t.priority), np.argsort(-s.priority))
         assert t.simulation_key == s.simulation_key
         a, b = p.evaluate(s), p.evaluate(t)
@@ -481,7 +483,7 @@ def test_simulation_key_is_shared_by_strategies_that_simulate_alike():
     for x in p.genome.sample(20, rng):  # with splits: any order-keeping map of the priorities
         s = p.genome.decode(x)
         assert s.splits
-        t = Strategy(s.placement, np.exp(s.priority / 7.0) - 5.0, s.splits)
+        t = Strategy(s.placement, np.exp(s.priority / 7.0) - 5.0, s.splits, **s.options)
         assert t.simulation_key == s.simulation_key
         np.testing.assert_array_equal(p.evaluate(s).values, p.evaluate(t).values)
 

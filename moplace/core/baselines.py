@@ -2,7 +2,8 @@
 
 - ``single``: everything on device 0.
 - ``data-parallel``: every co-location group whose ops can all be split on batch is split
-  across all devices; the rest run on device 0.
+  across all devices; the rest run on device 0; gradients are all-reduced in buckets of
+  DDP's default 25 MiB (`DDP_BUCKET_BYTES`).
 - ``round-robin``: co-location groups, in topological order, dealt to devices in turn.
 - ``layer-split``: "expert" model parallelism: groups in topological order cut into contiguous
   runs of nearly equal compute, one run per device.
@@ -15,10 +16,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import Registry
-from .graph import OpGraph
+from .graph import SPLIT_DIMS, OpGraph
 from .strategy import Split, Strategy, spread_groups
 
 BASELINES: Registry = Registry("baseline")
+#: PyTorch DistributedDataParallel's default gradient bucket (bucket_cap_mb=25)
+DDP_BUCKET_BYTES = 25 * 2**20
+
+
+def reduces_gradients(graph: OpGraph) -> bool:
+    """Can a strategy of ``graph`` all-reduce a gradient (an op with a weight gradient that may
+    be split on batch)? Only then does its gradient bucket size matter."""
+    a = graph.arrays
+    return bool(np.any((a.grad_bytes > 0) & ((a.split_mask >> SPLIT_DIMS.index("batch")) & 1 == 1)))
 
 
 def topological_priority(graph: OpGraph) -> np.ndarray:
@@ -98,15 +108,19 @@ def single(graph: OpGraph, n_devices: int) -> Strategy:
 
 
 @BASELINES.register("data-parallel")
-def data_parallel(graph: OpGraph, n_devices: int) -> Strategy:
-    """Split every batch-splittable group n ways on batch, part k on device k."""
+def data_parallel(graph: OpGraph, n_devices: int,
+                  bucket_bytes: float = DDP_BUCKET_BYTES) -> Strategy:
+    """Split every batch-splittable group n ways on batch, part k on device k; gradients
+    all-reduced in buckets of ``bucket_bytes`` (0: each on its own; left at 0 when the graph
+    has no gradient to all-reduce)."""
     if n_devices < 2:
         return single(graph, n_devices)
     split = Split("batch", tuple(range(n_devices)))
     batch_ok = [all("batch" in graph.ops[i].splittable for i in members) for members in graph.groups]
     splits = {g: split for g, ok in enumerate(batch_ok) if ok}
-    return spread_groups(graph, np.zeros(len(graph.groups), np.int64), splits,
+    plan = spread_groups(graph, np.zeros(len(graph.groups), np.int64), splits,
                          topological_priority(graph))
+    return plan.with_options(bucket_bytes=bucket_bytes) if reduces_gradients(graph) else plan
 
 
 @BASELINES.register("round-robin")
@@ -176,4 +190,4 @@ def on_devices(name: str, graph: OpGraph, devices) -> Strategy:
     plan = baseline(name, graph, int(devices.size))
     splits = {op: Split(s.dim, tuple(int(devices[d]) for d in s.devices))
               for op, s in plan.splits.items()}
-    return Strategy(devices[plan.placement], plan.priority, splits)
+    return Strategy(devices[plan.placement], plan.priority, splits, **plan.options)

@@ -7,6 +7,8 @@ a transfer i->j holds every resource of its route, ``route_res[route_ptr[i*D+j]:
 for its whole duration (store-and-forward), so two transfers sharing a resource run one after the
 other. ``resource_bandwidth`` is each resource's nominal capacity, for reports only: the
 simulator times a transfer with the pair's ``bandwidth`` (the bottleneck of its route).
+``server`` gives each device's server (an index; one server unless said otherwise): collectives
+run hierarchically across servers (`moplace.simulator.collectives`).
 """
 
 from __future__ import annotations
@@ -69,13 +71,16 @@ class Cluster:
     omitted every ordered pair gets its own dedicated link. ``resource_bandwidth`` defaults to the
     fastest pair using each resource. ``labels`` names a pair's link technology (``"NVLink"``) for
     `describe`; it is kept as ``link_labels``, one string per pair ``i*D+j`` ("" when unnamed).
+    ``servers``: each device's server index (default: all in server 0); servers are numbered
+    0, 1, ... in order of their first device.
     """
 
     def __init__(self, name: str, devices: Sequence[Device], bandwidth, latency, *,
                  resource_names: Sequence[str] | None = None,
                  routes: Mapping[tuple[int, int], Sequence[int]] | None = None,
                  resource_bandwidth: Sequence[float] | None = None,
-                 labels: Mapping[tuple[int, int], str] | None = None):
+                 labels: Mapping[tuple[int, int], str] | None = None,
+                 servers: Sequence[int] | None = None):
         devices = tuple(devices)
         _check_devices(devices)
         n = len(devices)
@@ -99,6 +104,7 @@ class Cluster:
             route_ptr=ptr, route_res=res,
             resource_bandwidth=_frozen(resource_bandwidth, np.float64, (len(names),)),
             link_labels=tuple((labels or {}).get((k // n, k % n), "") for k in range(n * n)),
+            server=_servers(servers, n),
         )
 
     def __setattr__(self, key, value):
@@ -109,7 +115,14 @@ class Cluster:
         for value in state.values():
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
+        if "server" not in state:  # pickled before clusters knew their servers: one server
+            state["server"] = _servers(None, state["n_devices"])
         self.__dict__.update(state)
+
+    @property
+    def n_servers(self) -> int:
+        """How many servers the devices sit in."""
+        return int(self.server.max()) + 1
 
     @property
     def device_names(self) -> tuple[str, ...]:
@@ -183,7 +196,8 @@ class Cluster:
         routes = {(i, j): self.route(i, j) for i in range(n) for j in range(n) if i != j}
         labels = {(k // n, k % n): s for k, s in enumerate(self.link_labels) if s}
         return Cluster(self.name, self.devices, bw, lat, resource_names=self.resource_names,
-                       routes=routes, resource_bandwidth=self.resource_bandwidth, labels=labels)
+                       routes=routes, resource_bandwidth=self.resource_bandwidth, labels=labels,
+                       servers=self.server)
 
     def describe(self) -> str:
         """A human-readable table of devices and links (used by ``moplace clusters``)."""
@@ -192,10 +206,32 @@ class Cluster:
         for d in self.devices:
             lines.append(f"  {d.name:<10} {d.kind:<10} {d.memory_bytes / 2**30:>6.1f} GiB "
                          f"{d.speed:>6.2f}")
+        if self.n_servers > 1:
+            members = [np.flatnonzero(self.server == k) for k in range(self.n_servers)]
+            lines.append(f"  servers: {self.n_servers} ("
+                         + "; ".join(_span(self, m) for m in members) + ")")
         if self.n_devices > 1:
             lines.append("  links (per direction):")
             lines += [f"    {pairs}: {what}" for pairs, what in _link_groups(self)]
         return "\n".join(lines)
+
+
+def _servers(servers, n: int) -> np.ndarray:
+    """Each device's server index, checked: 0, 1, ... numbered in order of first device."""
+    if servers is None:
+        return _frozen(np.zeros(n, np.int64), np.int64)
+    try:
+        arr = np.array(servers, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise ClusterError(f"servers: expected one integer per device, got {shown(servers)}") \
+            from None
+    if arr.shape != (n,):
+        raise ClusterError(f"servers: expected {n} entries (one per device), got {arr.size}")
+    first = np.unique(arr, return_index=True)[1]
+    if arr.min() != 0 or not np.array_equal(arr[np.sort(first)], np.arange(first.size)):
+        raise ClusterError("servers: number them 0, 1, ... in order of their first device, got "
+                           f"{shown(arr.tolist())}")
+    return _frozen(arr, np.int64)
 
 
 def _per_device(value, n: int, what: str) -> list:

@@ -4,12 +4,15 @@ Layout for G co-location groups and N ops on D devices::
 
     [ device of group g      (G genes, integers 0..D-1)
       split option of group g (G genes, integers 0..len(options[g])-1)
-      priority of op i        (N genes, real) ]
+      priority of op i        (N genes, real)
+      gradient bucket size    (1 gene, integer 0..len(bucket_choices)-1) ]
 
 Split option 0 is "no split"; the others are (dimension, parts) pairs allowed for every op of
-the group, with part k on device ``(device + k) mod D``. `decode` is exact: integer genes are
-rounded and clipped, priorities taken as they are, and ``encode(decode(x)) == x`` for any
-integer-valued x within bounds.
+the group, with part k on device ``(device + k) mod D``. The strategy-wide genes come last:
+the bucket gene picks one of `BUCKET_CHOICES` (only 0 when no gradient can be all-reduced:
+one device, or no batch-splittable op with a weight gradient). `decode` is exact: integer
+genes are rounded and clipped, priorities taken as they are, and ``encode(decode(x)) == x``
+for any integer-valued x within bounds. ``space.priorities`` is the slice of the priorities.
 """
 
 from __future__ import annotations
@@ -21,7 +24,12 @@ import numpy as np
 from ..arrays import segment_ranks
 from ..errors import StrategyError
 from .graph import SPLIT_DIMS, OpGraph
+from .baselines import DDP_BUCKET_BYTES, reduces_gradients
 from .strategy import Split, SplitTable, Strategy
+
+#: the gradient bucket sizes the genome chooses among: each gradient alone, and 1, 5, 25
+#: (DDP's default) and 100 MiB
+BUCKET_CHOICES = (0.0, float(2**20), float(5 * 2**20), float(25 * 2**20), float(100 * 2**20))
 
 
 class GenomeSpace:
@@ -42,28 +50,40 @@ class GenomeSpace:
         for g, opts in enumerate(self.options):
             for k, (dim, parts) in enumerate(opts[1:], start=1):
                 self._parts[g, k], self._dims[g, k] = parts, SPLIT_DIMS.index(dim)
+        #: the bucket sizes the bucket gene picks among
+        self.bucket_choices: tuple[float, ...] = (
+            BUCKET_CHOICES if self.n_devices > 1 and reduces_gradients(graph) else (0.0,))
+        #: the priorities' genes
+        self.priorities = slice(2 * self.n_groups, 2 * self.n_groups + self.n_ops)
+        #: the bucket gene's index
+        self.bucket_gene = 2 * self.n_groups + self.n_ops
+
+    #: genes after the priorities (strategy-wide: the bucket size)
+    N_TAIL = 1
 
     @property
     def size(self) -> int:
-        return 2 * self.n_groups + self.n_ops
+        return 2 * self.n_groups + self.n_ops + self.N_TAIL
 
     @property
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper bounds per gene (priorities in [0, 1])."""
         lo = np.zeros(self.size)
         hi = np.concatenate([np.full(self.n_groups, self.n_devices - 1.0),
-                             [len(o) - 1.0 for o in self.options], np.ones(self.n_ops)])
+                             [len(o) - 1.0 for o in self.options], np.ones(self.n_ops),
+                             [len(self.bucket_choices) - 1.0]])
         return lo, hi
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` genomes [n, size] drawn uniformly (see `sample_genomes`)."""
         lo, hi = self.bounds
-        return sample_genomes(lo, hi, 2 * self.n_groups, n, rng)
+        return sample_genomes(lo, hi, self.integer_mask, n, rng)
 
     @property
     def integer_mask(self) -> np.ndarray:
-        """True for the integer genes (devices and split options)."""
-        return np.arange(self.size) < 2 * self.n_groups
+        """True for the integer genes (devices, split options and the bucket gene)."""
+        k = np.arange(self.size)
+        return (k < 2 * self.n_groups) | (k >= self.bucket_gene)
 
     def decode(self, x) -> Strategy:
         """The strategy genome ``x`` stands for."""
@@ -74,7 +94,9 @@ class GenomeSpace:
         device = np.clip(np.rint(x[:G]), 0, D - 1).astype(np.int64)
         option = np.clip(np.rint(x[G:2 * G]), 0, self._n_options - 1).astype(np.int64)
         group = self.graph.arrays.group
-        strategy = Strategy(device[group], x[2 * G:])
+        bucket = int(np.clip(np.rint(x[self.bucket_gene]), 0, len(self.bucket_choices) - 1))
+        strategy = Strategy(device[group], x[self.priorities],
+                            bucket_bytes=self.bucket_choices[bucket])
         if not option.any():
             return strategy
         # every op of a split group gets its group's split; the split table is made here
@@ -107,7 +129,12 @@ class GenomeSpace:
             head = members[0]
             x[g] = strategy.placement[head]
             x[G + g] = self._option_index(g, strategy.splits.get(head), int(strategy.placement[head]))
-        x[2 * G:] = strategy.priority
+        x[self.priorities] = strategy.priority
+        if strategy.bucket_bytes not in self.bucket_choices:
+            raise StrategyError(f"bucket size {strategy.bucket_bytes:.0f} bytes has no genome: "
+                                "the genome's sizes are "
+                                + ", ".join(f"{b:.0f}" for b in self.bucket_choices))
+        x[self.bucket_gene] = self.bucket_choices.index(strategy.bucket_bytes)
         return x
 
     def device_window(self, x) -> tuple[int, int]:
@@ -156,14 +183,17 @@ class GenomeSpace:
     def replicate(self, x, start: int, length: int) -> np.ndarray:
         """Genome ``x`` as data parallelism on the ``length`` consecutive devices from
         ``start``: every group that can split on batch into ``length`` parts (else the most
-        it allows) is split so from ``start``; every other group runs on ``start``.
-        Priorities stay."""
+        it allows) is split so from ``start``; every other group runs on ``start``; gradients
+        go in DDP's buckets (`DDP_BUCKET_BYTES`, as the data-parallel baseline). Priorities
+        stay."""
         y = np.array(x, dtype=np.float64)
         G, D = self.n_groups, self.n_devices
         if not 1 <= length <= D:
             raise ValueError(f"length must be in 1..{D}, got {length}")
         y[:G] = start % D
         y[G:2 * G] = [self._nearest_option(g, "batch", length) for g in range(G)]
+        if DDP_BUCKET_BYTES in self.bucket_choices:
+            y[self.bucket_gene] = self.bucket_choices.index(DDP_BUCKET_BYTES)
         return y
 
     #: Device-set moves are made on clusters of at least this many devices (on 2 or 3, a
@@ -215,13 +245,13 @@ class GenomeSpace:
         return self.options[g].index(key)
 
 
-def sample_genomes(lo: np.ndarray, hi: np.ndarray, n_integer: int, n: int,
+def sample_genomes(lo: np.ndarray, hi: np.ndarray, integer: np.ndarray, n: int,
                    rng: np.random.Generator) -> np.ndarray:
-    """``n`` genomes [n, len(lo)] uniform within the bounds; the first ``n_integer`` genes
-    (devices and split options) uniform over their integer values."""
+    """``n`` genomes [n, len(lo)] uniform within the bounds; the genes where ``integer`` is
+    True (devices, split options, the bucket gene) uniform over their integer values."""
     X = rng.uniform(lo, hi, size=(n, lo.size))
-    k = int(n_integer)
-    X[:, :k] = rng.integers(lo[:k].astype(np.int64), hi[:k].astype(np.int64) + 1, size=(n, k))
+    k = np.flatnonzero(integer)
+    X[:, k] = rng.integers(lo[k].astype(np.int64), hi[k].astype(np.int64) + 1, size=(n, k.size))
     return X
 
 

@@ -3,7 +3,10 @@
 - placement: one device index per op (for a split op, the device of its first part);
 - priority: one number per op; among ready ops on a device the highest runs first
   (ties: lower op index first);
-- splits: op index -> `Split(dim, devices)`, one device per part (at least two parts).
+- splits: op index -> `Split(dim, devices)`, one device per part (at least two parts);
+- options, strategy-wide (`STRATEGY_OPTIONS`, each with a default that keeps the model as it
+  was before it existed): ``bucket_bytes``, the gradient bucket size (0: every gradient is
+  reduced on its own; DDP's default is 25 MiB).
 
 Ops in one co-location group must have the same placement and the same split. Pure model
 parallelism is a strategy without splits; pure data parallelism splits every op on ``batch``
@@ -39,10 +42,22 @@ class Split:
         return len(self.devices)
 
 
-class Strategy:
-    """An immutable placement + priority + split assignment for one `OpGraph`."""
+#: Strategy-wide options and their defaults (see the module docstring). A strategy pickled or
+#: written before an option existed reads as its default.
+STRATEGY_OPTIONS: Mapping[str, float] = MappingProxyType({"bucket_bytes": 0.0})
+#: the largest gradient bucket a strategy may name (1 TiB: past any model's gradients)
+MAX_BUCKET_BYTES = float(2**40)
 
-    def __init__(self, placement, priority=None, splits: Mapping[int, Split] | None = None):
+
+class Strategy:
+    """An immutable placement + priority + split assignment for one `OpGraph`, with its
+    strategy-wide options (`STRATEGY_OPTIONS`)."""
+
+    bucket_bytes: float = 0.0  # class default: strategies pickled before it existed
+
+    def __init__(self, placement, priority=None, splits: Mapping[int, Split] | None = None, *,
+                 bucket_bytes: float = 0.0):
+        self.bucket_bytes = float(bucket_bytes)
         self.placement = _readonly(np.asarray(placement, dtype=np.int64))
         n = self.placement.shape[0]
         if priority is None:
@@ -86,23 +101,44 @@ class Strategy:
         """This strategy with another placement and/or priorities and the same splits (shared,
         with their table): the cheap way to make a neighbour that moves unsplit ops only."""
         child = Strategy(self.placement if placement is None else placement,
-                         self.priority if priority is None else priority)
+                         self.priority if priority is None else priority, **self.options)
         child.splits = self.splits
         if "split_table" in self.__dict__:
             child.__dict__["split_table"] = self.split_table
         return child
 
+    @property
+    def options(self) -> dict[str, float]:
+        """The strategy-wide options (`STRATEGY_OPTIONS`), by name."""
+        return {name: getattr(self, name) for name in STRATEGY_OPTIONS}
+
+    def with_options(self, **options) -> "Strategy":
+        """This strategy with some strategy-wide options replaced (placement, priorities and
+        splits shared)."""
+        unknown = sorted(set(options) - set(STRATEGY_OPTIONS))
+        if unknown:
+            raise StrategyError(f"unknown strategy option {unknown[0]!r}; options are: "
+                                f"{', '.join(STRATEGY_OPTIONS)}")
+        child = self.derive()
+        for name, value in options.items():
+            child.__dict__[name] = float(value)
+        child.__dict__.pop("simulation_key", None)
+        return child
+
     def __eq__(self, other) -> bool:
         return (isinstance(other, Strategy) and np.array_equal(self.placement, other.placement)
                 and np.array_equal(self.priority, other.priority)
-                and dict(self.splits) == dict(other.splits))
+                and dict(self.splits) == dict(other.splits) and self.options == other.options)
 
     def __hash__(self) -> int:
-        return hash((self.placement.tobytes(), self.priority.tobytes(), tuple(self.splits.items())))
+        return hash((self.placement.tobytes(), self.priority.tobytes(), tuple(self.splits.items()),
+                     self.bucket_bytes))
 
     def __repr__(self) -> str:
+        extra = "".join(f", {k}={v:g}" for k, v in self.options.items()
+                        if v != STRATEGY_OPTIONS[k])
         return (f"Strategy({self.placement.size} ops on {len(set(self.placement.tolist()))} devices, "
-                f"{len(self.splits)} splits)")
+                f"{len(self.splits)} splits{extra})")
 
     def validate(self, graph: OpGraph, n_devices: int) -> "Strategy":
         """Check this strategy against ``graph`` and a cluster of ``n_devices``; return self."""
@@ -120,6 +156,7 @@ class Strategy:
             raise StrategyError(f"op {graph.ops[i].name!r} has a non-finite priority")
         _check_splits(graph, self, n_devices)
         _check_groups(graph, self)
+        _check_options(self)
         return self
 
     @cached_property
@@ -140,6 +177,10 @@ class Strategy:
         for arr in (self.placement, t.ops, t.parts, t.dims, t.devices, devs[order], ops[order]):
             h.update(np.ascontiguousarray(arr, np.int64).tobytes())
             h.update(b"|")
+        for name, default in STRATEGY_OPTIONS.items():  # only where not the default: keys of
+            value = getattr(self, name)                 # strategies without options stay
+            if value != default:
+                h.update(f"{name}={value!r}|".encode())
         return h.digest()
 
     @cached_property
@@ -204,6 +245,13 @@ def _check_splits(graph: OpGraph, strategy: Strategy, n_devices: int) -> None:
         where = np.flatnonzero(failed)
         if where.size:
             raise StrategyError(message(int(t.ops[where[0]]), int(where[0])))
+
+
+def _check_options(strategy: Strategy) -> None:
+    b = strategy.bucket_bytes
+    if not (np.isfinite(b) and 0 <= b <= MAX_BUCKET_BYTES):
+        raise StrategyError(f"bucket_bytes must be from 0 (one bucket per gradient) to "
+                            f"{MAX_BUCKET_BYTES:.0f} bytes, got {b!r}")
 
 
 def _name(graph: OpGraph, i: int) -> str:

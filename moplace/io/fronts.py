@@ -1,6 +1,6 @@
 """Search results as files: ``front.json`` holds every front point with its full strategy.
 
-    {"format": "moplace-front", "version": 1, "graph": ..., "cluster": ..., "searcher": ...,
+    {"format": "moplace-front", "version": 2, "graph": ..., "cluster": ..., "searcher": ...,
      "seed": ..., "evaluations": ..., "seconds": ..., "hypervolume": ..., "reference": [...],
      "objectives": ["runtime", ...], "feasible_found": true,
      "points": [{"runtime_s": ..., "peak_comm_bytes": ..., "peak_mem_bytes": ...,
@@ -19,6 +19,10 @@ ran on (a hash of the graph's ops, sizes and times; the device names; a hash of 
 kinds, names, memory, speeds and links), so a front read on another graph or cluster is told
 apart from one read on the same (`searched_on`).
 
+Version 2 (issue 32): the strategies are strategy files of version 2 (with strategy-wide
+options); a version-1 front reads as strategies with every option at its default, and a front
+of a version newer than this moplace reads is refused by name.
+
 `moplace evaluate --strategy front.json --point K` evaluates point K again: a point of the front,
 or, when no point is feasible, of the least-violating ones (``infeasible``), as `moplace search`
 numbered the points it printed.
@@ -36,6 +40,7 @@ from objectives import json_key
 
 from .. import strictjson
 from .strategies import FRONT_FORMAT as FORMAT
+from .strategies import FRONT_VERSION as VERSION
 from .strategies import strategy_to_json
 
 
@@ -51,7 +56,7 @@ def point_json(point, problem) -> dict:
 def result_json(result) -> dict:
     """The whole search result as a JSON-ready dict (see module docstring)."""
     p = result.problem
-    return {"format": FORMAT, "version": 1, "graph": p.graph.name, "cluster": p.cluster.name,
+    return {"format": FORMAT, "version": VERSION, "graph": p.graph.name, "cluster": p.cluster.name,
             "searcher": result.searcher, "seed": result.seed, "status": result.status,
             "evaluations": result.n_evaluations, "seconds": result.seconds,
             "hypervolume": result.hypervolume, "reference": result.reference.tolist(),

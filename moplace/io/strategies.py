@@ -1,9 +1,10 @@
 """Strategy files: JSON a person can read and write, keyed by op name.
 
-    {"format": "moplace-strategy", "version": 1, "graph": "resnet50",
+    {"format": "moplace-strategy", "version": 2, "graph": "resnet50",
      "placement": {"node1": 0, "node2": "gpu1", ...},
      "priority": {"node1": 10.0, ...},
-     "splits": {"node7": {"dim": "batch", "devices": [0, 1]}}}
+     "splits": {"node7": {"dim": "batch", "devices": [0, 1]}},
+     "options": {"bucket_bytes": 26214400}}
 
 ``placement`` must cover every op, directly or through another op of its co-location group;
 devices are indices or device names of the cluster. ``priority`` is optional (default: the
@@ -11,6 +12,10 @@ graph's topological order) and, when given, names every op. ``splits`` is option
 applies to the whole co-location group of the op it names. ``cluster`` (optional, written when
 the strategy was saved with its cluster) names the cluster the strategy was made for: reading
 it on another cluster works where the devices exist, and `moplace evaluate` says so.
+``options`` (optional; version 2) holds the strategy-wide options
+(`moplace.core.strategy.STRATEGY_OPTIONS`): ``bucket_bytes``, the gradient bucket size in bytes
+(0: each gradient reduced on its own). A version-1 file has none: every option takes its
+default. A file of a version newer than this moplace reads (`VERSION`) is refused by name.
 """
 
 from __future__ import annotations
@@ -22,13 +27,17 @@ import numpy as np
 from .. import strictjson
 from ..core.baselines import topological_priority
 from ..core.graph import OpGraph
-from ..core.strategy import Split, Strategy
+from ..core.strategy import MAX_BUCKET_BYTES, STRATEGY_OPTIONS, Split, Strategy
 from ..errors import FormatError, StrategyError, shown
 from .native import read_json
 
 FORMAT = "moplace-strategy"
+#: the strategy file version written (2: strategy-wide options), and read (1 and 2)
+VERSION = 2
 #: A search's front file (`moplace.io.fronts`): its points hold strategies in this format.
 FRONT_FORMAT = "moplace-front"
+#: the front file version written and read (2: its strategies have strategy-wide options)
+FRONT_VERSION = 2
 #: priorities only order ops; beyond this size a value is damaged (and 10**400 is no float)
 MAX_PRIORITY = 1e300
 
@@ -38,12 +47,13 @@ def strategy_to_json(graph: OpGraph, strategy: Strategy, cluster=None) -> dict:
     names = [op.name for op in graph.ops]
     dev = (lambda d: cluster.devices[d].name) if cluster is not None else int
     return {
-        "format": FORMAT, "version": 1, "graph": graph.name,
+        "format": FORMAT, "version": VERSION, "graph": graph.name,
         **({"cluster": cluster.name} if cluster is not None else {}),
         "placement": {n: dev(int(d)) for n, d in zip(names, strategy.placement)},
         "priority": {n: float(p) for n, p in zip(names, strategy.priority)},
         "splits": {names[i]: {"dim": s.dim, "devices": [dev(d) for d in s.devices]}
                    for i, s in strategy.splits.items()},
+        "options": strategy.options,
     }
 
 
@@ -75,6 +85,7 @@ def strategy_from_json(data, graph: OpGraph, cluster) -> Strategy:
     """Build a validated strategy from the dict form (see module docstring)."""
     if not isinstance(data, dict) or not isinstance(data.get("placement"), dict):
         raise StrategyError("field 'placement' must be an object mapping op names to devices")
+    check_version(data.get("version", 1), "strategy")
     named = data.get("graph")
     if named is not None and named != graph.name:
         raise StrategyError(f"field 'graph': the strategy is for graph {named!r}, not {graph.name!r}")
@@ -109,8 +120,35 @@ def strategy_from_json(data, graph: OpGraph, cluster) -> Strategy:
                                 f"placement ({int(placement[_group_head(graph, g)])}), got {split.devices[0]}")
         for m in graph.groups[g]:
             splits[m] = split
-    return Strategy(placement, _priority(data.get("priority"), graph), splits).validate(
-        graph, cluster.n_devices)
+    return Strategy(placement, _priority(data.get("priority"), graph), splits,
+                    **_options(data.get("options"))).validate(graph, cluster.n_devices)
+
+
+def check_version(version, what: str, newest: int = VERSION) -> None:
+    """Refuse a ``what`` file's ``version`` that is not 1..``newest``, by name."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise StrategyError(f"field 'version': a {what} file's version is a whole number from 1, "
+                            f"got {shown(version)}")
+    if version > newest:
+        raise StrategyError(f"field 'version': the {what} file has format version {version}, "
+                            f"newer than this moplace reads ({newest}): update moplace to read it")
+
+
+def _options(spec) -> dict:
+    """The strategy-wide options of a file's ``options`` object (defaults where left out)."""
+    if spec is None:
+        return {}
+    if not isinstance(spec, dict):
+        raise StrategyError("field 'options' must be an object mapping option names to values")
+    for name, value in spec.items():
+        if name not in STRATEGY_OPTIONS:
+            raise StrategyError(f"options.{name}: unknown option; options are: "
+                                f"{', '.join(STRATEGY_OPTIONS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not 0 <= value <= MAX_BUCKET_BYTES:
+            raise StrategyError(f"options.{name}: must be a number of bytes from 0 to "
+                                f"{MAX_BUCKET_BYTES:.0f}, got {shown(value)}")
+    return dict(spec)
 
 
 def _priority(spec, graph: OpGraph) -> np.ndarray:
@@ -183,6 +221,10 @@ def _point_list(data: dict, field: str, path) -> list:
 def front_strategy(data: dict, point: int | None, path) -> dict:
     """The strategy dict of point ``point`` of a front file's dict (see `moplace.io.fronts`):
     the point `moplace search` printed as number ``point`` (`front_points`)."""
+    try:
+        check_version(data.get("version", 1), "front", FRONT_VERSION)
+    except StrategyError as exc:
+        raise FormatError(path, str(exc)) from None
     points, feasible = front_points(data, path)
     if not points:
         raise FormatError(path, "the front holds no point (the search evaluated nothing)")

@@ -47,9 +47,15 @@ MAGIC = b"moplace-checkpoint\n"
 #: the format version written: 2 since searchers hold their settings as one declared object and
 #: MCMC its chains as parts of its own (issue 31); a version-1 file's searcher state cannot be
 #: read into today's searchers, so it is refused with both versions named
-VERSION = 2
+#: 3 since strategies carry strategy-wide options (gradient buckets, issue 32): a version-2
+#: file reads as strategies with every option at its default, and a version-3 file is refused
+#: by a reader of version 2, which would drop the options unseen
+VERSION = 3
+#: the versions this moplace reads
+READS = (2, 3)
 #: what each older version was written by, for the message that refuses it
-WRITTEN_BY = {1: "moplace 0.1 before its searcher settings were declared (issue 31)"}
+WRITTEN_BY = {1: "moplace 0.1 before its searcher settings were declared (issue 31)",
+              2: "moplace before strategies had options (issue 32)"}
 _MAX_HEADER = 1 << 24  # bytes of the JSON line at most
 
 
@@ -189,10 +195,13 @@ def _header(f, path) -> dict:
         version = meta["version"]
     except (ValueError, KeyError, TypeError):
         raise MoplaceError(f"checkpoint {path} is corrupt or truncated (bad header)") from None
-    if version != VERSION:
+    if version not in READS:
         by = f", written by {WRITTEN_BY[version]}" if version in WRITTEN_BY else ""
+        newer = (" (newer than this moplace: update it, or" if isinstance(version, int)
+                 and not isinstance(version, bool) and version > VERSION else " (")
         raise MoplaceError(f"checkpoint {path} has format version {version!r}{by}; this moplace "
-                           f"reads version {VERSION}: start the search again with another checkpoint file")
+                           f"reads versions {', '.join(map(str, READS))}{newer} start the search "
+                           "again with another checkpoint file)")
     return meta
 
 

@@ -18,7 +18,8 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_rows, row_j,
-                row_f, ptr, parts, dev, n_compute, coll_of_op, coll_op, coll_mask, coll_first):
+                row_f, ptr, parts, dev, n_compute, coll_in, succ_ptr, succ, serve_ptr, serve,
+                coll_mask, coll_first):
     """The task edges, as (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr,
     in_ptr, in_edge).
 
@@ -26,21 +27,23 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
       every part j of v that needs data part k holds: rows ``shape_rows[s, k]`` to
       ``shape_rows[s, k + 1]`` of (``row_j``, ``row_f``) for the edge's shape
       ``s = edge_shape[e]``, moving ``g_bytes[e] * row_f``.
-    - Every part of an op with an all-reduce ``c`` (``coll_of_op``) feeds it (a control edge
-      into task ``n_compute + c``, nothing moves).
-    - An all-reduce of op u sends the reduced gradient along u's gated edges (to updates) to
-      every part of the update: read locally (no bytes) when the part's device is on the ring
-      (``coll_mask``), else from the ring's first device.
+    - Every part of an op whose gradient is all-reduced feeds its bucket's first collective
+      task ``coll_in[u]`` (a control edge into task ``n_compute + coll_in[u]``, nothing moves).
+    - Collective task c is followed by ``succ[succ_ptr[c]:succ_ptr[c + 1]]`` (control edges),
+      and sends the reduced gradient of each op u in ``serve[serve_ptr[c]:serve_ptr[c + 1]]``
+      along u's gated edges (to updates) to every part of the update: read locally (no bytes)
+      when the part's device is one of the task's (``coll_mask``), else from its first
+      device (``coll_first``).
 
     ``e_moved`` is what an edge moves when it moves data (differs from ``e_bytes`` only for a
     gradient read on the ring); an edge is local when it goes into a collective, stays on its
     device, or carries no bytes. ``in_edge`` lists each task's in-edges in edge order."""
     n_ops = parts.shape[0]
-    n_coll = coll_op.shape[0]
+    n_coll = succ_ptr.shape[0] - 1
     n_tasks = n_compute + n_coll
     out_ptr = np.zeros(n_tasks + 1, np.int64)
     for u in range(n_ops):
-        extra = 1 if coll_of_op[u] >= 0 else 0
+        extra = 1 if coll_in[u] >= 0 else 0
         for k in range(parts[u]):
             m = extra
             for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
@@ -50,12 +53,13 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
                     m += shape_rows[s, k + 1] - shape_rows[s, k]
             out_ptr[ptr[u] + k + 1] = m
     for c in range(n_coll):
-        u = coll_op[c]
-        m = 0
-        for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
-            e = g_out_edge[q]
-            if gated[e]:
-                m += parts[g_dst[e]]
+        m = succ_ptr[c + 1] - succ_ptr[c]
+        for w in range(serve_ptr[c], serve_ptr[c + 1]):
+            u = serve[w]
+            for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
+                e = g_out_edge[q]
+                if gated[e]:
+                    m += parts[g_dst[e]]
         out_ptr[n_compute + c + 1] = m
     for t in range(n_tasks):
         out_ptr[t + 1] += out_ptr[t]
@@ -82,27 +86,33 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
                     e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = t, d, b, sd, b
                     e_local[i] = sd == dev[d] or b <= 0
                     i += 1
-            if coll_of_op[u] >= 0:
+            if coll_in[u] >= 0:
                 e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = (
-                    t, n_compute + coll_of_op[u], 0.0, sd, 0.0)
+                    t, n_compute + coll_in[u], 0.0, sd, 0.0)
                 e_local[i] = True
                 i += 1
     for c in range(n_coll):
-        u = coll_op[c]
-        for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
-            e = g_out_edge[q]
-            if not gated[e]:
-                continue
-            v = g_dst[e]
-            for j in range(parts[v]):
-                d = ptr[v] + j
-                here = (coll_mask[c] >> dev[d]) & 1 == 1
-                b = 0.0 if here else g_bytes[e]
-                sd = dev[d] if here else coll_first[c]
-                e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = (
-                    n_compute + c, d, b, sd, g_bytes[e])
-                e_local[i] = sd == dev[d] or b <= 0
-                i += 1
+        for w in range(succ_ptr[c], succ_ptr[c + 1]):
+            e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = (
+                n_compute + c, n_compute + succ[w], 0.0, -1, 0.0)
+            e_local[i] = True
+            i += 1
+        for w in range(serve_ptr[c], serve_ptr[c + 1]):
+            u = serve[w]
+            for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
+                e = g_out_edge[q]
+                if not gated[e]:
+                    continue
+                v = g_dst[e]
+                for j in range(parts[v]):
+                    d = ptr[v] + j
+                    here = (coll_mask[c] >> dev[d]) & 1 == 1
+                    b = 0.0 if here else g_bytes[e]
+                    sd = dev[d] if here else coll_first[c]
+                    e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = (
+                        n_compute + c, d, b, sd, g_bytes[e])
+                    e_local[i] = sd == dev[d] or b <= 0
+                    i += 1
     in_ptr = np.zeros(n_tasks + 1, np.int64)
     for i in range(m):
         in_ptr[e_dst[i] + 1] += 1

@@ -75,10 +75,11 @@ def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> Ta
 
 def split_key(strategy: Strategy) -> bytes:
     """What a task graph's shape depends on: the split ops, their parts, dimensions and the
-    devices of the parts."""
+    devices of the parts, and the gradient bucket size."""
     t = strategy.split_table
-    return b"|".join(np.ascontiguousarray(a, np.int64).tobytes()
-                     for a in (t.ops, t.parts, t.dims, t.devices))
+    return b"|".join([np.ascontiguousarray(a, np.int64).tobytes()
+                      for a in (t.ops, t.parts, t.dims, t.devices)]
+                     + [repr(strategy.bucket_bytes).encode()])
 
 
 def skeleton_for(graph, strategy: Strategy, costs) -> "Skeleton":
@@ -127,7 +128,7 @@ class Skeleton:
         self.free = np.flatnonzero(np.diff(tg.op_ptr)[tg.task_op[:nc]] == 1)
         self.free_op = tg.task_op[self.free]
         #: edges from an all-reduce to an update op
-        self.gated = np.flatnonzero(tg.e_src >= nc)
+        self.gated = np.flatnonzero((tg.e_src >= nc) & (tg.e_dst < nc))
         self.gated_c = tg.e_src[self.gated] - nc
         self.gated_dst = tg.e_dst[self.gated]
         self.gated_bytes = moved_bytes[self.gated]
@@ -156,4 +157,4 @@ class Skeleton:
             e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local, out_ptr=tg.out_ptr,
             in_ptr=tg.in_ptr, in_edge=tg.in_edge, coll_ptr=tg.coll_ptr, coll_dev=tg.coll_dev,
             coll_res_ptr=tg.coll_res_ptr, coll_res=tg.coll_res, coll_dur=tg.coll_dur,
-            coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr)
+            coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind)

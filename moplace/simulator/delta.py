@@ -82,11 +82,12 @@ def patched_task_graph(base: SimulationBase, strategy: Strategy, graph, costs) -
         e_bytes=tg.e_bytes, e_srcdev=e_srcdev, e_local=e_local, out_ptr=tg.out_ptr,
         in_ptr=tg.in_ptr, in_edge=tg.in_edge, coll_ptr=tg.coll_ptr, coll_dev=tg.coll_dev,
         coll_res_ptr=tg.coll_res_ptr, coll_res=tg.coll_res, coll_dur=tg.coll_dur,
-        coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr)
+        coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind)
 
 
 def _same_splits(a: Strategy, b: Strategy) -> bool:
-    return a.splits is b.splits or dict(a.splits) == dict(b.splits)
+    return (a.bucket_bytes == b.bucket_bytes
+            and (a.splits is b.splits or dict(a.splits) == dict(b.splits)))
 
 
 def _ranges(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -9,9 +9,10 @@ The model, in the spirit of FlexFlow's and Trinity's simulators:
   their edge sizes is sent). A transfer holds every link or port on its route for its duration,
   so transfers sharing a link queue in the order they were issued; transfers overlap compute.
 - Split ops run as parts (see `moplace.simulator.taskgraph`); a batch split of an op with weight
-  gradients adds a ring all-reduce among its parts' devices that holds the ring's links for
-  ``2 (n-1) (latency + bytes / (n * bandwidth))`` and moves ``2 (n-1) / n * bytes`` in and out
-  of every ring device; update ops wait for it.
+  gradients has them all-reduced among its parts' devices, in buckets, as NCCL runs it
+  (`moplace.simulator.collectives`: a ring in the order of the fastest links, holding them for
+  ``2 (n-1) (latency + bytes / (n * bandwidth))`` and moving ``2 (n-1) / n * bytes`` in and out
+  of every ring device; hierarchical across servers); update ops wait for it.
 - Memory per device: parameters of every task on it for the whole step (a batch part holds a
   full replica, a channel part its share); a task's output from its start until its last local
   consumer has finished and its transfers have left; a received tensor from its arrival until
@@ -49,7 +50,8 @@ class Trace:
     array with one row per change of a device's resident bytes, in event order: time, device,
     bytes resident after the change (each device holds ``static_memory`` at time 0). Task
     ``k``'s kind: a compute part when ``task_device[k] >= 0``, else a collective, the c-th
-    of which runs on devices ``collective_dev[collective_ptr[c]:collective_ptr[c + 1]]``.
+    of which runs on devices ``collective_dev[collective_ptr[c]:collective_ptr[c + 1]]``
+    and is of kind ``KINDS[collective_kind[c]]`` (`moplace.simulator.collectives`).
     """
 
     makespan: float
@@ -70,6 +72,7 @@ class Trace:
     static_memory: np.ndarray = field(default_factory=lambda: np.zeros(0))
     collective_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     collective_dev: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    collective_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     transfers: np.ndarray = field(default_factory=lambda: np.empty((0, 6)))
     memory: np.ndarray = field(default_factory=lambda: np.empty((0, 3)))
 
@@ -172,4 +175,5 @@ def trace_from_outputs(tg: TaskGraph, cluster, n_ops: int, static, start, end, s
         busy=np.bincount(tg.dev[comp], weights=tg.dur[comp], minlength=cluster.n_devices),
         n_transfers=int(n_x), device_names=cluster.device_names, device_kinds=cluster.kinds,
         static_memory=static, collective_ptr=tg.coll_ptr, collective_dev=tg.coll_dev,
+        collective_kind=tg.coll_kind,
         transfers=transfers, memory=memory)

@@ -8,10 +8,13 @@ consumer needs whole inputs, except update ops: a channel-split update reads its
 gradient, a batch-split update is a replica and reads all of it. Each (producer part, consumer part) pair moves
 ``edge bytes * area(held & needed)``; pairs with no overlap are not edges.
 
-A batch-split op with ``grad_bytes > 0`` on two or more devices gets a *collective* task: a ring
-all-reduce of its weight gradient among its parts' devices, after all its parts. Its consumers
-with role ``update`` read the reduced gradient from the collective (locally when they run on one
-of the ring's devices); its other consumers read the parts' outputs as usual.
+A batch-split op with ``grad_bytes > 0`` on two or more devices has its weight gradient
+all-reduced among its parts' devices, after all its parts, in a bucket with the gradients
+before it on the same devices (the strategy's ``bucket_bytes``; 0: a bucket each), as the
+tasks of `moplace.simulator.collectives` (a ring, or reduce-scatter, all-reduces across
+servers and all-gather). Its consumers with role ``update`` read the reduced gradient from the
+bucket's last task (locally when they run on one of its devices); its other consumers read the
+parts' outputs as usual.
 
 Everything here is vectorised numpy, but for the edges, made in one compiled pass already in
 order (`moplace.simulator._edgebuild`): the Python loops run over distinct split shapes and
@@ -25,12 +28,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..arrays import segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS, OpGraph
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
 from ._edgebuild import build_edges
 from ._fill import fill_unsplit
+from .buckets import BucketedCollectives
 
 _UPDATE = ROLES.index("update")
 _DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1
@@ -41,7 +44,8 @@ class TaskGraph:
     """Flat arrays describing tasks and their data edges (see module docstring).
 
     Tasks 0..n_compute-1 are compute tasks (``dev`` >= 0); the rest are collectives
-    (``dev`` = -1) whose devices, resources, duration and per-device traffic are in ``coll_*``.
+    (``dev`` = -1) whose devices, resources, duration, per-device traffic and kind
+    (`moplace.simulator.collectives.KINDS`) are in ``coll_*``.
     Edge arrays are sorted by source task; ``e_srcdev`` is the device the data leaves from and
     ``e_local`` marks edges that move nothing (same device, or control edges into a collective).
     ``out_ptr`` indexes each task's out-edges; ``in_ptr``/``in_edge`` its in-edges (CSR).
@@ -70,6 +74,7 @@ class TaskGraph:
     coll_dur: np.ndarray
     coll_bytes: np.ndarray
     op_ptr: np.ndarray
+    coll_kind: np.ndarray
 
     @property
     def n_tasks(self) -> int:
@@ -95,7 +100,7 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
     dev[parts[task_op] > 1] = split_dev  # splits are sorted by op, so parts line up
     dur = _durations(graph, costs, ptr, task_op, dev, parts, dims)
     out_b, par_b = _memory(a, task_op, parts, dims)
-    colls = _Collectives(graph, costs, ptr, parts, dims, dev)
+    colls = BucketedCollectives(graph, costs, ptr, parts, dims, dev, strategy.bucket_bytes)
     n_compute, n_coll = len(task_op), len(colls.ops)
     edges = _edges(a, ptr, parts, dims, dev, colls, n_compute)
     moved_bytes = edges.pop("moved_bytes")
@@ -108,7 +113,8 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
         out_bytes=np.concatenate([out_b, np.zeros(n_coll)]),
         param_bytes=par_b, **edges,
         coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
-        coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr)
+        coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr,
+        coll_kind=colls.kind)
     return tg, moved_bytes
 
 
@@ -144,7 +150,7 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 _NO_COLLECTIVES = {k: _frozen(v) for k, v in dict(
     coll_ptr=np.zeros(1, np.int64), coll_dev=np.zeros(0, np.int64),
     coll_res_ptr=np.zeros(1, np.int64), coll_res=np.zeros(0, np.int64),
-    coll_dur=np.zeros(0), coll_bytes=np.zeros(0)).items()}
+    coll_dur=np.zeros(0), coll_bytes=np.zeros(0), coll_kind=np.zeros(0, np.int64)).items()}
 
 
 def _durations(graph, costs, ptr, task_op, dev, parts, dims) -> np.ndarray:
@@ -169,63 +175,6 @@ def _memory(a, task_op, parts, dims) -> tuple[np.ndarray, np.ndarray]:
     out_b = np.where(batch, (out - np.minimum(grad, out)) / n + np.minimum(grad, out), out / n)
     par_b = np.where(batch, a.param_bytes[task_op], a.param_bytes[task_op] / n)
     return out_b, par_b
-
-
-class _Collectives:
-    """Ring all-reduces of batch-split ops with weight gradients, one per op, in op order.
-
-    A ring is a bitmask of devices; collectives on one ring share its links and resources, so
-    ring-level figures are computed once per distinct ring and spread with numpy indexing.
-    """
-
-    def __init__(self, graph, costs, ptr, parts, dims, dev):
-        a, cl = graph.arrays, costs.cluster
-        cand = np.flatnonzero((dims == _DIM_CODE["batch"]) & (a.grad_bytes > 0) & (parts > 1))
-        masks = np.zeros(cand.size, np.int64)
-        if cand.size:  # OR the device bits of each candidate's own parts (contiguous tasks)
-            own = np.repeat(ptr[cand], parts[cand]) + segment_ranks(parts[cand])
-            starts = np.cumsum(parts[cand]) - parts[cand]
-            masks = np.bitwise_or.reduceat(np.left_shift(np.int64(1), dev[own]), starts)
-        multi = (masks & (masks - 1)) != 0  # more than one distinct device
-        self.ops, self.masks = cand[multi].astype(np.int64), masks[multi]
-        rings, ring_of = np.unique(self.masks, return_inverse=True)
-        ring_of = ring_of.ravel()
-        b = a.grad_bytes[self.ops]
-        self.dur = np.zeros(self.ops.size)
-        self.bytes_per_device = np.zeros(self.ops.size)
-        self.first = np.zeros(self.ops.size, np.int64)
-        ring_devs, ring_res = [], []
-        for r, mask in enumerate(rings.tolist()):
-            ring = [d for d in range(cl.n_devices) if mask >> d & 1]
-            n = len(ring)
-            links = [(ring[k], ring[(k + 1) % n]) for k in range(n)]
-            lat = np.array([cl.latency[i, j] for i, j in links])
-            bw = np.array([cl.bandwidth[i, j] for i, j in links])
-            sel = ring_of == r
-            step = np.max(lat[None, :] + (b[sel, None] / n) / bw[None, :], axis=1)
-            self.dur[sel] = 2 * (n - 1) * step
-            self.bytes_per_device[sel] = 2 * (n - 1) / n * b[sel]
-            self.first[sel] = ring[0]
-            ring_devs.append(np.array(ring, np.int64))
-            ring_res.append(np.unique(np.concatenate([cl.route(i, j) for i, j in links]))
-                            .astype(np.int64))
-        self.ptr, self.devices = _ragged(ring_devs, ring_of)
-        self.res_ptr, self.res = _ragged(ring_res, ring_of)
-
-
-def _ragged(rows: list[np.ndarray], pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of ``rows[pick[0]], rows[pick[1]], ...`` without a Python loop over ``pick``."""
-    sizes = np.array([r.size for r in rows], np.int64)[pick] if rows else np.zeros(0, np.int64)
-    ptr = np.zeros(pick.size + 1, np.int64)
-    np.cumsum(sizes, out=ptr[1:])
-    if not rows:
-        return ptr, np.zeros(0, np.int64)
-    width = max(r.size for r in rows)
-    table = np.full((len(rows), width), -1, np.int64)
-    for k, r in enumerate(rows):
-        table[k, :r.size] = r
-    flat = table[pick].ravel()
-    return ptr, flat[flat >= 0]
 
 
 @lru_cache(maxsize=256)
@@ -264,16 +213,23 @@ def _len(x, y) -> float:
     return max(0.0, min(x[1], y[1]) - max(x[0], y[0]))
 
 
-def _edges(a, ptr, parts, dims, dev, colls: _Collectives, n_compute) -> dict:
-    """The task edges, sorted by (source, destination), and their CSR indexes (`build_edges`)."""
-    coll_of_op = np.full(parts.size, -1, np.int64)
-    coll_of_op[colls.ops] = np.arange(colls.ops.size)
-    # update ops read the reduced gradient from the collective, not from the parts
-    gated = (coll_of_op[a.src] >= 0) & (a.role[a.dst] == _UPDATE)
+def _edges(a, ptr, parts, dims, dev, colls: BucketedCollectives, n_compute) -> dict:
+    """The task edges, sorted by source, and their CSR indexes (`build_edges`)."""
+    b = colls.bucket_of_op
+    coll_in = np.where(b >= 0, colls.entry[np.maximum(b, 0)] if colls.entry.size else -1, -1)
+    # update ops read the reduced gradient from the bucket's last task, not from the parts
+    gated = (b[a.src] >= 0) & (a.role[a.dst] == _UPDATE)
+    n_coll = colls.ops.size
+    serve_ptr = np.zeros(n_coll + 1, np.int64)  # per task: the ops whose updates it feeds
+    serve_ptr[colls.exit + 1] = np.diff(colls.serve_ptr)
+    np.cumsum(serve_ptr, out=serve_ptr)
+    mask, first = np.zeros(n_coll, np.int64), np.zeros(n_coll, np.int64)
+    mask[colls.exit], first[colls.exit] = colls.mask, colls.first
     edge_shape, shape_rows, row_j, row_f = _edge_shapes(a, parts, dims)
     (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge) = build_edges(
         a.out_ptr, a.out_edge, a.dst, a.edge_bytes, gated, edge_shape, shape_rows, row_j, row_f,
-        ptr, parts, dev, n_compute, coll_of_op, colls.ops, colls.masks, colls.first)
+        ptr, parts, dev, n_compute, coll_in, colls.succ_ptr, colls.succ, serve_ptr,
+        colls.serve, mask, first)
     return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
                 out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge, moved_bytes=e_moved)
 

@@ -25,9 +25,11 @@ class Moves:
         self.group = graph.arrays.group  # each op's co-location group
         G, N, D = space.n_groups, space.n_ops, space.n_devices
         self.splittable = np.array([g for g in range(G) if len(space.options[g]) > 1], np.int64)
+        #: the split move also changes the gradient bucket size, when there is a choice
+        self.buckets = len(space.bucket_choices)
         weights = tuple(move_weights) + (0.0,) * (4 - len(move_weights))
         kinds = np.array(weights) * np.array(
-            [G > 0 and D > 1, self.splittable.size > 0, N > 1,
+            [G > 0 and D > 1, self.splittable.size > 0 or self.buckets > 1, N > 1,
              G > 0 and D >= space.RESIZE_MIN_DEVICES],
             dtype=np.float64)
         #: the probability of each move kind (None: no move can change anything)
@@ -62,8 +64,13 @@ class Moves:
                 y[g] = near[int(rng.integers(len(near)))]
             else:
                 y[g] = (here + 1 + int(rng.integers(D - 1))) % D
-        elif kind == 1:  # one group's split option
-            g = int(self.splittable[int(rng.integers(self.splittable.size))])
+        elif kind == 1:  # one group's split option, or the gradient bucket size
+            pick = int(rng.integers(self.splittable.size + (self.buckets > 1)))
+            if pick == self.splittable.size:
+                b = space.bucket_gene
+                y[b] = (int(y[b]) + 1 + int(rng.integers(self.buckets - 1))) % self.buckets
+                return y
+            g = int(self.splittable[pick])
             n_opt = len(space.options[g])
             y[G + g] = (int(y[G + g]) + 1 + int(rng.integers(n_opt - 1))) % n_opt
         else:  # swap two ops' priorities, preferably two on the same device

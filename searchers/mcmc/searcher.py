@@ -107,9 +107,11 @@ class McmcSearcher(Searcher):
         if parent is not None:
             x, G = self.chain_state.genome[c], self.space.n_groups
             moved = x[:G] != y[:G]
-            if np.array_equal(x[G:2 * G], y[G:2 * G]) and not np.any(x[G:2 * G][moved]):
+            tail = slice(self.space.bucket_gene, None)  # strategy-wide genes: the parent's
+            if np.array_equal(x[G:2 * G], y[G:2 * G]) and not np.any(x[G:2 * G][moved]) \
+                    and np.array_equal(x[tail], y[tail]):
                 s = parent.derive(placement=y[:G].astype(np.int64)[self.moves.group],
-                                  priority=y[2 * G:])
+                                  priority=y[self.space.priorities])
                 return Proposal(s, parent)
         return self.space.decode(y)
 

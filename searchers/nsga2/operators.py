@@ -110,7 +110,7 @@ class GenomeStructure:
 
     @property
     def size(self) -> int:
-        return 2 * self.G + self.N
+        return self.lo.size
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,9 +121,10 @@ def repair(s: GenomeStructure, X: np.ndarray) -> np.ndarray:
     """Rows of ``X`` made valid (in place when ``X`` is a float array): integer genes rounded
     and clipped to their bounds, priorities clipped to [0, 1]."""
     X = np.asarray(X, dtype=np.float64).reshape(-1, s.size)
-    k = 2 * s.G
+    k, p = 2 * s.G, slice(2 * s.G, 2 * s.G + s.N)
     X[:, :k] = np.clip(np.rint(X[:, :k]), s.lo[:k], s.hi[:k])
-    X[:, k:] = np.clip(np.nan_to_num(X[:, k:], nan=0.5), 0.0, 1.0)
+    X[:, p] = np.clip(np.nan_to_num(X[:, p], nan=0.5), 0.0, 1.0)
+    X[:, p.stop:] = np.clip(np.rint(np.nan_to_num(X[:, p.stop:])), s.lo[p.stop:], s.hi[p.stop:])
     return X
 
 
@@ -141,7 +142,9 @@ def normalized_priority(priority: np.ndarray) -> np.ndarray:
 
 def random_genomes(s: GenomeStructure, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` genomes uniform over the space (integer genes uniform over their values)."""
-    return sample_genomes(s.lo, s.hi, 2 * s.G, n, rng)
+    ints = np.ones(s.size, bool)
+    ints[2 * s.G:2 * s.G + s.N] = False
+    return sample_genomes(s.lo, s.hi, ints, n, rng)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +164,9 @@ def segment_crossover(s: GenomeStructure, a: np.ndarray, b: np.ndarray,
         c[off + groups], d[off + groups] = b[off + groups], a[off + groups]
     ops = np.flatnonzero((s.op_pos >= i) & (s.op_pos < j))
     c[2 * s.G + ops], d[2 * s.G + ops] = b[2 * s.G + ops], a[2 * s.G + ops]
+    tail = slice(2 * s.G + s.N, None)  # strategy-wide genes: each child takes one parent's
+    if rng.random() < 0.5:
+        c[tail], d[tail] = b[tail], a[tail]
     return c, d
 
 
@@ -182,6 +188,7 @@ class MutationRates:
     reset: float = 0.1          # probability of resetting a few random genes uniformly
     devices: float = 0.05       # probability of a device-set move (shrink or grow the run of
     #                             devices the whole strategy uses, splits scaled with it)
+    bucket: float = 0.1         # probability of another gradient bucket size
 
 
 def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
@@ -196,7 +203,7 @@ def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
         y = s.space.random_resize(y, rng)
     dev = y[:G]  # views into y
     opt = y[G:P]
-    prio = y[P:]
+    prio = y[P:P + N]
     if s.D > 1:
         n_blocks = s.starts.size - 1
         for _ in range(rng.poisson(rates.moves)):
@@ -238,10 +245,12 @@ def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
         if rng.random() < rates.jitter:
             mask = rng.random(N) < 0.1
             prio[mask] += rng.normal(0.0, rates.jitter_sigma, size=int(mask.sum()))
+    if y.size > P + N and s.hi[P + N] > 0 and rng.random() < rates.bucket:
+        y[P + N] = rng.integers(int(s.hi[P + N]) + 1)
     if rng.random() < rates.reset:
         genes = rng.integers(y.size, size=1 + rng.integers(3))
         for k in genes:
-            if k < P:
+            if k < P or k >= P + N:
                 y[k] = rng.integers(int(s.lo[k]), int(s.hi[k]) + 1)
             else:
                 y[k] = rng.random()

@@ -168,8 +168,8 @@ class Nsga2Searcher(Searcher):
     def _normalized(self, x: np.ndarray) -> np.ndarray:
         """Genome ``x`` with its priorities mapped into [0, 1] by rank (the same schedule)."""
         x = x.copy()
-        G = self.space.n_groups
-        x[2 * G:] = normalized_priority(x[2 * G:])
+        p = self.space.priorities
+        x[p] = normalized_priority(x[p])
         return x
 
     def _decode(self, x: np.ndarray) -> Strategy:

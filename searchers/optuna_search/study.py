@@ -25,7 +25,8 @@ class TrialSpace:
     ``d{g}``: device of co-location group g (only when there is more than one device);
     ``s{g}``: split option of group g (only for groups with more than one option); ``p{i}``:
     priority of op i in [0, 1] (only with ``priorities``; without, every strategy runs the ops
-    in ``fixed_priority``).
+    in ``fixed_priority``); ``bucket``: the gradient bucket size's index into the genome's
+    ``bucket_choices`` (only when it has more than one).
     """
 
     def __init__(self, genome, priorities: bool, fixed_priority: np.ndarray):
@@ -34,11 +35,13 @@ class TrialSpace:
         #: groups with a device parameter, groups with a split parameter
         self.devices = [g for g in range(G)] if genome.n_devices > 1 else []
         self.splits = [g for g in range(G) if len(genome.options[g]) > 1]
+        #: the bucket size is a parameter when there is more than one to choose
+        self.buckets = len(genome.bucket_choices) > 1
 
     @property
     def n_params(self) -> int:
         """Parameters of a trial."""
-        return len(self.devices) + len(self.splits) + \
+        return len(self.devices) + len(self.splits) + int(self.buckets) + \
             (self.genome.n_ops if self.priorities else 0)
 
     def strategy(self, trial) -> Strategy:
@@ -54,7 +57,9 @@ class TrialSpace:
             for i in range(space.n_ops):
                 x[2 * G + i] = trial.suggest_float(f"p{i}", 0.0, 1.0)
         else:
-            x[2 * G:] = self.fixed_priority
+            x[space.priorities] = self.fixed_priority
+        if self.buckets:
+            x[space.bucket_gene] = trial.suggest_int("bucket", 0, len(space.bucket_choices) - 1)
         return space.decode(x)
 
     def params(self, x: np.ndarray) -> dict:
@@ -63,7 +68,10 @@ class TrialSpace:
         params = {f"d{g}": int(x[g]) for g in self.devices}
         params.update({f"s{g}": int(x[G + g]) for g in self.splits})
         if self.priorities:
-            params.update({f"p{i}": float(v) for i, v in enumerate(unit_rank(x[2 * G:]))})
+            params.update({f"p{i}": float(v) for i, v in
+                           enumerate(unit_rank(x[self.genome.priorities]))})
+        if self.buckets:
+            params["bucket"] = int(x[self.genome.bucket_gene])
         return params
 
 

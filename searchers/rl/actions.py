@@ -57,7 +57,8 @@ class ActionSpace:
         devices = actions.devices[rows, g]                          # [k, U]
         option = self.option[np.arange(U)[None, :], actions.splits[rows, g]]
         level = actions.levels[rows, g][:, self.unit_of_op]         # [k, n]
-        return np.concatenate([devices, option, level + self.base[None, :]], axis=1)
+        tail = np.zeros((k, self.space.N_TAIL))  # each gradient in a bucket of its own
+        return np.concatenate([devices, option, level + self.base[None, :], tail], axis=1)
 
     def strategies(self, actions) -> list[Strategy]:
         """One strategy per row of ``actions``."""

@@ -167,7 +167,7 @@ class ClusterToml(FileFormat):
         presets = resources.files("moplace.core.presets")
         seeds = [("exported 4xV100-NVLink", cluster_to_toml(load_cluster(CLUSTER)).encode()),
                  ("hand-written count/repeat", HAND_TOML.encode())]
-        for name in ("2x4xV100-IB100", "8xV100-16GB-NVLink"):
+        for name in ("2x4xV100-IB100", "8xV100-16GB-NVLink", "2x4xV100-2xIB100"):
             seeds.append((f"preset {name}", presets.joinpath(f"{name}.toml").read_bytes()))
         parse_cluster(HAND_TOML)  # the hand-written seed must be valid
         # what a testbed profile once wrote: a link fitted on noise at 1.3e20 B/s (now refused
@@ -196,6 +196,11 @@ class StrategyJson(FileFormat):
             save_strategy(path, graph, baseline(name, graph, cluster.n_devices), named)
             seeds.append((f"baseline {name}" + (" (device indices)" if named is None else ""),
                           path.read_bytes()))
+        # a version-1 file, written before strategies had options (issue 32)
+        old = json.loads(seeds[0][1])
+        old.update(version=1)
+        old.pop("options")
+        seeds.append(("version 1 (no options)", json.dumps(old, indent=1).encode()))
         front = json.loads(_search(self.workdir, "random", "strategy-search").read_text())
         point = max(front["points"], key=lambda p: len(p["strategy"]["splits"]))
         seeds.append(("random-search point with splits",

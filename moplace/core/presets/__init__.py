@@ -81,7 +81,7 @@ class _Builder:
 
     def __init__(self, doc: dict, path):
         self.doc, self.path = doc, path
-        self.devices, self.server_of, self.server_names = [], [], []
+        self.devices, self.server_of, self.server_names, self.nics = [], [], [], []
         self.resources, self.routes, self.lat, self.bw, self.labels = [], {}, {}, {}, {}
 
     def fail(self, field: str, message: str):
@@ -109,7 +109,8 @@ class _Builder:
         try:
             return Cluster(name, self.devices, grid(self.bw, math.inf), grid(self.lat, 0.0),
                            resource_names=[r for r, _ in self.resources], routes=self.routes,
-                           resource_bandwidth=[b for _, b in self.resources], labels=self.labels)
+                           resource_bandwidth=[b for _, b in self.resources], labels=self.labels,
+                           servers=self.server_of)
         except ClusterError as exc:
             raise FormatError(self.path, str(exc)) from None
 
@@ -134,8 +135,13 @@ class _Builder:
     def server(self, spec, field: str):
         """Add the devices of one [[servers]] entry (times ``repeat``)."""
         spec = self.table(spec, field)
-        self.keys(spec, field, {"name", "count", "repeat", "kind", "memory", "speed", "interconnect"})
+        self.keys(spec, field, {"name", "count", "repeat", "kind", "memory", "speed", "interconnect",
+                                "nics"})
         count, repeat = self.integer(spec, "count", field), self.integer(spec, "repeat", field, 1)
+        nics = self.integer(spec, "nics", field, 1)
+        if nics > count:
+            self.fail(f"{field}.nics", f"a server of {count} GPUs has at most {count} NICs (one "
+                      f"per GPU), got {nics}")
         if len(self.devices) + count * repeat > MAX_DEVICES:
             self.fail(f"{field}.count", f"{count} x {repeat} devices take the cluster past the "
                       f"{MAX_DEVICES} devices it may have")
@@ -156,6 +162,7 @@ class _Builder:
         for r in range(repeat):
             base = spec.get("name", f"server{len(self.server_names)}")
             self.server_names.append(base if repeat == 1 or "name" not in spec else f"{base}{r}")
+            self.nics.append(nics)
             members = []
             for _ in range(count):
                 members.append(len(self.devices))
@@ -213,14 +220,25 @@ class _Builder:
                 self.set_pair(i, j, link, route)
 
     def connect_network(self) -> None:
-        """Cross-server pairs hold the source server's NIC tx and the destination's NIC rx."""
+        """Cross-server pairs hold the source GPU's NIC tx and the destination GPU's NIC rx. A
+        server with m NICs gives them to its GPUs in equal runs (NIC k to GPUs
+        ``k * count / m`` onwards: a DGX-1's four NICs serve a GPU pair each)."""
         link = self.link(self.doc.get("network"), "network")
-        nic = [(self.resource(f"{s}.nic.tx", link["bw"]), self.resource(f"{s}.nic.rx", link["bw"]))
-               for s in self.server_names]
+        nic = {}  # (server, k) -> (tx, rx)
+        for s, (name, m) in enumerate(zip(self.server_names, self.nics)):
+            for k in range(m):
+                stem = f"{name}.nic" if m == 1 else f"{name}.nic{k}"
+                nic[s, k] = (self.resource(f"{stem}.tx", link["bw"]),
+                             self.resource(f"{stem}.rx", link["bw"]))
+        nic_of = []
+        for i, s in enumerate(self.server_of):
+            rank = i - self.server_of.index(s)
+            count = self.server_of.count(s)
+            nic_of.append(nic[s, rank * self.nics[s] // count])
         for i, si in enumerate(self.server_of):
             for j, sj in enumerate(self.server_of):
                 if si != sj:
-                    self.set_pair(i, j, link, [nic[si][0], nic[sj][1]])
+                    self.set_pair(i, j, link, [nic_of[i][0], nic_of[j][1]])
 
     def override(self, spec, field: str) -> None:
         """An explicit pair: its own dedicated link replaces the pair's figures and route."""

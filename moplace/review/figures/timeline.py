@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...simulator.collectives import KINDS
 from ..units import fmt, unit_for
 from .common import SERIES, new_figure, save
 
 COLOURS = {"compute": "#1f77b4", "split part": "#ff7f0e", "transfer in": "#2ca02c",
-           "all-reduce": "#d62728"}
+           "all-reduce": "#d62728", "reduce-scatter": "#9467bd", "all-gather": "#8c564b"}
 BINS = 300
 
 
@@ -30,15 +31,20 @@ def _lanes(trace):
     split[compute] = counts[trace.task_op[compute]] > 1
     x = trace.transfers
     coll = np.flatnonzero(~compute)  # the c-th collective's task, c in collective_ptr's order
-    members = np.repeat(coll, np.diff(trace.collective_ptr))  # one entry per (collective, device)
+    per = np.diff(trace.collective_ptr)
+    members = np.repeat(coll, per)  # one entry per (collective, device)
+    kind = trace.collective_kind if trace.collective_kind.size == coll.size \
+        else np.zeros(coll.size, np.int64)  # (a trace made before collectives had kinds)
+    member_kind = np.repeat(kind, per)
     for d in range(n_dev):
         on = dev == d
         yield d, 0, "compute", trace.task_start[on & ~split], trace.task_end[on & ~split]
         yield d, 0, "split part", trace.task_start[on & split], trace.task_end[on & split]
         into = x[:, 2] == d
         yield d, 1, "transfer in", x[into, 4], x[into, 5]
-        idx = members[trace.collective_dev == d]
-        yield d, 1, "all-reduce", trace.task_start[idx], trace.task_end[idx]
+        for k, name in enumerate(KINDS):
+            idx = members[(trace.collective_dev == d) & (member_kind == k)]
+            yield d, 1, name, trace.task_start[idx], trace.task_end[idx]
 
 
 def busy_fraction(starts, ends, edges) -> np.ndarray:
@@ -59,7 +65,8 @@ def _require_record(trace) -> None:
 
 def gantt(trace, path, *, title="", max_bars=4000) -> None:
     """Devices by time: per device a compute lane (ops; parts of split ops in their own
-    colour) and a link lane (transfers arriving at it, all-reduces it takes part in)."""
+    colour) and a link lane (transfers arriving at it, and the collectives it takes part in:
+    all-reduces, reduce-scatters and all-gathers, each in its own colour)."""
     _require_record(trace)
     n_dev = len(trace.capacity)
     lanes = list(_lanes(trace))

@@ -1,0 +1,95 @@
+"""Record, or check, the traces every bundled graph's baselines give on a cluster.
+
+The yardstick for changes to the simulator that must leave today's model alone where it
+applies (issue 32: on 4xV100-NVLink, with one bucket per gradient, no sharding, no
+recomputation, in-place off and the optimizer state as the graph gave it, every baseline's
+trace is what it was). Per (graph, baseline): the makespan, each device's bytes sent and
+received and peak memory, and a digest of every task's start and end times.
+
+    python3 experiments/baseline_traces.py --write tests/data/baseline_traces.json
+    python3 experiments/baseline_traces.py --check tests/data/baseline_traces.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import moplace  # noqa: E402
+from moplace.core.baselines import BASELINES, baseline  # noqa: E402
+
+CLUSTER = "4xV100-NVLink"
+
+
+def digest(*arrays) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    for a in arrays:
+        h.update(np.ascontiguousarray(a, np.float64).tobytes())
+    return h.hexdigest()
+
+
+def record(graphs=None, cluster=CLUSTER, **options) -> dict:
+    """{graph: {baseline: figures}} for the bundled graphs (all by default). ``options``
+    go to the baseline strategies' construction (see `strategy_for`)."""
+    c = moplace.load_cluster(cluster)
+    out = {}
+    for name in graphs or moplace.list_bundled():
+        g = moplace.load_graph(name)
+        rows = {}
+        for b in sorted(BASELINES):
+            s = strategy_for(b, g, c.n_devices, **options)
+            t = moplace.simulate(g, c, s)
+            rows[b] = {"makespan": t.makespan, "sent": t.sent.tolist(),
+                       "received": t.received.tolist(), "peak_memory": t.peak_memory.tolist(),
+                       "tasks": digest(t.task_start, t.task_end)}
+        out[name] = rows
+    return out
+
+
+def strategy_for(name, graph, n_devices, **options):
+    """The baseline ``name``, with the options that keep today's model (see the module
+    docstring) where it has them."""
+    s = baseline(name, graph, n_devices)
+    return s.with_options(**options) if options else s
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--write", type=Path)
+    p.add_argument("--check", type=Path)
+    p.add_argument("--graphs", nargs="*")
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    if args.write:
+        data = {"cluster": CLUSTER, "traces": record(args.graphs)}
+        args.write.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {args.write}: {len(data['traces'])} graphs in "
+              f"{time.perf_counter() - start:.1f} s")
+        return 0
+    if args.check:
+        want = json.loads(args.check.read_text())
+        got = record(args.graphs or list(want["traces"]), want["cluster"], **TODAY)
+        bad = [(g, b) for g in got for b in got[g] if got[g][b] != want["traces"][g][b]]
+        for g, b in bad:
+            print(f"differs: {g} {b}")
+        print(f"{sum(len(v) for v in got.values()) - len(bad)} of "
+              f"{sum(len(v) for v in got.values())} traces as recorded "
+              f"({time.perf_counter() - start:.1f} s)")
+        return 1 if bad else 0
+    p.error("give --write or --check")
+    return 2
+
+
+#: the options that keep today's model
+TODAY: dict = {"bucket_bytes": 0}
+
+if __name__ == "__main__":
+    sys.exit(main())
