@@ -37,6 +37,20 @@ def integer(low: int, high: int):
     return parse
 
 
+def memory_size(text: str) -> float:
+    """An argparse ``type``: a memory size, ``8GiB``, ``512MiB``, ``16GB`` or bytes."""
+    from ..core.presets import parse_size
+
+    value = parse_size(text) if isinstance(text, str) else None
+    if value is None or not 1 <= value <= 2.0**50:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a memory size from 1 B to 1 PiB, e.g. 8GiB or "
+                                         f"512MiB, got {shown(text)}")
+    return value
+
+
+memory_size.__name__ = "memory size"
+
+
 #: what file systems take: one name of at most 255 bytes, a path of at most 4096
 NAME_MAX, PATH_MAX = 255, 4096
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .. import strictjson
-from ..errors import MoplaceError
+from ..errors import MoplaceError, shown
 from .args import file_arg, integer
 
 
@@ -232,8 +232,14 @@ def _plot_source(args):
     if not graph_spec or not cluster_spec:
         raise MoplaceError(f"{args.source} does not say where its graph and cluster came from: "
                            f"pass --graph and --cluster")
-    problem = Problem(load_graph(graph_spec), load_cluster(cluster_spec),
-                      objectives=tuple(data["objectives"]))
+    cluster = load_cluster(cluster_spec)
+    cap = data.get("memory_limit_bytes")
+    if not args.cluster and cap is not None:  # the cap the search ran under
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap <= 2**50:
+            raise MoplaceError(f"{args.source}, field 'memory_limit_bytes': a memory cap in "
+                               f"bytes from 1 to 2**50, or null, got {shown(cap)}")
+        cluster = cluster.capped(float(cap))
+    problem = Problem(load_graph(graph_spec), cluster, objectives=tuple(data["objectives"]))
     return data, problem, name
 
 

@@ -26,7 +26,7 @@ import sys
 from .. import strictjson
 from ..errors import MoplaceError
 from ..optimize.driver import Budget
-from .args import file_arg, integer
+from .args import file_arg, integer, memory_size
 
 
 def add_commands(sub) -> None:
@@ -62,6 +62,7 @@ def _problem_and_budget(p, per: str) -> None:
     p.add_argument("--objectives", type=objective_names, metavar="A,B,...",
                    help="the objectives to minimize, registered names (default: runtime,"
                         "peak_communication,peak_memory)")
+    memory_limit_arg(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -82,7 +83,6 @@ def _problem_and_budget(p, per: str) -> None:
 def _search(args) -> int:
     from pathlib import Path
 
-    from ..core.presets import load_cluster
     from ..io import load_graph
     from ..io.fronts import point_json, save_result, sources
     from ..optimize.driver import search
@@ -96,7 +96,7 @@ def _search(args) -> int:
     check_output(Path(args.out) / "front.json", force=args.force, flag="--out",
                  replaceable=resuming)  # before any work: nothing found is lost
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
-    problem = Problem(load_graph(args.graph), load_cluster(args.cluster), **objectives_arg(args))
+    problem = Problem(load_graph(args.graph), cluster_arg(args), **objectives_arg(args))
     evaluator = _evaluator(args)
     display = Display("quiet" if args.json or args.quiet else "auto")
     callbacks = [display.search(f"{args.searcher}")]
@@ -114,7 +114,8 @@ def _search(args) -> int:
         result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
                         checkpoint=args.checkpoint, evaluator=evaluator)
     notes = searcher.notes()
-    path = save_result(result, args.out, {**sources(args.graph, args.cluster), "notes": notes})
+    path = save_result(result, args.out, {**sources(args.graph, args.cluster), "notes": notes,
+                                          "memory_limit_bytes": args.memory_limit})
     if args.checkpoint and result.status == "interrupted":
         from ..optimize.checkpoint import read_meta
 
@@ -215,7 +216,6 @@ def _resuming(path, problem, searcher, seed, budget) -> str | None:
 
 
 def _compare(args) -> int:
-    from ..core.presets import load_cluster
     from ..io import load_graph
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
@@ -228,7 +228,7 @@ def _compare(args) -> int:
     per_searcher = parse_settings(args.set, names)
     searchers = [make_searcher(n, **per_searcher.get(n, {})) for n in names]  # fail before work
     budget = _budget(args)
-    problem = Problem(load_graph(args.graph), load_cluster(args.cluster), **objectives_arg(args))
+    problem = Problem(load_graph(args.graph), cluster_arg(args), **objectives_arg(args))
     evaluator = _evaluator(args)
     comparison = None
     if not args.no_mlflow:
@@ -354,6 +354,22 @@ def objective_names(text: str) -> tuple[str, ...]:
             raise argparse.ArgumentTypeError(f"unknown objective {name!r}; known: "
                                              f"{', '.join(OBJECTIVES)}")
     return names
+
+
+def memory_limit_arg(p) -> None:
+    """``--memory-limit SIZE``: a per-device memory cap (see `cluster_arg`)."""
+    p.add_argument("--memory-limit", type=memory_size, metavar="SIZE",
+                   help="a per-device memory cap, e.g. 8GiB: no device may hold more (a "
+                        "strategy is feasible when it fits under the cap and the devices' "
+                        "memory)")
+
+
+def cluster_arg(args):
+    """The cluster of ``--cluster``, each device's memory capped at ``--memory-limit``."""
+    from ..core.presets import load_cluster
+
+    cluster = load_cluster(args.cluster)
+    return cluster.capped(args.memory_limit) if args.memory_limit else cluster
 
 
 def objectives_arg(args) -> dict:

@@ -199,6 +199,23 @@ class Cluster:
                        routes=routes, resource_bandwidth=self.resource_bandwidth, labels=labels,
                        servers=self.server)
 
+    def capped(self, memory_bytes: float) -> "Cluster":
+        """This cluster with no device holding more than ``memory_bytes`` (a user's per-device
+        memory cap: "what fits in 8 GiB"), named for it; links, routes and servers kept."""
+        if not _finite_positive(memory_bytes):
+            raise ClusterError(f"a memory cap must be a finite number of bytes > 0, got "
+                               f"{shown(memory_bytes)}")
+        cap = int(memory_bytes)
+        devices = [Device(d.name, d.kind, min(d.memory_bytes, cap), d.speed)
+                   for d in self.devices]
+        n = self.n_devices
+        routes = {(i, j): self.route(i, j) for i in range(n) for j in range(n) if i != j}
+        labels = {(k // n, k % n): s for k, s in enumerate(self.link_labels) if s}
+        return Cluster(f"{self.name} (memory capped at {_size_text(cap)})", devices,
+                       self.bandwidth, self.latency, resource_names=self.resource_names,
+                       routes=routes, resource_bandwidth=self.resource_bandwidth, labels=labels,
+                       servers=self.server)
+
     def describe(self) -> str:
         """A human-readable table of devices and links (used by ``moplace clusters``)."""
         lines = [f"{self.name}: {self.n_devices} device(s), {self.n_resources} link resource(s)",
@@ -214,6 +231,14 @@ class Cluster:
             lines.append("  links (per direction):")
             lines += [f"    {pairs}: {what}" for pairs, what in _link_groups(self)]
         return "\n".join(lines)
+
+
+def _size_text(nbytes: int) -> str:
+    """A memory size in the largest binary unit that keeps it at least 1 (3 GiB, 512 MiB)."""
+    for unit, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if nbytes >= unit:
+            return f"{nbytes / unit:.4g} {name}"
+    return f"{nbytes} B"
 
 
 def _servers(servers, n: int) -> np.ndarray:

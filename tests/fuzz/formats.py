@@ -394,6 +394,9 @@ class Arguments:
                       ["profile", "mlp", "--batch", "4", "-o", str(wd / "g.json"), *extra]))
             n.append((f"apply {' '.join(extra)[:30]}",
                       ["apply", GRAPH, "--baseline", "single", "--steps", "1", *extra]))
+        # the per-device memory cap (issue 32): not a size, and one no strategy fits under
+        n.append(("search --memory-limit 0", b["search-random"] + ["--memory-limit", "0"]))
+        n.append(("evaluate --memory-limit 1KiB", b["evaluate"] + ["--memory-limit", "1KiB"]))
         for name, argv in b.items():  # an empty string for every value
             for k in range(1, len(argv)):
                 if not argv[k].startswith("--"):

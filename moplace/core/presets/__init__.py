@@ -286,6 +286,12 @@ def quantity(value, unit: str, path, field: str) -> float:
     return number
 
 
+def parse_size(text: str) -> float | None:
+    """Bytes of a size written as in cluster files (``"8GiB"``, ``"16GB"``, ``"512"``), or None
+    when ``text`` is not one (no range check)."""
+    return _parse_unit(text, "size")
+
+
 def _parse_unit(text: str, unit: str) -> float | None:
     if unit == "time":
         found = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)\s*(s|ms|us|\u00b5s|ns)?\s*", text)
