@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import moplace  # noqa: E402
 from moplace.core.baselines import BASELINES, baseline  # noqa: E402
+from moplace.costs.costmodel import CostModel  # noqa: E402
 
 CLUSTER = "4xV100-NVLink"
 
@@ -37,16 +38,19 @@ def digest(*arrays) -> str:
 
 
 def record(graphs=None, cluster=CLUSTER, **options) -> dict:
-    """{graph: {baseline: figures}} for the bundled graphs (all by default). ``options``
-    go to the baseline strategies' construction (see `strategy_for`)."""
+    """{graph: {baseline: figures}} for the bundled graphs (all by default). ``inplace`` in
+    ``options`` goes to the cost model (default on), the others to the baseline strategies
+    (see `strategy_for`)."""
     c = moplace.load_cluster(cluster)
+    inplace = options.pop("inplace", True)
     out = {}
     for name in graphs or moplace.list_bundled():
         g = moplace.load_graph(name)
+        costs = CostModel(g, c, inplace=inplace)
         rows = {}
         for b in sorted(BASELINES):
             s = strategy_for(b, g, c.n_devices, **options)
-            t = moplace.simulate(g, c, s)
+            t = moplace.simulate(g, c, s, costs=costs)
             rows[b] = {"makespan": t.makespan, "sent": t.sent.tolist(),
                        "received": t.received.tolist(), "peak_memory": t.peak_memory.tolist(),
                        "tasks": digest(t.task_start, t.task_end)}
@@ -89,7 +93,7 @@ def main(argv=None) -> int:
 
 
 #: the options that keep today's model
-TODAY: dict = {"bucket_bytes": 0}
+TODAY: dict = {"bucket_bytes": 0, "inplace": False}
 
 if __name__ == "__main__":
     sys.exit(main())

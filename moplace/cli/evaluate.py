@@ -1,7 +1,7 @@
 """The ``evaluate`` command: simulate one strategy (or the baselines) and print its objectives.
 
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE [--point K] | --baseline NAME|all)
-                     [--memory-limit SIZE] [--json]
+                     [--memory-limit SIZE] [--no-inplace] [--json]
 
 ``--point K`` counts a front.json's points as `moplace search` printed them: the front, or the
 least-violating points when nothing fitted (evaluated and reported infeasible). A strategy or
@@ -102,7 +102,7 @@ def _evaluate(args) -> int:
     from ..simulator.evaluation import evaluate
 
     graph, cluster = load_graph(args.graph), cluster_arg(args)
-    costs = CostModel(graph, cluster)
+    costs = CostModel(graph, cluster, inplace=not args.no_inplace)
     origin = {}
     if args.strategy:
         strategy, origin, label = read_strategy(args, graph, cluster)

@@ -96,7 +96,8 @@ def _search(args) -> int:
     check_output(Path(args.out) / "front.json", force=args.force, flag="--out",
                  replaceable=resuming)  # before any work: nothing found is lost
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
-    problem = Problem(load_graph(args.graph), cluster_arg(args), **objectives_arg(args))
+    problem = Problem(load_graph(args.graph), cluster_arg(args), **objectives_arg(args),
+                      inplace=not args.no_inplace)
     evaluator = _evaluator(args)
     display = Display("quiet" if args.json or args.quiet else "auto")
     callbacks = [display.search(f"{args.searcher}")]
@@ -115,7 +116,8 @@ def _search(args) -> int:
                         checkpoint=args.checkpoint, evaluator=evaluator)
     notes = searcher.notes()
     path = save_result(result, args.out, {**sources(args.graph, args.cluster), "notes": notes,
-                                          "memory_limit_bytes": args.memory_limit})
+                                          "memory_limit_bytes": args.memory_limit,
+                                          "inplace": not args.no_inplace})
     if args.checkpoint and result.status == "interrupted":
         from ..optimize.checkpoint import read_meta
 
@@ -228,7 +230,8 @@ def _compare(args) -> int:
     per_searcher = parse_settings(args.set, names)
     searchers = [make_searcher(n, **per_searcher.get(n, {})) for n in names]  # fail before work
     budget = _budget(args)
-    problem = Problem(load_graph(args.graph), cluster_arg(args), **objectives_arg(args))
+    problem = Problem(load_graph(args.graph), cluster_arg(args), **objectives_arg(args),
+                      inplace=not args.no_inplace)
     evaluator = _evaluator(args)
     comparison = None
     if not args.no_mlflow:
@@ -357,11 +360,15 @@ def objective_names(text: str) -> tuple[str, ...]:
 
 
 def memory_limit_arg(p) -> None:
-    """``--memory-limit SIZE``: a per-device memory cap (see `cluster_arg`)."""
+    """``--memory-limit SIZE``: a per-device memory cap (see `cluster_arg`); ``--no-inplace``:
+    no op runs in place."""
     p.add_argument("--memory-limit", type=memory_size, metavar="SIZE",
                    help="a per-device memory cap, e.g. 8GiB: no device may hold more (a "
                         "strategy is feasible when it fits under the cap and the devices' "
                         "memory)")
+    p.add_argument("--no-inplace", action="store_true",
+                   help="run no op in place (by default an element-wise op writes its output "
+                        "into an input no other op reads, as frameworks do): for comparison")
 
 
 def cluster_arg(args):

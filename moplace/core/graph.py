@@ -141,13 +141,24 @@ class Edge:
     bytes: int = 0
 
 
+#: Op types (case-insensitive) that may write their output into an input no other op reads, as
+#: frameworks run them: element-wise activations and arithmetic (PyTorch's ReLU(inplace=True)
+#: and ``out += identity`` in torchvision's ResNets; TensorFlow forwards the input buffer of
+#: such kernels when its reference count is one; ONNX runtimes reuse it likewise)
+INPLACE_TYPES = frozenset({
+    "relu", "relu6", "elu", "selu", "leakyrelu", "sigmoid", "tanh", "gelu", "softplus",
+    "add", "addv2", "biasadd", "sub", "mul", "div", "realdiv", "neg", "square", "sqrt",
+    "rsqrt", "exp", "log"})
+
+
 @dataclass(frozen=True, eq=False)
 class CompiledGraph:
     """Flat arrays of an `OpGraph` for numeric code. Edges are sorted by (src, dst).
 
     ``out_ptr``/``out_edge`` and ``in_ptr``/``in_edge`` are CSR indexes into the edge arrays.
     ``group`` numbers co-location groups 0..n_groups-1 (an op without one is its own group).
-    ``split_mask`` bit 0 = batch, bit 1 = channel. ``role`` indexes `ROLES`.
+    ``split_mask`` bit 0 = batch, bit 1 = channel. ``role`` indexes `ROLES`. ``inplace``: the
+    op's type is one of `INPLACE_TYPES`.
     """
 
     src: np.ndarray
@@ -165,6 +176,7 @@ class CompiledGraph:
     group: np.ndarray
     n_groups: int
     topo: np.ndarray
+    inplace: np.ndarray
 
 
 class OpGraph:
@@ -321,11 +333,33 @@ class OpGraph:
             role=np.array([ROLES.index(op.role) for op in self.ops], np.int64),
             split_mask=np.array([sum(1 << SPLIT_DIMS.index(d) for d in set(op.splittable))
                                  for op in self.ops], np.int64),
-            group=group, n_groups=n_groups, topo=topo)
+            group=group, n_groups=n_groups, topo=topo,
+            inplace=np.array([op.type.lower() in INPLACE_TYPES for op in self.ops], bool))
         for value in vars(compiled).values():  # the graph is immutable: so are its arrays
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
         return compiled
+
+
+def inplace_sources(src, dst, nbytes, out_ptr, in_edge, capable, n_compute) -> np.ndarray:
+    """Per node of a graph (ops, or a task graph's tasks) whose first ``n_compute`` nodes may
+    run in place: the node whose output buffer it may write into, -1 for none. That is the
+    source of its largest in-edge (the first in ``in_edge`` order of equals) that carries
+    bytes from a node with no other out-edge, for nodes where ``capable``; the edges are ``src``/``dst``/``nbytes``,
+    ``out_ptr`` their CSR by source and ``in_edge`` the edges grouped by destination."""
+    n = out_ptr.shape[0] - 1
+    out = np.full(n, -1, np.int64)
+    e = np.asarray(in_edge, np.int64)
+    if e.size == 0:
+        return out
+    s, d = src[e], dst[e]
+    ok = (d < n_compute) & (s < n_compute) & (nbytes[e] > 0) & (np.diff(out_ptr)[s] == 1)
+    ok[ok] &= capable[d[ok]]
+    e, s, d = e[ok], s[ok], d[ok]
+    order = np.lexsort((np.arange(e.size), -nbytes[e], d))  # per node: largest first
+    first, where = np.unique(d[order], return_index=True)
+    out[first] = s[order][where]
+    return out
 
 
 def _edge_from_tuple(edge) -> Edge:

@@ -4,6 +4,8 @@ Compute: an op's profiled time on a device of the profiled kind; on a device of 
 the time on a reference kind scaled by relative speed (``t_ref * speed(ref) / speed(device)``).
 Split parts: ``time / n + split_overhead_s`` unless the op has a measured ``part_compute[n]``.
 Transfers: ``latency + bytes / bandwidth`` per device pair (see `Cluster` and `linkfit`).
+In place: with ``inplace`` (the default), an op of an in-place type (`INPLACE_TYPES`) may write
+its output into an input that no other op reads (see `moplace.simulator.taskgraph`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..core.graph import OpGraph
+from ..core.graph import OpGraph, inplace_sources
 
 #: Fixed cost of one part of a split op (kernel launch, split/concat bookkeeping), seconds.
 DEFAULT_SPLIT_OVERHEAD_S = 10e-6
@@ -21,11 +23,24 @@ DEFAULT_SPLIT_OVERHEAD_S = 10e-6
 class CostModel:
     """Compute and transfer times of ``graph`` on ``cluster``."""
 
-    def __init__(self, graph: OpGraph, cluster, *, split_overhead_s: float = DEFAULT_SPLIT_OVERHEAD_S):
+    def __init__(self, graph: OpGraph, cluster, *, split_overhead_s: float = DEFAULT_SPLIT_OVERHEAD_S,
+                 inplace: bool = True):
         if not np.isfinite(split_overhead_s) or split_overhead_s < 0:
             raise ValueError("split_overhead_s must be finite and non-negative")
         self.graph, self.cluster = graph, cluster
         self.split_overhead_s = float(split_overhead_s)
+        self.inplace = bool(inplace)
+
+    @cached_property
+    def inplace_source(self) -> np.ndarray:
+        """Per op, the op whose output buffer it may write into (-1: none): its first input
+        whose producer has no other consumer, when the op's type runs in place and
+        ``inplace`` is on. Whether it does depends on the two running on one device."""
+        a = self.graph.arrays
+        out = inplace_sources(a.src, a.dst, a.edge_bytes, a.out_ptr, a.in_edge,
+                              a.inplace & self.inplace, len(self.graph.ops))
+        out.flags.writeable = False
+        return out
 
     @cached_property
     def compute(self) -> np.ndarray:

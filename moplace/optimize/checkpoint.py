@@ -71,6 +71,7 @@ def run_key(problem, searcher, seed: int) -> dict:
         "cluster_fingerprint": _cluster_fingerprint(c),
         "objectives": list(problem.objectives),
         "limits": [limits.peak_comm_bytes, limits.peak_mem_bytes],
+        "inplace": problem.costs.inplace,
         "searcher": getattr(searcher, "name", type(searcher).__name__),
         "searcher_class": f"{type(searcher).__module__}.{type(searcher).__qualname__}",
         "settings": _plain(searcher.settings()),
@@ -101,6 +102,7 @@ def check(meta: dict, key: dict, path) -> None:
     """Raise `MoplaceError` naming ``path`` and the first field where ``meta``'s key and ``key``
     differ."""
     have = dict(meta.get("key") or {})
+    have.setdefault("inplace", False)  # written before ops ran in place (version 2)
     if isinstance(have.get("searcher_class"), str):  # written before a class moved
         have["searcher_class"] = moved.current_searcher_class(have["searcher_class"],
                                                               str(have.get("searcher")))
@@ -109,6 +111,11 @@ def check(meta: dict, key: dict, path) -> None:
             if field.endswith("fingerprint"):
                 what = field.split("_")[0]
                 detail = f"same {what} name {key[what]!r}, other contents"
+            elif field == "inplace":
+                detail = ("its search ran ops in place: leave out --no-inplace to continue it"
+                          if have[field] else "its search ran no op in place (written before "
+                          "moplace modelled in-place ops, or with --no-inplace): pass "
+                          "--no-inplace to continue it")
             else:
                 detail = f"{have.get(field)!r} in the checkpoint, {want!r} now"
             raise MoplaceError(f"checkpoint {path} belongs to another search: {field} differs "

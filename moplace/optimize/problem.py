@@ -75,16 +75,17 @@ class Limits:
 
 
 class Problem:
-    """Graph + cluster + objectives (+ limits): evaluates strategies."""
+    """Graph + cluster + objectives (+ limits): evaluates strategies. ``inplace=False`` runs
+    no op in place (`CostModel`), for comparison; ``costs``, when given, decide it."""
 
     def __init__(self, graph: OpGraph, cluster, *, objectives=DEFAULT, limits: Limits = Limits(),
-                 costs: CostModel | None = None):
+                 costs: CostModel | None = None, inplace: bool = True):
         for name in objectives:
             OBJECTIVES[name]  # noqa: B018 - unknown names fail here, listing the known ones
         self.graph, self.cluster = graph, cluster
         self.objectives = tuple(objectives)
         self.limits = limits
-        self.costs = costs if costs is not None else CostModel(graph, cluster)
+        self.costs = costs if costs is not None else CostModel(graph, cluster, inplace=inplace)
         self.costs_given = costs is not None  # else they follow from graph and cluster
 
     def __repr__(self) -> str:

@@ -38,7 +38,8 @@ def start_figures(data: dict, problem, tracking_uri: str, run_id: str, *, inline
     save_graph(problem.graph, folder / "graph.json")
     with open(folder / "problem.pkl", "wb") as f:
         pickle.dump({"cluster": problem.cluster, "objectives": problem.objectives,
-                     "limits": problem.limits, "tracking_uri": tracking_uri,
+                     "limits": problem.limits, "inplace": problem.costs.inplace,
+                     "tracking_uri": tracking_uri,
                      "run_id": run_id}, f)
     connect_client(tracking_uri).set_tag(run_id, "figures", "drawing")
     log = open(folder / "log.txt", "w")
@@ -86,7 +87,8 @@ def main(folder: str) -> int:
         job = pickle.load(f)
     try:
         problem = Problem(load_native(folder / "graph.json"), job["cluster"],
-                          objectives=job["objectives"], limits=job["limits"])
+                          objectives=job["objectives"], limits=job["limits"],
+                          inplace=job.get("inplace", True))
         data = json.loads((folder / "front.json").read_text())
         if not _draw_and_log(data, problem, job["tracking_uri"], job["run_id"]):
             return 1

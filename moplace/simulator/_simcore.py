@@ -50,14 +50,14 @@ def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
     cap = n + n_e + 1
     rec = n_e if record else 0
     return (3 * n + n_compute + 2 * cap + 8 * n_e + 5 * n_dev + 1 + rec,
-            2 * n_dev + n_res + n_compute + cap + n_e + 2 * rec)
+            2 * n_dev + n_res + n_compute + cap + n_e + 2 * rec + n)
 
 
 @njit(cache=True, error_model="numpy", nogil=True)  # threads run it side by side
 def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
-                  coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes,
+                  coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes, ip_src,
                   static_mem, record, iw, fw, start, end):
     """Run the task graph: fills ``start`` and ``end`` (one entry per task) and returns (sent,
     recv, peak_mem, n_transfers, n_done, transfers, memory).
@@ -105,6 +105,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     x_bytes, f = _take(fw, f, n_e)
     x_start, f = _take(fw, f, n_rec)
     x_end, f = _take(fw, f, n_rec)
+    reused, f = _take(fw, f, n)  # bytes of a task's output buffer another task took over
     if o > iw.shape[0] or f > fw.shape[0]:
         raise ValueError("simulate_core: work buffers smaller than work_sizes says")
 
@@ -124,6 +125,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     for t in range(n):
         pending[t] = in_ptr[t + 1] - in_ptr[t]
         refs[t] = 0
+        reused[t] = 0.0
     for e in range(n_e):  # edges are sorted by source: a sequential pass
         if e_local[e]:
             refs[e_src[e]] += 1
@@ -190,7 +192,12 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 start[t] = now
                 fin = now + dur[t]
                 end[t] = fin
-                cur[d] += out_bytes[t]
+                p = ip_src[t]  # in place: the output goes into an input's buffer
+                if p >= 0 and dev[p] == d:
+                    reused[p] = min(out_bytes[t], out_bytes[p])
+                    cur[d] += out_bytes[t] - reused[p]
+                else:
+                    cur[d] += out_bytes[t]
                 if record:
                     n_mem = _mem_put(memory, n_mem, now, d, cur[d])
                 if cur[d] > peak[d]:
@@ -217,7 +224,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                         p = code
                         refs[p] -= 1
                         if refs[p] == 0 and p < n_compute:
-                            n_mem = _free(dev[p], out_bytes[p], now, cur, record, memory, n_mem)
+                            n_mem = _free(dev[p], out_bytes[p] - reused[p], now, cur, record,
+                                          memory, n_mem)
                     else:
                         x = edge_x[-1 - code]
                         x_refs[x] -= 1
@@ -275,7 +283,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     xb[dd] = 0.0
                     x_of_dev[dd] = -1
                 if refs[t] == 0 and t < n_compute:
-                    n_mem = _free(dev[t], out_bytes[t], now, cur, record, memory, n_mem)
+                    n_mem = _free(dev[t], out_bytes[t] - reused[t], now, cur, record, memory,
+                                  n_mem)
             else:  # transfer x arrived
                 x = i - n
                 dd = x_dst[x]
@@ -287,7 +296,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 p = x_task[x]
                 refs[p] -= 1
                 if refs[p] == 0 and p < n_compute:
-                    n_mem = _free(dev[p], out_bytes[p], now, cur, record, memory, n_mem)
+                    n_mem = _free(dev[p], out_bytes[p] - reused[p], now, cur, record, memory,
+                                  n_mem)
                 e = x_head[x]
                 while e >= 0:  # its consumers (in any order: each one's count goes down)
                     c = -1 - out_code[e]

@@ -21,7 +21,7 @@ from .taskgraph import TaskGraph
 def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
-                  coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes,
+                  coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes, ip_src,
                   static_mem, record=False):
     """Run the task graph; returns (start, end, sent, recv, peak_mem, n_transfers, n_done,
     transfers, memory). With ``record``, ``transfers`` is a (n_transfers, 6) array, one row per
@@ -40,6 +40,7 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     res_free = np.zeros(n_res)
 
     pending = np.zeros(n, np.int64)
+    reused = np.zeros(n)  # bytes of a task's output buffer another task took over (in place)
     refs = np.zeros(n, np.int64)  # holders of a task's output: local consumers + transfers out
     for e in range(n_e):
         pending[e_dst[e]] += 1
@@ -123,7 +124,12 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 busy[d] = True
                 start[t] = now
                 end[t] = now + dur[t]
-                cur[d] += out_bytes[t]
+                p = ip_src[t]
+                if p >= 0 and dev[p] == d:
+                    reused[p] = min(out_bytes[t], out_bytes[p])
+                    cur[d] += out_bytes[t] - reused[p]
+                else:
+                    cur[d] += out_bytes[t]
                 if record:
                     n_mem = _mem_put(memory, n_mem, now, d, cur[d])
                 if cur[d] > peak[d]:
@@ -147,7 +153,7 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                         p = e_src[e]
                         refs[p] -= 1
                         if refs[p] == 0 and p < n_compute:
-                            cur[dev[p]] -= out_bytes[p]
+                            cur[dev[p]] -= out_bytes[p] - reused[p]
                             if record:
                                 n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
                     else:
@@ -203,7 +209,7 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     xb[touched[k]] = 0.0
                     x_of_dev[touched[k]] = -1
                 if refs[t] == 0 and t < n_compute:
-                    cur[dev[t]] -= out_bytes[t]
+                    cur[dev[t]] -= out_bytes[t] - reused[t]
                     if record:
                         n_mem = _mem_put(memory, n_mem, now, dev[t], cur[dev[t]])
             else:  # transfer x arrived
@@ -217,7 +223,7 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 p = x_task[x]
                 refs[p] -= 1
                 if refs[p] == 0 and p < n_compute:
-                    cur[dev[p]] -= out_bytes[p]
+                    cur[dev[p]] -= out_bytes[p] - reused[p]
                     if record:
                         n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
                 for e in range(out_ptr[p], out_ptr[p + 1]):
@@ -249,5 +255,5 @@ def reference_trace(tg: TaskGraph, cluster, n_ops: int, record: bool = False) ->
         cluster.route_ptr, cluster.route_res, cluster.n_resources,
         cluster.bandwidth, cluster.latency,
         tg.coll_ptr, tg.coll_dev, tg.coll_res_ptr, tg.coll_res, tg.coll_dur, tg.coll_bytes,
-        static, record)
+        tg.ip_src, static, record)
     return trace_from_outputs(tg, cluster, n_ops, static, *out)

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core.graph import ROLES, SPLIT_DIMS, OpGraph
+from ..core.graph import ROLES, SPLIT_DIMS, OpGraph, inplace_sources
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
 from ._edgebuild import build_edges
@@ -49,7 +49,9 @@ class TaskGraph:
     Edge arrays are sorted by source task; ``e_srcdev`` is the device the data leaves from and
     ``e_local`` marks edges that move nothing (same device, or control edges into a collective).
     ``out_ptr`` indexes each task's out-edges; ``in_ptr``/``in_edge`` its in-edges (CSR).
-    ``op_ptr``: the compute tasks of op i are ``op_ptr[i]:op_ptr[i + 1]``.
+    ``op_ptr``: the compute tasks of op i are ``op_ptr[i]:op_ptr[i + 1]``. ``ip_src``: per
+    task, the task whose output buffer it writes its output into when the two run on one
+    device (-1: none; `moplace.core.graph.inplace_sources`).
     """
 
     n_compute: int
@@ -75,6 +77,7 @@ class TaskGraph:
     coll_bytes: np.ndarray
     op_ptr: np.ndarray
     coll_kind: np.ndarray
+    ip_src: np.ndarray
 
     @property
     def n_tasks(self) -> int:
@@ -104,6 +107,9 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
     n_compute, n_coll = len(task_op), len(colls.ops)
     edges = _edges(a, ptr, parts, dims, dev, colls, n_compute)
     moved_bytes = edges.pop("moved_bytes")
+    capable = np.concatenate([a.inplace[task_op] & costs.inplace, np.zeros(n_coll, bool)])
+    ip_src = inplace_sources(edges["e_src"], edges["e_dst"], edges["e_bytes"], edges["out_ptr"],
+                             edges["in_edge"], capable, n_compute)
     tg = TaskGraph(
         n_compute=n_compute,
         task_op=np.concatenate([task_op, colls.ops]),
@@ -114,7 +120,7 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
         param_bytes=par_b, **edges,
         coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
         coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr,
-        coll_kind=colls.kind)
+        coll_kind=colls.kind, ip_src=ip_src)
     return tg, moved_bytes
 
 
@@ -139,7 +145,7 @@ def unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> 
         prio=strategy.priority, out_bytes=a.output_bytes, param_bytes=a.param_bytes,
         e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev, e_local=e_local,
         out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, op_ptr=np.arange(n + 1),
-        **_NO_COLLECTIVES)
+        ip_src=costs.inplace_source, **_NO_COLLECTIVES)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
