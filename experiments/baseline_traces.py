@@ -38,14 +38,15 @@ def digest(*arrays) -> str:
 
 
 def record(graphs=None, cluster=CLUSTER, **options) -> dict:
-    """{graph: {baseline: figures}} for the bundled graphs (all by default). ``inplace`` in
-    ``options`` goes to the cost model (default on), the others to the baseline strategies
-    (see `strategy_for`)."""
+    """{graph: {baseline: figures}} for the bundled graphs (all by default). In ``options``,
+    ``inplace`` goes to the cost model (default on), ``optimizer`` to `load_graph` (default
+    "auto"), the others to the baseline strategies (see `strategy_for`)."""
     c = moplace.load_cluster(cluster)
     inplace = options.pop("inplace", True)
+    optimizer = options.pop("optimizer", "auto")
     out = {}
     for name in graphs or moplace.list_bundled():
-        g = moplace.load_graph(name)
+        g = moplace.load_graph(name, optimizer=optimizer)
         costs = CostModel(g, c, inplace=inplace)
         rows = {}
         for b in sorted(BASELINES):
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
 
 
 #: the options that keep today's model
-TODAY: dict = {"bucket_bytes": 0, "inplace": False}
+TODAY: dict = {"bucket_bytes": 0, "inplace": False, "optimizer": None}
 
 if __name__ == "__main__":
     sys.exit(main())

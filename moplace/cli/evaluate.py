@@ -1,7 +1,7 @@
 """The ``evaluate`` command: simulate one strategy (or the baselines) and print its objectives.
 
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE [--point K] | --baseline NAME|all)
-                     [--memory-limit SIZE] [--no-inplace] [--json]
+                     [--memory-limit SIZE] [--no-inplace] [--optimizer NAME] [--json]
 
 ``--point K`` counts a front.json's points as `moplace search` printed them: the front, or the
 least-violating points when nothing fitted (evaluated and reported infeasible). A strategy or
@@ -18,7 +18,7 @@ import sys
 from .. import strictjson
 from ..errors import MoplaceError
 from .args import file_arg, integer
-from .search import cluster_arg, memory_limit_arg
+from .problem import cluster_arg, graph_arg, model_options
 
 
 def add_commands(sub) -> None:
@@ -30,7 +30,7 @@ def add_commands(sub) -> None:
     how.add_argument("--strategy", type=file_arg, help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin, layer-split, or all")
     ev.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
-    memory_limit_arg(ev)
+    model_options(ev)
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object")
     ev.set_defaults(run=_evaluate)
 
@@ -97,11 +97,10 @@ def _devices(names) -> str:
 def _evaluate(args) -> int:
     from ..core.baselines import BASELINES, baseline
     from ..costs.costmodel import CostModel
-    from ..io import load_graph
     from ..review.report import evaluation_table, summary_table
     from ..simulator.evaluation import evaluate
 
-    graph, cluster = load_graph(args.graph), cluster_arg(args)
+    graph, cluster = graph_arg(args), cluster_arg(args)
     costs = CostModel(graph, cluster, inplace=not args.no_inplace)
     origin = {}
     if args.strategy:

@@ -239,7 +239,9 @@ def _plot_source(args):
             raise MoplaceError(f"{args.source}, field 'memory_limit_bytes': a memory cap in "
                                f"bytes from 1 to 2**50, or null, got {shown(cap)}")
         cluster = cluster.capped(float(cap))
-    problem = Problem(load_graph(graph_spec), cluster, objectives=tuple(data["objectives"]),
+    optimizer = data.get("optimizer") if isinstance(data.get("optimizer"), str) else None
+    problem = Problem(load_graph(graph_spec, optimizer=optimizer if not args.graph else "auto"),
+                      cluster, objectives=tuple(data["objectives"]),
                       inplace=data.get("inplace", False) is True)  # older files: none
     return data, problem, name
 

@@ -26,7 +26,8 @@ import sys
 from .. import strictjson
 from ..errors import MoplaceError
 from ..optimize.driver import Budget
-from .args import file_arg, integer, memory_size
+from .args import file_arg, integer
+from .problem import cluster_arg, graph_arg, model_options
 
 
 def add_commands(sub) -> None:
@@ -62,7 +63,7 @@ def _problem_and_budget(p, per: str) -> None:
     p.add_argument("--objectives", type=objective_names, metavar="A,B,...",
                    help="the objectives to minimize, registered names (default: runtime,"
                         "peak_communication,peak_memory)")
-    memory_limit_arg(p)
+    model_options(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -83,7 +84,6 @@ def _problem_and_budget(p, per: str) -> None:
 def _search(args) -> int:
     from pathlib import Path
 
-    from ..io import load_graph
     from ..io.fronts import point_json, save_result, sources
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
@@ -96,7 +96,7 @@ def _search(args) -> int:
     check_output(Path(args.out) / "front.json", force=args.force, flag="--out",
                  replaceable=resuming)  # before any work: nothing found is lost
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
-    problem = Problem(load_graph(args.graph), cluster_arg(args), **objectives_arg(args),
+    problem = Problem(graph_arg(args), cluster_arg(args), **objectives_arg(args),
                       inplace=not args.no_inplace)
     evaluator = _evaluator(args)
     display = Display("quiet" if args.json or args.quiet else "auto")
@@ -117,7 +117,8 @@ def _search(args) -> int:
     notes = searcher.notes()
     path = save_result(result, args.out, {**sources(args.graph, args.cluster), "notes": notes,
                                           "memory_limit_bytes": args.memory_limit,
-                                          "inplace": not args.no_inplace})
+                                          "inplace": not args.no_inplace,
+                                          "optimizer": problem.graph.metadata.get("optimizer")})
     if args.checkpoint and result.status == "interrupted":
         from ..optimize.checkpoint import read_meta
 
@@ -218,7 +219,6 @@ def _resuming(path, problem, searcher, seed, budget) -> str | None:
 
 
 def _compare(args) -> int:
-    from ..io import load_graph
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
@@ -230,7 +230,7 @@ def _compare(args) -> int:
     per_searcher = parse_settings(args.set, names)
     searchers = [make_searcher(n, **per_searcher.get(n, {})) for n in names]  # fail before work
     budget = _budget(args)
-    problem = Problem(load_graph(args.graph), cluster_arg(args), **objectives_arg(args),
+    problem = Problem(graph_arg(args), cluster_arg(args), **objectives_arg(args),
                       inplace=not args.no_inplace)
     evaluator = _evaluator(args)
     comparison = None
@@ -357,26 +357,6 @@ def objective_names(text: str) -> tuple[str, ...]:
             raise argparse.ArgumentTypeError(f"unknown objective {name!r}; known: "
                                              f"{', '.join(OBJECTIVES)}")
     return names
-
-
-def memory_limit_arg(p) -> None:
-    """``--memory-limit SIZE``: a per-device memory cap (see `cluster_arg`); ``--no-inplace``:
-    no op runs in place."""
-    p.add_argument("--memory-limit", type=memory_size, metavar="SIZE",
-                   help="a per-device memory cap, e.g. 8GiB: no device may hold more (a "
-                        "strategy is feasible when it fits under the cap and the devices' "
-                        "memory)")
-    p.add_argument("--no-inplace", action="store_true",
-                   help="run no op in place (by default an element-wise op writes its output "
-                        "into an input no other op reads, as frameworks do): for comparison")
-
-
-def cluster_arg(args):
-    """The cluster of ``--cluster``, each device's memory capped at ``--memory-limit``."""
-    from ..core.presets import load_cluster
-
-    cluster = load_cluster(args.cluster)
-    return cluster.capped(args.memory_limit) if args.memory_limit else cluster
 
 
 def objectives_arg(args) -> dict:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from ..core.graph import OpGraph
+from ..core.optimizer import applied as optimizer_applied
 from ..errors import FormatError
 from .bundled import bundled_path, is_bundled_spec, known_names_text, list_bundled
 from .dnnpart import load_dnn_partitioning
@@ -69,15 +70,24 @@ def detect_format(path) -> str:
                       f"{NATIVE_FORMAT} JSON file or a dnn-partitioning JSON input")
 
 
-def load_graph(path_or_spec, **kwargs) -> OpGraph:
+def load_graph(path_or_spec, *, optimizer: str | None = "auto", **kwargs) -> OpGraph:
     """Load a graph from a file, a bundled name such as ``pipedream:resnet50``, or a name
     ``PREFIX:NAME`` of a registered graph source (`moplace.io.sources`) such as ``zoo:mlp``.
+
+    ``optimizer``: the optimizer whose state the update ops keep (`moplace.core.optimizer`):
+    ``"auto"`` (default) the one the source names (the dnn-partitioning operator graphs: Adam,
+    whose state the files leave out), a name (``"sgd"``, ``"momentum"``, ``"adam"``), or None
+    for the bytes as the file gives them.
 
     Bundled names come first, then files (a file named ``zoo:mlp`` is read as a file), then
     sources. ``kwargs`` go to the importer: ``device_kind``/``name`` (PipeDream,
     dnn-partitioning), ``optimizer_state_factor`` (PipeDream); or to the source's loader. A
     missing file or unknown name raises `FormatError` listing the sources and bundled names.
     """
+    return optimizer_applied(_load(path_or_spec, **kwargs), optimizer)
+
+
+def _load(path_or_spec, **kwargs) -> OpGraph:
     if is_bundled_spec(path_or_spec):
         path = bundled_path(path_or_spec)
     else:

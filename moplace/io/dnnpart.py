@@ -187,6 +187,8 @@ def _metadata(path, kind: str, data: dict, nodes, edges) -> dict:
         "max_devices": data["maxFPGAs"],
         "max_cpus": data["maxCPUs"],
         "cpu_only": [n["name"] for n in nodes if not n["supportedOnFpga"]],
+        # the operator graphs' update ops are AdamOptimizer_* (their state is not in the file)
+        **({"optimizer": "adam"} if any("AdamOptimizer" in n["name"] for n in nodes) else {}),
         "estimated": [] if has_size else [
             f"edges without 'size' carry cost * {_bytes_per_cost(edges):.6g} bytes (the file's "
             "median size/cost, or bytes = cost/1000 * 2**31 when no edge has a size)"],

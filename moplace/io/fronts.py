@@ -12,7 +12,9 @@
 ``graph_source`` and ``cluster_source`` (when the search came from the command line) say where
 the graph and cluster came from, and ``memory_limit_bytes`` the per-device memory cap it ran
 under (``--memory-limit``; null: none), ``inplace`` whether ops ran in place (false:
-``--no-inplace``, or a front written before moplace modelled in-place ops). Each objective is under the JSON key it was registered with
+``--no-inplace``, or a front written before moplace modelled in-place ops), ``optimizer`` the
+optimizer whose state the update ops kept (`moplace.core.optimizer`; null: the bytes as the
+graph gave them). Each objective is under the JSON key it was registered with
 (`objectives.Objective.json_key`). ``history`` has one entry per batch the searcher was told:
 evaluations so far, hypervolume and the best feasible value of each objective (``null`` before
 a feasible point was found).

@@ -209,6 +209,7 @@ def _metadata(path, kind: str, state_factor: float) -> dict:
         "source": bundled_source(path),
         "profiled_on": kind,
         "time_unit_in_file": "ms",
+        **({"optimizer": "momentum"} if state_factor == 1.0 else {}),
         "estimated": [
             "update compute (L/update ops) is not profiled: estimated as memory-bound, "
             f"{UPDATE_BYTES_PER_PARAM_BYTE} * parameter_size bytes moved (SGD with momentum reads "

@@ -397,6 +397,11 @@ class Arguments:
         # the per-device memory cap (issue 32): not a size, and one no strategy fits under
         n.append(("search --memory-limit 0", b["search-random"] + ["--memory-limit", "0"]))
         n.append(("evaluate --memory-limit 1KiB", b["evaluate"] + ["--memory-limit", "1KiB"]))
+        # an optimizer for a graph without update ops, and one that does not exist
+        n.append(("evaluate --optimizer adam, no update ops",
+                  ["evaluate", "dnn:LayerGraphs/gnmt_training", "--cluster", CLUSTER,
+                   "--baseline", "single", "--optimizer", "adam"]))
+        n.append(("evaluate --optimizer lion", b["evaluate"] + ["--optimizer", "lion"]))
         for name, argv in b.items():  # an empty string for every value
             for k in range(1, len(argv)):
                 if not argv[k].startswith("--"):
