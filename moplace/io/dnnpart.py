@@ -174,6 +174,14 @@ _UNIT_EVIDENCE = {
 }
 
 
+def _optimizer_named(nodes) -> dict:
+    """``{"optimizer": name}`` when the update ops' names say which optimizer ran."""
+    for mark, name in (("AdamOptimizer", "adam"), ("SGDOptimizer", "sgd")):
+        if any(mark in n["name"] for n in nodes):
+            return {"optimizer": name}
+    return {}
+
+
 def _metadata(path, kind: str, data: dict, nodes, edges) -> dict:
     grain = _granularity(path)
     has_size = all(e["size"] is not None for e in edges)
@@ -187,8 +195,9 @@ def _metadata(path, kind: str, data: dict, nodes, edges) -> dict:
         "max_devices": data["maxFPGAs"],
         "max_cpus": data["maxCPUs"],
         "cpu_only": [n["name"] for n in nodes if not n["supportedOnFpga"]],
-        # the operator graphs' update ops are AdamOptimizer_* (their state is not in the file)
-        **({"optimizer": "adam"} if any("AdamOptimizer" in n["name"] for n in nodes) else {}),
+        # the operator graphs name their update ops AdamOptimizer_* (BERT) or SGDOptimizer_*
+        # (ResNet-50: ONNX Runtime's plain SGD, no state); Adam's state is not in the files
+        **_optimizer_named(nodes),
         "estimated": [] if has_size else [
             f"edges without 'size' carry cost * {_bytes_per_cost(edges):.6g} bytes (the file's "
             "median size/cost, or bytes = cost/1000 * 2**31 when no edge has a size)"],
