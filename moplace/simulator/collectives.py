@@ -30,6 +30,7 @@ import itertools
 import threading
 import weakref
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -147,12 +148,22 @@ def best_ring(cluster, devices) -> list[int]:
     lat = cluster.latency[np.ix_(devs, devs)]
     if n > EXACT_RING:
         return [devs[k] for k in _greedy_ring(bw, lat)]
-    rings = np.array([(0,) + p for p in itertools.permutations(range(1, n))], np.int64)
-    nxt = np.roll(rings, -1, axis=1)
+    rings, nxt = _rings(n)
     slowest = bw[rings, nxt].min(axis=1)
     worst_lat, total_lat = lat[rings, nxt].max(axis=1), lat[rings, nxt].sum(axis=1)
     best = np.lexsort((np.arange(len(rings)), total_lat, worst_lat, -slowest))[0]
     return [devs[k] for k in rings[best].tolist()]
+
+
+@lru_cache(maxsize=None)
+def _rings(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every ring through n devices starting at device 0, in lexicographic order, and each
+    position's successor."""
+    rings = np.array([(0,) + p for p in itertools.permutations(range(1, n))], np.int64)
+    rings.flags.writeable = False
+    nxt = np.roll(rings, -1, axis=1)
+    nxt.flags.writeable = False
+    return rings, nxt
 
 
 def _greedy_ring(bw: np.ndarray, lat: np.ndarray) -> list[int]:
