@@ -286,3 +286,28 @@ def test_the_gantt_chart_tells_collective_kinds_apart(tmp_path):
     assert bars["reduce-scatter"] == 8 * int(np.sum(t.collective_kind == REDUCE_SCATTER))
     gantt(t, tmp_path / "g.png")
     assert (tmp_path / "g.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("cluster_name", ["2x4xV100-2xIB100", "4xV100-NVLink"])
+def test_reduce_scatter_and_all_gather_are_collectives_of_their_own(cluster_name):
+    """Each moves (n-1)/n of the buffer in and out of every device, as nccl-tests count them
+    (hierarchically across servers: inside, then 1/k across); an all-reduce is the two."""
+    from moplace.simulator.collectives import collective_plan
+
+    c = load_cluster(cluster_name)
+    devs, b = list(range(c.n_devices)), np.array([96e6])
+    n = len(devs)
+
+    def moved(plan):  # bytes each device sends, over the stages (one phase per device a stage)
+        per = np.zeros(c.n_devices)
+        for stage in plan:
+            for ph in stage:
+                per[ph.devices] += ph.traffic(b)[0]
+        return per
+
+    rs, ag = collective_plan(c, devs, REDUCE_SCATTER), collective_plan(c, devs, ALL_GATHER)
+    np.testing.assert_allclose(moved(rs), (n - 1) / n * b[0])
+    np.testing.assert_allclose(moved(ag), (n - 1) / n * b[0])
+    np.testing.assert_allclose(moved(all_reduce_plan(c, devs)), 2 * (n - 1) / n * b[0])
+    kinds = {ph.kind for stage in rs for ph in stage}
+    assert kinds == {REDUCE_SCATTER} and {ph.kind for st in ag for ph in st} == {ALL_GATHER}

@@ -12,6 +12,10 @@
   Otherwise (one device per server, or servers holding different numbers) one ring through
   every device.
 
+Reduce-scatter and all-gather are collectives of their own (`collective_plan`; sharding needs
+them): inside a server a ring; across servers the reduce-scatter inside each server then 1/k
+across per rank, the all-gather the other way round.
+
 A collective is a sequence of *stages*, each of *phases* that run side by side; each phase
 becomes a task of the trace that holds its rings' links for its duration. A phase on rings of
 m devices moving a buffer of b bytes (each ring its ``share`` of it) takes
@@ -99,27 +103,40 @@ _LOCK = threading.Lock()
 def all_reduce_plan(cluster, devices) -> Plan:
     """The stages of an all-reduce among ``devices`` (indices into ``cluster``), as NCCL runs
     it (see the module docstring); kept per cluster and device set."""
-    key = tuple(sorted(set(int(d) for d in devices)))
+    return collective_plan(cluster, devices, ALL_REDUCE)
+
+
+def collective_plan(cluster, devices, kind: int) -> Plan:
+    """The stages of a collective of ``kind`` (`ALL_REDUCE`, `REDUCE_SCATTER`, `ALL_GATHER`)
+    among ``devices``, kept per cluster, device set and kind. Across servers holding k >= 2
+    devices each: a reduce-scatter inside each server, then one of 1/k across servers per
+    rank (each device ends with its 1/n of the buffer); an all-gather the other way round;
+    an all-reduce as in the module docstring."""
+    key = (tuple(sorted(set(int(d) for d in devices))), int(kind))
     with _LOCK:
         kept = _PLANS.setdefault(cluster, {})
         plan = kept.get(key)
     if plan is None:
-        plan = _plan(cluster, key)
+        plan = _plan(cluster, *key)
         with _LOCK:
             kept[key] = plan
     return plan
 
 
-def _plan(cluster, devs: tuple[int, ...]) -> Plan:
+def _plan(cluster, devs: tuple[int, ...], kind: int = ALL_REDUCE) -> Plan:
     server = cluster.server[list(devs)]
     servers = sorted(set(server.tolist()))
     counts = {s: int(np.sum(server == s)) for s in servers}
     k = counts[servers[0]]
     if len(servers) == 1 or k < 2 or any(c != k for c in counts.values()):
-        return ((_phase(cluster, ALL_REDUCE, [best_ring(cluster, devs)], 1.0),),)
+        return ((_phase(cluster, kind, [best_ring(cluster, devs)], 1.0),),)
     local = [best_ring(cluster, [d for d in devs if cluster.server[d] == s]) for s in servers]
-    across = tuple(_phase(cluster, ALL_REDUCE, [best_ring(cluster, [r[i] for r in local])],
-                          1.0 / k) for i in range(k))
+    across = tuple(_phase(cluster, kind, [best_ring(cluster, [r[i] for r in local])], 1.0 / k)
+                   for i in range(k))
+    if kind == REDUCE_SCATTER:
+        return ((_phase(cluster, REDUCE_SCATTER, local, 1.0),), across)
+    if kind == ALL_GATHER:
+        return (across, (_phase(cluster, ALL_GATHER, local, 1.0),))
     return ((_phase(cluster, REDUCE_SCATTER, local, 1.0),), across,
             (_phase(cluster, ALL_GATHER, local, 1.0),))
 
