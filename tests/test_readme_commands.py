@@ -458,9 +458,13 @@ def test_moplace_ui_starts_and_stops(tmp_path, logged_store):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    # Ctrl-C as from a terminal: the child gets SIGINT's default disposition, whatever this
+    # test process has (a pytest-xdist worker can hold SIGINT ignored, which a child inherits;
+    # the command then ran on after the test, and the test timed out)
     proc = subprocess.Popen([sys.executable, "-m", "moplace", "ui", "--port", str(port)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()  # printed once the server answers
         assert line.startswith("MLflow UI: http://127.0.0.1:"), (line, proc.stderr.read()
