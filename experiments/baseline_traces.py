@@ -28,6 +28,8 @@ from moplace.core.baselines import BASELINES, baseline  # noqa: E402
 from moplace.costs.costmodel import CostModel  # noqa: E402
 
 CLUSTER = "4xV100-NVLink"
+#: the options that keep today's model (the strategies', the cost model's, load_graph's)
+TODAY: dict = {"bucket_bytes": 0, "inplace": False, "optimizer": None}
 
 
 def digest(*arrays) -> str:
@@ -60,8 +62,7 @@ def record(graphs=None, cluster=CLUSTER, **options) -> dict:
 
 
 def strategy_for(name, graph, n_devices, **options):
-    """The baseline ``name``, with the options that keep today's model (see the module
-    docstring) where it has them."""
+    """The baseline ``name`` with the strategy options ``options`` (none: as it is)."""
     s = baseline(name, graph, n_devices)
     return s.with_options(**options) if options else s
 
@@ -92,9 +93,6 @@ def main(argv=None) -> int:
     p.error("give --write or --check")
     return 2
 
-
-#: the options that keep today's model
-TODAY: dict = {"bucket_bytes": 0, "inplace": False, "optimizer": None}
 
 if __name__ == "__main__":
     sys.exit(main())

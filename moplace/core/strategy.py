@@ -122,7 +122,6 @@ class Strategy:
         child = self.derive()
         for name, value in options.items():
             child.__dict__[name] = float(value)
-        child.__dict__.pop("simulation_key", None)
         return child
 
     def __eq__(self, other) -> bool:
@@ -132,7 +131,7 @@ class Strategy:
 
     def __hash__(self) -> int:
         return hash((self.placement.tobytes(), self.priority.tobytes(), tuple(self.splits.items()),
-                     self.bucket_bytes))
+                     tuple(self.options.values())))
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v:g}" for k, v in self.options.items()

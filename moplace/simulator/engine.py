@@ -90,6 +90,7 @@ class Trace:
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("collective_kind", np.zeros(0, np.int64))  # pickled before kinds
         self.__dict__.update(state)
 
     @property

@@ -222,7 +222,8 @@ def _len(x, y) -> float:
 def _edges(a, ptr, parts, dims, dev, colls: BucketedCollectives, n_compute) -> dict:
     """The task edges, sorted by source, and their CSR indexes (`build_edges`)."""
     b = colls.bucket_of_op
-    coll_in = np.where(b >= 0, colls.entry[np.maximum(b, 0)] if colls.entry.size else -1, -1)
+    coll_in = np.full(b.size, -1, np.int64)  # the collective task each op's parts feed
+    coll_in[b >= 0] = colls.entry[b[b >= 0]]
     # update ops read the reduced gradient from the bucket's last task, not from the parts
     gated = (b[a.src] >= 0) & (a.role[a.dst] == _UPDATE)
     n_coll = colls.ops.size
