@@ -221,14 +221,14 @@ def test_strategy_files_carry_options_and_versions(tmp_path):
     path = tmp_path / "s.json"
     moplace.save_strategy(path, g, s, c)
     data = json.loads(path.read_text())
-    assert data["version"] == 2 and data["options"] == {"bucket_bytes": DDP_BUCKET_BYTES}
+    assert data["version"] == 3 and data["options"] == {"bucket_bytes": DDP_BUCKET_BYTES}
     assert moplace.load_strategy(path, g, c) == s
     old = dict(data, version=1)
-    del old["options"]
+    del old["options"], old["recompute"]
     path.write_text(json.dumps(old))
     assert moplace.load_strategy(path, g, c).bucket_bytes == 0  # version 1: the default
-    path.write_text(json.dumps(dict(data, version=3)))
-    with pytest.raises(FormatError, match="format version 3, newer than this moplace reads"):
+    path.write_text(json.dumps(dict(data, version=4)))
+    with pytest.raises(FormatError, match="format version 4, newer than this moplace reads"):
         moplace.load_strategy(path, g, c)
     path.write_text(json.dumps(dict(data, options={"bucket_bytes": -5})))
     with pytest.raises(FormatError, match="options.bucket_bytes"):

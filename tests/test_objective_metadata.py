@@ -109,7 +109,7 @@ def test_a_fourth_objective_through_the_cli_mlflow_and_figures(fourth, tmp_path,
 
     # the CLI's table and its progress line
     head = out.splitlines()[1]
-    assert head.split()[-1] == "feasible" and f"{LABEL} (J)" in head
+    assert head.split()[-2:] == ["feasible", "plan"] and f"{LABEL} (J)" in head
     front = json.loads((tmp_path / "a" / "front.json").read_text())
     rows = out.splitlines()[2:2 + len(front["points"])]
     assert [float(r.split()[4]) for r in rows] == \

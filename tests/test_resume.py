@@ -254,7 +254,18 @@ def test_a_version_2_checkpoint_resumes_with_default_options(problem, tmp_path):
     them: they resume, each strategy with every option at its default."""
     ck = tmp_path / "search.ckpt"
     search(problem, make("random"), budget=16, checkpoint=ck)
-    ck.write_bytes(ck.read_bytes().replace(b'"version": 3', b'"version": 2', 1))
+    ck.write_bytes(ck.read_bytes().replace(b'"version": 4', b'"version": 2', 1))
+    result = search(problem, make("random"), budget=32, checkpoint=ck)
+    assert result.n_evaluations == 32 and result.front
+
+
+def test_a_version_3_checkpoint_resumes_recomputing_nothing(problem, tmp_path):
+    """Checkpoints written before strategies recomputed groups (version 3) resume."""
+    ck = tmp_path / "search.ckpt"
+    search(problem, make("random"), budget=16, checkpoint=ck)
+    data = ck.read_bytes()
+    assert b'"version": 4' in data
+    ck.write_bytes(data.replace(b'"version": 4', b'"version": 3', 1))
     result = search(problem, make("random"), budget=32, checkpoint=ck)
     assert result.n_evaluations == 32 and result.front
 

@@ -412,7 +412,7 @@ class TestGenome:
                 for name in ("ops", "parts", "dims", "devices", "signature"):
                     np.testing.assert_array_equal(getattr(made, name), getattr(ref, name), name)
                 assert s == Strategy(s.placement, s.priority, dict(s.splits),
-                                     bucket_bytes=s.bucket_bytes)
+                                     bucket_bytes=s.bucket_bytes, recompute=s.recompute)
 
     def test_options(self, g):
         space = GenomeSpace(g, 4, max_parts=3)
@@ -474,7 +474,7 @@ def test_simulation_key_is_shared_by_strategies_that_simulate_alike():
             on = np.flatnonzero(s.placement == d)
             on = on[np.lexsort((on, -s.priority[on]))]
             prio[on] = np.sort(rng.random(on.size))[::-1] * 1e3  # the first: the highest
-        t = Strategy(s.placement, prio, bucket_bytes=s.bucket_bytes)
+        t = Strategy(s.placement, prio, bucket_bytes=s.bucket_bytes, recompute=s.recompute)
         assert not np.array_equal(np.argsort(-t.priority), np.argsort(-s.priority))
         assert t.simulation_key == s.simulation_key
         a, b = p.evaluate(s), p.evaluate(t)
@@ -483,7 +483,8 @@ def test_simulation_key_is_shared_by_strategies_that_simulate_alike():
     for x in p.genome.sample(20, rng):  # with splits: any order-keeping map of the priorities
         s = p.genome.decode(x)
         assert s.splits
-        t = Strategy(s.placement, np.exp(s.priority / 7.0) - 5.0, s.splits, **s.options)
+        t = Strategy(s.placement, np.exp(s.priority / 7.0) - 5.0, s.splits, **s.options,
+                     recompute=s.recompute)
         assert t.simulation_key == s.simulation_key
         np.testing.assert_array_equal(p.evaluate(s).values, p.evaluate(t).values)
 

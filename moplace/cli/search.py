@@ -171,17 +171,22 @@ def _print_result(problem, searcher, result, path, notes) -> None:
 
 
 def front_text(problem, points) -> str:
-    """The points as a table, each objective in the unit chosen for its column."""
-    from ..review.units import axis_label, column_unit, fmt, kind_of, number
+    """The points as a table, each objective in the unit chosen for its column, with each
+    point's plan at a glance (devices, split groups, buckets, recomputed groups)."""
+    from ..core.levers import plan_of
+    from ..review.units import axis_label, column_unit, fmt, kind_of, number, plan_text
 
     objs = problem.objectives
     units = [column_unit(o, [p.values[k] for p in points]) for k, o in enumerate(objs)]
+    oks = ["yes" if pt.feasible else f"no ({fmt(pt.evaluation.violation, 'bytes')} over)"
+           for pt in points]
+    width = max([len("feasible")] + [len(ok) for ok in oks])
     lines = [f"{'#':>3} " + " ".join(f"{axis_label(o, u):>24}" for o, u in zip(objs, units))
-             + "  feasible"]
-    for k, pt in enumerate(points):
+             + f"  {'feasible':<{width}}  plan"]
+    for k, (pt, ok) in enumerate(zip(points, oks)):
         cells = [number(pt.values[j], kind_of(o), units[j]) for j, o in enumerate(objs)]
-        ok = "yes" if pt.feasible else f"no ({fmt(pt.evaluation.violation, 'bytes')} over)"
-        lines.append(f"{k:>3} " + " ".join(f"{c:>24}" for c in cells) + f"  {ok}")
+        plan = plan_text(plan_of(pt.strategy, problem.graph))
+        lines.append(f"{k:>3} " + " ".join(f"{c:>24}" for c in cells) + f"  {ok:<{width}}  {plan}")
     return "\n".join(lines)
 
 

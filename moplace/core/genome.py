@@ -5,14 +5,17 @@ Layout for G co-location groups and N ops on D devices::
     [ device of group g      (G genes, integers 0..D-1)
       split option of group g (G genes, integers 0..len(options[g])-1)
       priority of op i        (N genes, real)
-      gradient bucket size    (1 gene, integer 0..len(bucket_choices)-1) ]
+      gradient bucket size    (1 gene, integer 0..len(bucket_choices)-1)
+      recompute group r?      (R genes, 0 or 1: one per group of recompute_heads) ]
 
 Split option 0 is "no split"; the others are (dimension, parts) pairs allowed for every op of
 the group, with part k on device ``(device + k) mod D``. The strategy-wide genes come last:
 the bucket gene picks one of `BUCKET_CHOICES` (only 0 when no gradient can be all-reduced:
-one device, or no batch-splittable op with a weight gradient). `decode` is exact: integer
+one device, or no batch-splittable op with a weight gradient); a recompute gene says whether
+the r-th group that can be recomputed (`recomputable_heads`) is. `decode` is exact: integer
 genes are rounded and clipped, priorities taken as they are, and ``encode(decode(x)) == x``
-for any integer-valued x within bounds. ``space.priorities`` is the slice of the priorities.
+for any integer-valued x within bounds. ``space.priorities`` is the slice of the priorities,
+``space.recompute_genes`` that of the recompute genes.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from ..arrays import segment_ranks
 from ..errors import StrategyError
 from .graph import SPLIT_DIMS, OpGraph
+from .recompute import recomputable_heads
 from .baselines import DDP_BUCKET_BYTES, reduces_gradients
 from .strategy import Split, SplitTable, Strategy
 
@@ -57,13 +61,16 @@ class GenomeSpace:
         self.priorities = slice(2 * self.n_groups, 2 * self.n_groups + self.n_ops)
         #: the bucket gene's index
         self.bucket_gene = 2 * self.n_groups + self.n_ops
-
-    #: genes after the priorities (strategy-wide: the bucket size)
-    N_TAIL = 1
+        #: the groups a recompute gene stands for (by first op), and those genes
+        self.recompute_heads = recomputable_heads(graph)
+        self.recompute_genes = slice(self.bucket_gene + 1,
+                                     self.bucket_gene + 1 + self.recompute_heads.size)
+        #: genes after the priorities (strategy-wide: the bucket size, the recompute genes)
+        self.n_tail = 1 + self.recompute_heads.size
 
     @property
     def size(self) -> int:
-        return 2 * self.n_groups + self.n_ops + self.N_TAIL
+        return 2 * self.n_groups + self.n_ops + self.n_tail
 
     @property
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -71,7 +78,8 @@ class GenomeSpace:
         lo = np.zeros(self.size)
         hi = np.concatenate([np.full(self.n_groups, self.n_devices - 1.0),
                              [len(o) - 1.0 for o in self.options], np.ones(self.n_ops),
-                             [len(self.bucket_choices) - 1.0]])
+                             [len(self.bucket_choices) - 1.0],
+                             np.ones(self.recompute_heads.size)])
         return lo, hi
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -81,7 +89,8 @@ class GenomeSpace:
 
     @property
     def integer_mask(self) -> np.ndarray:
-        """True for the integer genes (devices, split options and the bucket gene)."""
+        """True for the integer genes (devices, split options, the bucket and recompute
+        genes)."""
         k = np.arange(self.size)
         return (k < 2 * self.n_groups) | (k >= self.bucket_gene)
 
@@ -95,8 +104,9 @@ class GenomeSpace:
         option = np.clip(np.rint(x[G:2 * G]), 0, self._n_options - 1).astype(np.int64)
         group = self.graph.arrays.group
         bucket = int(np.clip(np.rint(x[self.bucket_gene]), 0, len(self.bucket_choices) - 1))
+        recompute = self.recompute_heads[np.rint(x[self.recompute_genes]) >= 1]
         strategy = Strategy(device[group], x[self.priorities],
-                            bucket_bytes=self.bucket_choices[bucket])
+                            bucket_bytes=self.bucket_choices[bucket], recompute=recompute)
         if not option.any():
             return strategy
         # every op of a split group gets its group's split; the split table is made here
@@ -135,6 +145,7 @@ class GenomeSpace:
                                 "the genome's sizes are "
                                 + ", ".join(f"{b:.0f}" for b in self.bucket_choices))
         x[self.bucket_gene] = self.bucket_choices.index(strategy.bucket_bytes)
+        x[self.recompute_genes] = np.isin(self.recompute_heads, strategy.recompute)
         return x
 
     def device_window(self, x) -> tuple[int, int]:
@@ -248,7 +259,8 @@ class GenomeSpace:
 def sample_genomes(lo: np.ndarray, hi: np.ndarray, integer: np.ndarray, n: int,
                    rng: np.random.Generator) -> np.ndarray:
     """``n`` genomes [n, len(lo)] uniform within the bounds; the genes where ``integer`` is
-    True (devices, split options, the bucket gene) uniform over their integer values."""
+    True (devices, split options, the bucket and recompute genes) uniform over their integer
+    values."""
     X = rng.uniform(lo, hi, size=(n, lo.size))
     k = np.flatnonzero(integer)
     X[:, k] = rng.integers(lo[k].astype(np.int64), hi[k].astype(np.int64) + 1, size=(n, k.size))

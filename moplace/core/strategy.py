@@ -6,7 +6,10 @@
 - splits: op index -> `Split(dim, devices)`, one device per part (at least two parts);
 - options, strategy-wide (`STRATEGY_OPTIONS`, each with a default that keeps the model as it
   was before it existed): ``bucket_bytes``, the gradient bucket size (0: every gradient is
-  reduced on its own; DDP's default is 25 MiB).
+  reduced on its own; DDP's default is 25 MiB);
+- recompute: the co-location groups whose forward outputs are freed after their forward
+  readers and recomputed before the backward needs them, each named by its first op (its
+  group head; `moplace.core.recompute.recomputable_heads` lists the groups that can be).
 
 Ops in one co-location group must have the same placement and the same split. Pure model
 parallelism is a strategy without splits; pure data parallelism splits every op on ``batch``
@@ -25,6 +28,7 @@ import numpy as np
 
 from ..errors import StrategyError
 from .graph import SPLIT_DIMS, OpGraph
+from .recompute import recomputable_heads
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,13 @@ class Strategy:
     """An immutable placement + priority + split assignment for one `OpGraph`, with its
     strategy-wide options (`STRATEGY_OPTIONS`)."""
 
-    bucket_bytes: float = 0.0  # class default: strategies pickled before it existed
+    bucket_bytes: float = 0.0  # class defaults: strategies pickled before they existed
+    recompute: tuple[int, ...] = ()
 
     def __init__(self, placement, priority=None, splits: Mapping[int, Split] | None = None, *,
-                 bucket_bytes: float = 0.0):
+                 bucket_bytes: float = 0.0, recompute=()):
         self.bucket_bytes = float(bucket_bytes)
+        self.recompute = _heads(recompute)
         self.placement = _readonly(np.asarray(placement, dtype=np.int64))
         n = self.placement.shape[0]
         if priority is None:
@@ -101,7 +107,8 @@ class Strategy:
         """This strategy with another placement and/or priorities and the same splits (shared,
         with their table): the cheap way to make a neighbour that moves unsplit ops only."""
         child = Strategy(self.placement if placement is None else placement,
-                         self.priority if priority is None else priority, **self.options)
+                         self.priority if priority is None else priority, **self.options,
+                         recompute=self.recompute)
         child.splits = self.splits
         if "split_table" in self.__dict__:
             child.__dict__["split_table"] = self.split_table
@@ -124,18 +131,28 @@ class Strategy:
             child.__dict__[name] = float(value)
         return child
 
+    def with_recompute(self, heads) -> "Strategy":
+        """This strategy recomputing the groups of ``heads`` (first ops of their co-location
+        groups) instead of its own (placement, priorities and splits shared)."""
+        child = self.derive()
+        child.__dict__["recompute"] = _heads(heads)
+        return child
+
     def __eq__(self, other) -> bool:
         return (isinstance(other, Strategy) and np.array_equal(self.placement, other.placement)
                 and np.array_equal(self.priority, other.priority)
-                and dict(self.splits) == dict(other.splits) and self.options == other.options)
+                and dict(self.splits) == dict(other.splits) and self.options == other.options
+                and self.recompute == other.recompute)
 
     def __hash__(self) -> int:
         return hash((self.placement.tobytes(), self.priority.tobytes(), tuple(self.splits.items()),
-                     tuple(self.options.values())))
+                     tuple(self.options.values()), self.recompute))
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v:g}" for k, v in self.options.items()
                         if v != STRATEGY_OPTIONS[k])
+        if self.recompute:
+            extra += f", {len(self.recompute)} groups recomputed"
         return (f"Strategy({self.placement.size} ops on {len(set(self.placement.tolist()))} devices, "
                 f"{len(self.splits)} splits{extra})")
 
@@ -156,6 +173,7 @@ class Strategy:
         _check_splits(graph, self, n_devices)
         _check_groups(graph, self)
         _check_options(self)
+        _check_recompute(graph, self)
         return self
 
     @cached_property
@@ -180,6 +198,8 @@ class Strategy:
             value = getattr(self, name)                 # strategies without options stay
             if value != default:
                 h.update(f"{name}={value!r}|".encode())
+        if self.recompute:
+            h.update(b"recompute=" + np.asarray(self.recompute, np.int64).tobytes())
         return h.digest()
 
     @cached_property
@@ -251,6 +271,33 @@ def _check_options(strategy: Strategy) -> None:
     if not (np.isfinite(b) and 0 <= b <= MAX_BUCKET_BYTES):
         raise StrategyError(f"bucket_bytes must be from 0 (one bucket per gradient) to "
                             f"{MAX_BUCKET_BYTES:.0f} bytes, got {b!r}")
+
+
+def _check_recompute(graph: OpGraph, strategy: Strategy) -> None:
+    if not strategy.recompute:
+        return
+    n = len(graph.ops)
+    heads = np.asarray(strategy.recompute, np.int64)
+    if heads[0] < 0 or heads[-1] >= n:
+        bad = int(heads[0] if heads[0] < 0 else heads[-1])
+        raise StrategyError(f"recompute names op index {bad}, out of range 0..{n - 1}")
+    not_head = heads[graph.group_head[heads] != heads]
+    if not_head.size:
+        op, head = graph.ops[int(not_head[0])], graph.ops[int(graph.group_head[not_head[0]])]
+        raise StrategyError(f"recompute names op {op.name!r}, which shares co-location group "
+                            f"{op.colocation!r}: name the group by its first op {head.name!r}")
+    useless = heads[~np.isin(heads, recomputable_heads(graph))]
+    if useless.size:
+        raise StrategyError(f"recompute names op {_name(graph, int(useless[0]))}, whose group "
+                            "has no forward output with inputs that a backward op reads: "
+                            "nothing to recompute")
+
+
+def _heads(values) -> tuple[int, ...]:
+    try:
+        return tuple(sorted({int(v) for v in values}))
+    except (TypeError, ValueError):
+        raise StrategyError(f"recompute must be op indices, got {values!r}") from None
 
 
 def _name(graph: OpGraph, i: int) -> str:

@@ -1,10 +1,11 @@
 """Search results as files: ``front.json`` holds every front point with its full strategy.
 
-    {"format": "moplace-front", "version": 2, "graph": ..., "cluster": ..., "searcher": ...,
+    {"format": "moplace-front", "version": 3, "graph": ..., "cluster": ..., "searcher": ...,
      "seed": ..., "evaluations": ..., "seconds": ..., "hypervolume": ..., "reference": [...],
      "objectives": ["runtime", ...], "feasible_found": true,
      "points": [{"runtime_s": ..., "peak_comm_bytes": ..., "peak_mem_bytes": ...,
-                 "feasible": true, "violation_bytes": 0.0, "strategy": {strategy file}}, ...],
+                 "feasible": true, "violation_bytes": 0.0, "plan": {"devices": 4, ...},
+                 "strategy": {strategy file}}, ...],
      "infeasible": [... the least-violating infeasible points, same shape ...],
      "history": {"evaluations": [...], "hypervolume": [...],
                  "best": {"runtime_s": [...], ...}}}
@@ -24,8 +25,9 @@ kinds, names, memory, speeds and links), so a front read on another graph or clu
 apart from one read on the same (`searched_on`).
 
 Version 2 (issue 32): the strategies are strategy files of version 2 (with strategy-wide
-options); a version-1 front reads as strategies with every option at its default, and a front
-of a version newer than this moplace reads is refused by name.
+options); a version-1 front reads as strategies with every option at its default. Version 3:
+strategy files of version 3 (with recomputed groups); fronts before it recompute nothing. A
+front of a version newer than this moplace reads is refused by name.
 
 `moplace evaluate --strategy front.json --point K` evaluates point K again: a point of the front,
 or, when no point is feasible, of the least-violating ones (``infeasible``), as `moplace search`
@@ -43,16 +45,19 @@ import numpy as np
 from objectives import json_key
 
 from .. import strictjson
+from ..core.levers import plan_of
 from .strategies import FRONT_FORMAT as FORMAT
 from .strategies import FRONT_VERSION as VERSION
 from .strategies import strategy_to_json
 
 
 def point_json(point, problem) -> dict:
-    """One evaluated point: objectives under their JSON names, feasibility, the strategy."""
+    """One evaluated point: objectives under their JSON names, feasibility, the plan at a
+    glance (`moplace.core.levers.plan_of`), the strategy."""
     values = dict(zip(problem.objectives, point.values.tolist()))
     out = {json_key(name): value for name, value in values.items()}
     out.update(feasible=point.feasible, violation_bytes=point.evaluation.violation,
+               plan=plan_of(point.strategy, problem.graph),
                strategy=strategy_to_json(problem.graph, point.strategy, problem.cluster))
     return out
 

@@ -1,10 +1,11 @@
 """Strategy files: JSON a person can read and write, keyed by op name.
 
-    {"format": "moplace-strategy", "version": 2, "graph": "resnet50",
+    {"format": "moplace-strategy", "version": 3, "graph": "resnet50",
      "placement": {"node1": 0, "node2": "gpu1", ...},
      "priority": {"node1": 10.0, ...},
      "splits": {"node7": {"dim": "batch", "devices": [0, 1]}},
-     "options": {"bucket_bytes": 26214400}}
+     "options": {"bucket_bytes": 26214400},
+     "recompute": ["node3", "node9"]}
 
 ``placement`` must cover every op, directly or through another op of its co-location group;
 devices are indices or device names of the cluster. ``priority`` is optional (default: the
@@ -15,7 +16,9 @@ it on another cluster works where the devices exist, and `moplace evaluate` says
 ``options`` (optional; version 2) holds the strategy-wide options
 (`moplace.core.strategy.STRATEGY_OPTIONS`): ``bucket_bytes``, the gradient bucket size in bytes
 (0: each gradient reduced on its own). A version-1 file has none: every option takes its
-default. A file of a version newer than this moplace reads (`VERSION`) is refused by name.
+default. ``recompute`` (optional; version 3) names ops whose co-location groups are recomputed
+(`moplace.core.strategy.Strategy.recompute`); files before it recompute nothing. A file of a
+version newer than this moplace reads (`VERSION`) is refused by name.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ from ..errors import FormatError, StrategyError, shown
 from .native import read_json
 
 FORMAT = "moplace-strategy"
-#: the strategy file version written (2: strategy-wide options), and read (1 and 2)
-VERSION = 2
+#: the strategy file version written (2: strategy-wide options, 3: recomputed groups), and
+#: read (1 to 3)
+VERSION = 3
 #: A search's front file (`moplace.io.fronts`): its points hold strategies in this format.
 FRONT_FORMAT = "moplace-front"
-#: the front file version written and read (2: its strategies have strategy-wide options)
-FRONT_VERSION = 2
+#: the front file version written and read (2: its strategies have strategy-wide options, 3:
+#: recomputed groups)
+FRONT_VERSION = 3
 #: priorities only order ops; beyond this size a value is damaged (and 10**400 is no float)
 MAX_PRIORITY = 1e300
 
@@ -54,6 +59,7 @@ def strategy_to_json(graph: OpGraph, strategy: Strategy, cluster=None) -> dict:
         "splits": {names[i]: {"dim": s.dim, "devices": [dev(d) for d in s.devices]}
                    for i, s in strategy.splits.items()},
         "options": strategy.options,
+        "recompute": [names[i] for i in strategy.recompute],
     }
 
 
@@ -121,7 +127,9 @@ def strategy_from_json(data, graph: OpGraph, cluster) -> Strategy:
         for m in graph.groups[g]:
             splits[m] = split
     return Strategy(placement, _priority(data.get("priority"), graph), splits,
-                    **_options(data.get("options"))).validate(graph, cluster.n_devices)
+                    **_options(data.get("options")),
+                    recompute=_recompute(data.get("recompute"), graph)
+                    ).validate(graph, cluster.n_devices)
 
 
 def check_version(version, what: str, newest: int = VERSION) -> None:
@@ -149,6 +157,18 @@ def _options(spec) -> dict:
             raise StrategyError(f"options.{name}: must be a number of bytes from 0 to "
                                 f"{MAX_BUCKET_BYTES:.0f}, got {shown(value)}")
     return dict(spec)
+
+
+def _recompute(spec, graph: OpGraph) -> list[int]:
+    """The group heads of a file's ``recompute`` list of op names (none where left out)."""
+    if spec is None:
+        return []
+    if not isinstance(spec, list):
+        raise StrategyError("field 'recompute' must be a list of op names")
+    for name in spec:
+        if not isinstance(name, str):
+            raise StrategyError(f"recompute: an entry must be an op name, got {shown(name)}")
+    return [_group_head(graph, _group_of(graph, name, "recompute")) for name in spec]
 
 
 def _priority(spec, graph: OpGraph) -> np.ndarray:

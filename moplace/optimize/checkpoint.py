@@ -50,12 +50,14 @@ MAGIC = b"moplace-checkpoint\n"
 #: 3 since strategies carry strategy-wide options (gradient buckets, issue 32): a version-2
 #: file reads as strategies with every option at its default, and a version-3 file is refused
 #: by a reader of version 2, which would drop the options unseen
-VERSION = 3
+#: 4 since strategies recompute groups (issue 32), for the same reason
+VERSION = 4
 #: the versions this moplace reads
-READS = (2, 3)
+READS = (2, 3, 4)
 #: what each older version was written by, for the message that refuses it
 WRITTEN_BY = {1: "moplace 0.1 before its searcher settings were declared (issue 31)",
-              2: "moplace before strategies had options (issue 32)"}
+              2: "moplace before strategies had options (issue 32)",
+              3: "moplace before strategies recomputed groups (issue 32)"}
 _MAX_HEADER = 1 << 24  # bytes of the JSON line at most
 
 

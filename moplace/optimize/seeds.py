@@ -26,7 +26,10 @@ once; the first label is kept):
 4. every op on one device, in an order that keeps few outputs resident
    (`moplace.core.baselines.memory_priority`), once for each kind of device (kind, memory,
    speed): the zero-communication end of the front lies among single-device placements, and
-   the topological order of ``single`` can need far more memory.
+   the topological order of ``single`` can need far more memory;
+5. when the graph has groups that can be recomputed (`moplace.core.recompute`), data
+   parallelism and the first memory-ordered single-device placement with every other such
+   group recomputed: the low-memory end of the front, at some more time.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from ..core.baselines import BASELINES, baseline, on_devices, one_device_each_kind
+from ..core.recompute import recomputable_heads
 from ..core.strategy import Strategy
 from ..core.subsets import device_subsets
 from ..errors import MoplaceError
@@ -86,8 +90,16 @@ def seed_strategies(problem, *, subsets: bool = True) -> list[Seed]:
         for subset in device_subsets(problem.cluster):
             out += [Seed(f"{name} on {subset.label}", on_devices(name, graph, subset.devices))
                     for name in SUBSET_BASELINES]
-    out += [Seed(f"all on {name}, memory order", s)
-            for name, s in one_device_each_kind(graph, problem.cluster)]
+    kinds = one_device_each_kind(graph, problem.cluster)
+    out += [Seed(f"all on {name}, memory order", s) for name, s in kinds]
+    every_other = recomputable_heads(graph)[::2]
+    if every_other.size:
+        out.append(Seed("data-parallel, every other group recomputed",
+                        baseline("data-parallel", graph, problem.n_devices
+                                 ).with_recompute(every_other)))
+        name, s = kinds[0]
+        out.append(Seed(f"all on {name}, memory order, every other group recomputed",
+                        s.with_recompute(every_other)))
     return _distinct(out)
 
 

@@ -115,3 +115,17 @@ def fmt_duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def plan_text(plan: dict) -> str:
+    """A strategy's plan (`moplace.core.levers.plan_of`) as a line a person reads at a
+    glance: "4 devices, 161 split, 25.00 MiB buckets, 88 recomputed"."""
+    n = plan["devices"]
+    parts = [f"{n} device{'s' if n != 1 else ''}"]
+    if plan.get("split_groups"):
+        parts.append(f"{plan['split_groups']} split")
+    if plan.get("bucket_bytes"):
+        parts.append(f"{fmt(plan['bucket_bytes'], 'bytes')} buckets")
+    if plan.get("recomputed_groups"):
+        parts.append(f"{plan['recomputed_groups']} recomputed")
+    return ", ".join(parts)

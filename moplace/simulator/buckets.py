@@ -37,8 +37,8 @@ class BucketedCollectives:
     Everything is computed once per distinct ring and spread with numpy.
     """
 
-    def __init__(self, graph, costs, ptr, parts, dims, dev, bucket_bytes: float = 0.0):
-        a, cl = graph.arrays, costs.cluster
+    def __init__(self, a, costs, ptr, parts, dims, dev, bucket_bytes: float = 0.0):
+        cl = costs.cluster
         cand = np.flatnonzero((dims == _BATCH) & (a.grad_bytes > 0) & (parts > 1))
         masks = np.zeros(cand.size, np.int64)
         if cand.size:  # OR the device bits of each candidate's own parts (contiguous tasks)

@@ -54,12 +54,12 @@ def build(graph: OpGraph, strategy: Strategy, costs: CostModel,
     """The task graph of ``strategy`` on ``graph`` (the strategy must be validated), and how it
     was made: `UNSPLIT`, `PATCHED` or `FILLED`.
 
-    Without splits, tasks are ops and the graph's own arrays serve (cheaper than any patch).
-    With splits, ``parent``'s task graph patched when ``parent`` (the simulated strategy this
+    Without splits or recomputation, tasks are ops and the graph's own arrays serve (cheaper
+    than any patch). Otherwise ``parent``'s task graph patched when ``parent`` (the simulated strategy this
     one was derived from) is given and differs from it in what a patch can express, else the
     cached skeleton of the split configuration (`skeleton_for`) filled in for this strategy's
     placement and priorities. Every path gives the same arrays."""
-    if not strategy.splits:
+    if not strategy.splits and not strategy.recompute:
         return unsplit_task_graph(graph, strategy, costs), UNSPLIT
     if parent is not None:
         tg = patched_task_graph(parent, strategy, graph, costs)
@@ -75,10 +75,11 @@ def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> Ta
 
 def split_key(strategy: Strategy) -> bytes:
     """What a task graph's shape depends on: the split ops, their parts, dimensions and the
-    devices of the parts, and the gradient bucket size."""
+    devices of the parts, the gradient bucket size and the recomputed groups."""
     t = strategy.split_table
     return b"|".join([np.ascontiguousarray(a, np.int64).tobytes()
-                      for a in (t.ops, t.parts, t.dims, t.devices)]
+                      for a in (t.ops, t.parts, t.dims, t.devices,
+                                np.asarray(strategy.recompute, np.int64))]
                      + [repr(strategy.bucket_bytes).encode()])
 
 

@@ -12,7 +12,8 @@ while the tasks, edges, sizes and collectives stay as they are. `patched_task_gr
 old arrays and rewrites those entries; the result is equal, array for array, to what
 `build_task_graph` makes from the new strategy (the tests check this on random moves), so the
 simulation of the new strategy is exactly the full one. It applies when both strategies have
-the same splits and every moved op is unsplit and reads nothing from a collective; otherwise
+the same splits, neither recomputes a group, and every moved op is unsplit and reads nothing
+from a collective; otherwise
 (a split changed, a split group moved: its parts and all-reduce ring change) the task graph is
 built in full. The simulator patches only strategies with splits: without any,
 `build_task_graph` takes the graph's own arrays and is cheaper than a patch.
@@ -86,7 +87,8 @@ def patched_task_graph(base: SimulationBase, strategy: Strategy, graph, costs) -
 
 
 def _same_splits(a: Strategy, b: Strategy) -> bool:
-    return (a.bucket_bytes == b.bucket_bytes
+    # a recomputed op's clone moves with it: such task graphs are filled from their skeleton
+    return (a.bucket_bytes == b.bucket_bytes and not a.recompute and not b.recompute
             and (a.splits is b.splits or dict(a.splits) == dict(b.splits)))
 
 

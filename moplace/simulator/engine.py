@@ -51,7 +51,9 @@ class Trace:
     bytes resident after the change (each device holds ``static_memory`` at time 0). Task
     ``k``'s kind: a compute part when ``task_device[k] >= 0``, else a collective, the c-th
     of which runs on devices ``collective_dev[collective_ptr[c]:collective_ptr[c + 1]]``
-    and is of kind ``KINDS[collective_kind[c]]`` (`moplace.simulator.collectives`).
+    and is of kind ``KINDS[collective_kind[c]]`` (`moplace.simulator.collectives`). The last
+    ``n_recomputed`` compute tasks (just before the collectives) run recomputed forward ops a
+    second time (`moplace.simulator.recompute`); ``recomputed`` marks them.
     """
 
     makespan: float
@@ -73,6 +75,7 @@ class Trace:
     collective_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     collective_dev: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     collective_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    n_recomputed: int = 0
     transfers: np.ndarray = field(default_factory=lambda: np.empty((0, 6)))
     memory: np.ndarray = field(default_factory=lambda: np.empty((0, 3)))
 
@@ -91,7 +94,16 @@ class Trace:
 
     def __setstate__(self, state: dict) -> None:
         state.setdefault("collective_kind", np.zeros(0, np.int64))  # pickled before kinds
+        state.setdefault("n_recomputed", 0)  # pickled before recomputation
         self.__dict__.update(state)
+
+    @property
+    def recomputed(self) -> np.ndarray:
+        """Per task: does it run a recomputed op again?"""
+        flags = np.zeros(self.task_op.size, bool)
+        n_compute = int(np.count_nonzero(self.task_device >= 0))
+        flags[n_compute - self.n_recomputed:n_compute] = True
+        return flags
 
     @property
     def traffic(self) -> np.ndarray:
@@ -162,10 +174,11 @@ def trace_from_outputs(tg: TaskGraph, cluster, n_ops: int, static, start, end, s
     comp = slice(0, tg.n_compute)
     if tg.n_tasks == n_ops:  # no splits: tasks are ops
         op_start, op_end = start, end
-    else:  # an op spans its first part's start to its last part's (or all-reduce's) end
-        first = tg.op_ptr[:-1]
-        op_start = np.minimum.reduceat(start[comp], first)
-        op_end = np.maximum.reduceat(end[comp], first)
+    else:  # an op spans its first part's start to its last part's (or all-reduce's) end;
+        first = tg.op_ptr[:n_ops]  # its recomputation (tasks after op_ptr[n_ops]) not counted
+        own = slice(0, tg.op_ptr[n_ops])
+        op_start = np.minimum.reduceat(start[own], first)
+        op_end = np.maximum.reduceat(end[own], first)
         colls = slice(tg.n_compute, tg.n_tasks)
         op_end[tg.task_op[colls]] = np.maximum(op_end[tg.task_op[colls]], end[colls])
     return Trace(
@@ -176,5 +189,5 @@ def trace_from_outputs(tg: TaskGraph, cluster, n_ops: int, static, start, end, s
         busy=np.bincount(tg.dev[comp], weights=tg.dur[comp], minlength=cluster.n_devices),
         n_transfers=int(n_x), device_names=cluster.device_names, device_kinds=cluster.kinds,
         static_memory=static, collective_ptr=tg.coll_ptr, collective_dev=tg.coll_dev,
-        collective_kind=tg.coll_kind,
+        collective_kind=tg.coll_kind, n_recomputed=int(tg.n_compute - tg.op_ptr[n_ops]),
         transfers=transfers, memory=memory)

@@ -28,12 +28,14 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..arrays import segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS, OpGraph, inplace_sources
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
 from ._edgebuild import build_edges
 from ._fill import fill_unsplit
 from .buckets import BucketedCollectives
+from .recompute import recompute_plan
 
 _UPDATE = ROLES.index("update")
 _DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1
@@ -91,23 +93,29 @@ class TaskGraph:
 
 def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
                            ) -> tuple[TaskGraph, np.ndarray]:
-    """The task graph of a strategy with splits, built in full, and the bytes each edge moves
-    when it does move data (they differ from ``e_bytes`` only on an edge from an all-reduce to
-    an update that runs on one of the ring's devices, which reads the gradient locally)."""
-    a = graph.arrays
-    parts, dims, split_dev = _split_arrays(strategy, len(graph.ops))
-    ptr = np.zeros(len(graph.ops) + 1, np.int64)
+    """The task graph of a strategy with splits or recomputation, built in full, and the bytes
+    each edge moves when it does move data (they differ from ``e_bytes`` only on an edge from
+    an all-reduce to an update that runs on one of the ring's devices, which reads the
+    gradient locally). Recomputed groups run on the graph of `recompute_plan`: their clones'
+    tasks come after every other compute task, with ``task_op`` the op they run again."""
+    n_ops = len(graph.ops)
+    plan = recompute_plan(graph, strategy.recompute) if strategy.recompute else None
+    a = graph.arrays if plan is None else plan.arrays
+    orig = np.arange(n_ops) if plan is None else plan.orig
+    parts, dims, split_dev = _split_arrays(strategy, orig)
+    ptr = np.zeros(orig.size + 1, np.int64)
     np.cumsum(parts, out=ptr[1:])
-    task_op = np.repeat(np.arange(len(graph.ops)), parts)
+    vop = np.repeat(np.arange(orig.size), parts)  # the task's op in the plan's graph
+    task_op = orig[vop]
     dev = strategy.placement[task_op].copy()
-    dev[parts[task_op] > 1] = split_dev  # splits are sorted by op, so parts line up
-    dur = _durations(graph, costs, ptr, task_op, dev, parts, dims)
-    out_b, par_b = _memory(a, task_op, parts, dims)
-    colls = BucketedCollectives(graph, costs, ptr, parts, dims, dev, strategy.bucket_bytes)
-    n_compute, n_coll = len(task_op), len(colls.ops)
+    dev[parts[vop] > 1] = split_dev  # split ops' parts in op order, so they line up
+    dur = _durations(a, costs, ptr, vop, orig, dev, parts, dims)
+    out_b, par_b = _memory(a, vop, parts, dims)
+    colls = BucketedCollectives(a, costs, ptr, parts, dims, dev, strategy.bucket_bytes)
+    n_compute, n_coll = len(vop), len(colls.ops)
     edges = _edges(a, ptr, parts, dims, dev, colls, n_compute)
     moved_bytes = edges.pop("moved_bytes")
-    capable = np.concatenate([a.inplace[task_op] & costs.inplace, np.zeros(n_coll, bool)])
+    capable = np.concatenate([a.inplace[vop] & costs.inplace, np.zeros(n_coll, bool)])
     ip_src = inplace_sources(edges["e_src"], edges["e_dst"], edges["e_bytes"], edges["out_ptr"],
                              edges["in_edge"], capable, n_compute)
     tg = TaskGraph(
@@ -124,13 +132,22 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
     return tg, moved_bytes
 
 
-def _split_arrays(strategy: Strategy, n_ops: int):
-    """Parts and dimension code per op, and the devices of all split parts in op order."""
+def _split_arrays(strategy: Strategy, orig: np.ndarray):
+    """Parts and dimension code per op of the (plan's) graph, and the devices of all split
+    parts in its op order: a clone is split as the op it runs again."""
     t = strategy.split_table
+    n_ops = strategy.placement.size
     parts = np.ones(n_ops, np.int64)
     dims = np.full(n_ops, -1, np.int64)
     parts[t.ops], dims[t.ops] = t.parts, t.dims
-    return parts, dims, t.devices
+    devices = t.devices
+    if orig.size > n_ops and t.ops.size:  # the clones' parts, after the graph's
+        row = np.searchsorted(t.ops, orig[n_ops:])
+        row = row[(row < t.ops.size) & (t.ops[np.minimum(row, t.ops.size - 1)] == orig[n_ops:])]
+        first = np.cumsum(t.parts) - t.parts
+        take = np.repeat(first[row], t.parts[row]) + segment_ranks(t.parts[row])
+        devices = np.concatenate([devices, t.devices[take]])
+    return parts[orig], dims[orig], devices
 
 
 def unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
@@ -159,16 +176,18 @@ _NO_COLLECTIVES = {k: _frozen(v) for k, v in dict(
     coll_dur=np.zeros(0), coll_bytes=np.zeros(0), coll_kind=np.zeros(0, np.int64)).items()}
 
 
-def _durations(graph, costs, ptr, task_op, dev, parts, dims) -> np.ndarray:
-    n = parts[task_op]
-    dur = costs.compute[task_op, dev]
+def _durations(a, costs, ptr, vop, orig, dev, parts, dims) -> np.ndarray:
+    """Each task's duration; ``vop`` is its op in ``a``'s graph, ``orig`` the op that runs."""
+    n = parts[vop]
+    dur = costs.compute[orig[vop], dev]
     # a batch-"split" update is a full update of each replica; other parts do 1/n of the work
-    replicated = (graph.arrays.role == _UPDATE) & (dims == _DIM_CODE["batch"])
-    dur = np.where((n > 1) & ~replicated[task_op], dur / n + costs.split_overhead_s, dur)
-    for op in costs.ops_with_part_profiles:  # measured part times replace the estimate
-        if parts[op] > 1 and not replicated[op]:
-            for t in range(ptr[op], ptr[op + 1]):
-                dur[t] = costs.part_time(int(op), int(dev[t]), int(parts[op]))
+    replicated = (a.role == _UPDATE) & (dims == _DIM_CODE["batch"])
+    dur = np.where((n > 1) & ~replicated[vop], dur / n + costs.split_overhead_s, dur)
+    profiled = costs.ops_with_part_profiles
+    for v in (np.flatnonzero(np.isin(orig, profiled)) if profiled else ()):
+        if parts[v] > 1 and not replicated[v]:  # measured part times replace the estimate
+            for t in range(ptr[v], ptr[v + 1]):
+                dur[t] = costs.part_time(int(orig[v]), int(dev[t]), int(parts[v]))
     return dur
 
 

@@ -25,11 +25,14 @@ class Moves:
         self.group = graph.arrays.group  # each op's co-location group
         G, N, D = space.n_groups, space.n_ops, space.n_devices
         self.splittable = np.array([g for g in range(G) if len(space.options[g]) > 1], np.int64)
-        #: the split move also changes the gradient bucket size, when there is a choice
+        #: the split move also changes the gradient bucket size, when there is a choice, and
+        #: whether a group is recomputed
         self.buckets = len(space.bucket_choices)
+        self.recompute = space.recompute_heads.size
         weights = tuple(move_weights) + (0.0,) * (4 - len(move_weights))
         kinds = np.array(weights) * np.array(
-            [G > 0 and D > 1, self.splittable.size > 0 or self.buckets > 1, N > 1,
+            [G > 0 and D > 1, self.splittable.size > 0 or self.buckets > 1 or self.recompute > 0,
+             N > 1,
              G > 0 and D >= space.RESIZE_MIN_DEVICES],
             dtype=np.float64)
         #: the probability of each move kind (None: no move can change anything)
@@ -64,9 +67,14 @@ class Moves:
                 y[g] = near[int(rng.integers(len(near)))]
             else:
                 y[g] = (here + 1 + int(rng.integers(D - 1))) % D
-        elif kind == 1:  # one group's split option, or the gradient bucket size
-            pick = int(rng.integers(self.splittable.size + (self.buckets > 1)))
-            if pick == self.splittable.size:
+        elif kind == 1:  # one group's split option, the gradient bucket size or recomputation
+            n_split, bucket = self.splittable.size, int(self.buckets > 1)
+            pick = int(rng.integers(n_split + bucket + self.recompute))
+            if pick >= n_split + bucket:  # recompute one more group, or one fewer
+                r = space.recompute_genes.start + pick - n_split - bucket
+                y[r] = 1.0 - np.rint(y[r])
+                return y
+            if pick == n_split:
                 b = space.bucket_gene
                 y[b] = (int(y[b]) + 1 + int(rng.integers(self.buckets - 1))) % self.buckets
                 return y

@@ -189,6 +189,8 @@ class MutationRates:
     devices: float = 0.05       # probability of a device-set move (shrink or grow the run of
     #                             devices the whole strategy uses, splits scaled with it)
     bucket: float = 0.1         # probability of another gradient bucket size
+    recompute: float = 0.5      # recompute-gene changes: one group flipped, or a run of
+    #                             groups (in the order of their first ops) set alike
 
 
 def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
@@ -247,6 +249,14 @@ def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
             prio[mask] += rng.normal(0.0, rates.jitter_sigma, size=int(mask.sum()))
     if y.size > P + N and s.hi[P + N] > 0 and rng.random() < rates.bucket:
         y[P + N] = rng.integers(int(s.hi[P + N]) + 1)
+    rec = y[P + N + 1:]  # the recompute genes (a view)
+    if rec.size:
+        for _ in range(rng.poisson(rates.recompute)):
+            i = int(rng.integers(rec.size))
+            if rng.random() < 0.5:
+                rec[i] = 1.0 - np.rint(rec[i])
+            else:
+                rec[i:i + 1 + int(rng.geometric(0.2))] = float(rng.integers(2))
     if rng.random() < rates.reset:
         genes = rng.integers(y.size, size=1 + rng.integers(3))
         for k in genes:

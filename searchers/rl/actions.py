@@ -57,7 +57,7 @@ class ActionSpace:
         devices = actions.devices[rows, g]                          # [k, U]
         option = self.option[np.arange(U)[None, :], actions.splits[rows, g]]
         level = actions.levels[rows, g][:, self.unit_of_op]         # [k, n]
-        tail = np.zeros((k, self.space.N_TAIL))  # each gradient in a bucket of its own
+        tail = np.zeros((k, self.space.n_tail))  # each gradient alone, nothing recomputed
         return np.concatenate([devices, option, level + self.base[None, :], tail], axis=1)
 
     def strategies(self, actions) -> list[Strategy]:

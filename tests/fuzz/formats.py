@@ -199,8 +199,15 @@ class StrategyJson(FileFormat):
         # a version-1 file, written before strategies had options (issue 32)
         old = json.loads(seeds[0][1])
         old.update(version=1)
-        old.pop("options")
+        old.pop("options"), old.pop("recompute")
         seeds.append(("version 1 (no options)", json.dumps(old, indent=1).encode()))
+        # every other group recomputed (version 3, issue 32): names the mutator can damage
+        from moplace.core.recompute import recomputable_heads
+
+        path = self.workdir / "seeds" / "recompute.strategy.json"
+        save_strategy(path, graph, baseline("data-parallel", graph, cluster.n_devices)
+                      .with_recompute(recomputable_heads(graph)[::2]), cluster)
+        seeds.append(("data-parallel, every other group recomputed", path.read_bytes()))
         front = json.loads(_search(self.workdir, "random", "strategy-search").read_text())
         point = max(front["points"], key=lambda p: len(p["strategy"]["splits"]))
         seeds.append(("random-search point with splits",

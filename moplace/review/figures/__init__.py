@@ -69,7 +69,13 @@ def draw_search(data: dict, problem, out_dir, *, point: int | None = None,
         trace = simulate(problem.graph, problem.cluster, strategy, costs=problem.costs,
                          record=True)
         timed("gantt.png", timeline.gantt, trace, title=f"{title}: {label}")
-        timed("memory.png", timeline.memory_over_time, trace, title=f"{title}: {label}")
+        without = {}
+        if strategy.recompute:  # what recomputation frees: the same strategy without it
+            without = dict(lever="recomputation", without=simulate(
+                problem.graph, problem.cluster, strategy.with_recompute(()),
+                costs=problem.costs, record=True))
+        timed("memory.png", timeline.memory_over_time, trace, title=f"{title}: {label}",
+              **without)
     return drawn
 
 

@@ -1,6 +1,7 @@
 """Figures of one strategy's simulated step: a Gantt chart (devices by time, compute and
-transfers apart, split parts and all-reduces visible) and the memory each device holds over
-time against its capacity.
+transfers apart, split parts, recomputed ops and collectives visible) and the memory each
+device holds over time against its capacity, beside what it would hold without the memory
+levers the strategy pulls (recomputation).
 
 Both take a `Trace` simulated with ``record=True``. Past ``max_bars`` tasks and transfers (a
 10,000-op graph), the Gantt chart stops drawing one bar per task, which would be an unreadable
@@ -16,7 +17,8 @@ from ...simulator.collectives import KINDS
 from ..units import fmt, unit_for
 from .common import SERIES, new_figure, save
 
-COLOURS = {"compute": "#1f77b4", "split part": "#ff7f0e", "transfer in": "#2ca02c",
+COLOURS = {"compute": "#1f77b4", "split part": "#ff7f0e", "recomputed": "#e377c2",
+           "transfer in": "#2ca02c",
            "all-reduce": "#d62728", "reduce-scatter": "#9467bd", "all-gather": "#8c564b"}
 BINS = 300
 
@@ -29,6 +31,10 @@ def _lanes(trace):
     counts = np.bincount(trace.task_op[compute], minlength=1)
     split = np.zeros(len(dev), bool)
     split[compute] = counts[trace.task_op[compute]] > 1
+    again = trace.recomputed
+    if again.any():  # an op recomputed has two tasks without being split: count its first
+        first = np.bincount(trace.task_op[compute & ~again], minlength=counts.size)
+        split[compute] = first[trace.task_op[compute]] > 1
     x = trace.transfers
     coll = np.flatnonzero(~compute)  # the c-th collective's task, c in collective_ptr's order
     per = np.diff(trace.collective_ptr)
@@ -38,8 +44,10 @@ def _lanes(trace):
     member_kind = np.repeat(kind, per)
     for d in range(n_dev):
         on = dev == d
-        yield d, 0, "compute", trace.task_start[on & ~split], trace.task_end[on & ~split]
-        yield d, 0, "split part", trace.task_start[on & split], trace.task_end[on & split]
+        plain, part, rec = on & ~split & ~again, on & split & ~again, on & again
+        yield d, 0, "compute", trace.task_start[plain], trace.task_end[plain]
+        yield d, 0, "split part", trace.task_start[part], trace.task_end[part]
+        yield d, 0, "recomputed", trace.task_start[rec], trace.task_end[rec]
         into = x[:, 2] == d
         yield d, 1, "transfer in", x[into, 4], x[into, 5]
         for k, name in enumerate(KINDS):
@@ -64,8 +72,8 @@ def _require_record(trace) -> None:
 
 
 def gantt(trace, path, *, title="", max_bars=4000) -> None:
-    """Devices by time: per device a compute lane (ops; parts of split ops in their own
-    colour) and a link lane (transfers arriving at it, and the collectives it takes part in:
+    """Devices by time: per device a compute lane (ops; parts of split ops and ops run again
+    by recomputation in their own colours) and a link lane (transfers arriving at it, and the collectives it takes part in:
     all-reduces, reduce-scatters and all-gathers, each in its own colour)."""
     _require_record(trace)
     n_dev = len(trace.capacity)
@@ -115,31 +123,31 @@ def gantt(trace, path, *, title="", max_bars=4000) -> None:
     save(fig, path)
 
 
-def memory_over_time(trace, path, *, title="", max_points=5000) -> None:
+def memory_over_time(trace, path, *, title="", max_points=5000, without=None,
+                     lever="") -> None:
     """Bytes resident on each device over the step (parameters included), with each device's
-    capacity as a dashed line and its peak marked."""
+    capacity as a dashed line and its peak marked. ``without``: the trace of the same strategy
+    without its memory ``lever`` (e.g. "recomputation"), drawn dotted in each device's
+    colour, so what the lever frees shows as the gap between the two."""
     _require_record(trace)
     n_dev = len(trace.capacity)
     end = max(trace.makespan, 1e-12)
     top = max(float(trace.peak_memory.max(initial=0.0)), float(trace.capacity.max(initial=0.0)))
+    if without is not None:
+        _require_record(without)
+        end = max(end, without.makespan)
+        top = max(top, float(without.peak_memory.max(initial=0.0)))
     unit, tunit = unit_for("bytes", top), unit_for("time", end)
     fig = new_figure(11.0, 4.8)
     ax = fig.add_subplot(1, 1, 1)
-    m = trace.memory
     names = trace.device_names or tuple(f"device {d}" for d in range(n_dev))
     for d in range(n_dev):
-        rows = m[m[:, 1] == d]
-        t = np.concatenate([[0.0], rows[:, 0], [end]])
-        v = np.concatenate([[trace.static_memory[d]], rows[:, 2], [rows[-1, 2] if len(rows)
-                                                                   else trace.static_memory[d]]])
-        if len(t) > max_points:  # keep each slice's maximum: the peak survives
-            slot = np.minimum((t / end * max_points).astype(np.int64), max_points - 1)
-            top_of = np.full(max_points, -np.inf)
-            np.maximum.at(top_of, slot, v)
-            have = np.isfinite(top_of)
-            t = (np.flatnonzero(have) / max_points) * end
-            v = top_of[have]
         colour = SERIES[d % len(SERIES)]
+        if without is not None:
+            t, v = _curve(without, d, end, max_points)
+            ax.step(t / tunit[1], v / unit[1], where="post", color=colour, lw=0.9, ls=":",
+                    alpha=0.9)
+        t, v = _curve(trace, d, end, max_points)
         ax.step(t / tunit[1], v / unit[1], where="post", color=colour, lw=1.2,
                 label=f"{names[d]} (peak {fmt(trace.peak_memory[d], 'bytes')})")
         if len(set(trace.capacity.tolist())) > 1:
@@ -151,8 +159,34 @@ def memory_over_time(trace, path, *, title="", max_points=5000) -> None:
     ax.set_ylim(0, top * 1.05 / unit[1] if top > 0 else 1)
     ax.set_xlabel(f"time ({tunit[0]})")
     ax.set_ylabel(f"resident memory ({unit[0]})")
+    if without is not None:
+        before, after = without.peak_memory.max(), trace.peak_memory.max()
+        ax.plot([], [], color="grey", ls=":", lw=0.9,
+                label=f"dotted: without {lever} (peak {fmt(before, 'bytes')})")
+        title = (title + "\n" if title else "") + (
+            f"{lever} frees {fmt(before - after, 'bytes')} of the peak "
+            f"({fmt(before, 'bytes')} -> {fmt(after, 'bytes')}) for "
+            f"{fmt(trace.makespan - without.makespan, 'time')} more time")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(alpha=0.3)
     if title:
         ax.set_title(title, fontsize=10)
     save(fig, path)
+
+
+def _curve(trace, d: int, end: float, max_points: int):
+    """Device ``d``'s resident bytes over time, as step points (each slice's maximum past
+    ``max_points``: the peak survives)."""
+    m = trace.memory
+    rows = m[m[:, 1] == d]
+    t = np.concatenate([[0.0], rows[:, 0], [end]])
+    v = np.concatenate([[trace.static_memory[d]], rows[:, 2], [rows[-1, 2] if len(rows)
+                                                               else trace.static_memory[d]]])
+    if len(t) > max_points:
+        slot = np.minimum((t / end * max_points).astype(np.int64), max_points - 1)
+        top_of = np.full(max_points, -np.inf)
+        np.maximum.at(top_of, slot, v)
+        have = np.isfinite(top_of)
+        t = (np.flatnonzero(have) / max_points) * end
+        v = top_of[have]
+    return t, v

@@ -1,0 +1,21 @@
+"""A strategy's plan at a glance: how many devices it uses, how many co-location groups it
+splits, its gradient bucket size and how many groups it recomputes (`plan_of`), as data for
+``front.json`` and ``--json`` (`moplace.review.units.plan_text` writes it as a line for the
+front table)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import OpGraph
+from .strategy import Strategy
+
+
+def plan_of(strategy: Strategy, graph: OpGraph) -> dict:
+    """The levers ``strategy`` pulls on ``graph``, as JSON-ready numbers."""
+    split_ops = np.fromiter(strategy.splits.keys(), np.int64, len(strategy.splits))
+    return {"devices": len(strategy.used_devices),
+            "split_groups": int(np.unique(graph.arrays.group[split_ops]).size),
+            "bucket_bytes": float(strategy.bucket_bytes),
+            "recomputed_groups": len(strategy.recompute)}
+
