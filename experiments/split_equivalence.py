@@ -4,8 +4,9 @@
 
 For every op type the genome may split (tests/models/splitops.py holds all ten) on batch and
 on channel, and for each zoo model with every splittable op split on batch, on channel, and
-data parallelism: one training step of the rewritten graph on two devices against the
-original step on one. Prints the largest absolute difference of the loss and of the updated
+data parallelism, and with recomputed groups (every other, every one; on one device and
+layer-split on two): one training step of the rewritten graph against the original step on
+one device. Prints the largest absolute difference of the loss and of the updated
 weights (every variable: weights and optimizer state), and the largest difference of a
 weight's update relative to the largest update of that variable.
 """
@@ -33,7 +34,8 @@ def main(argv=None) -> int:
     import numpy as np
 
     from moplace import simulate
-    from moplace.core.baselines import data_parallel, topological_priority
+    from moplace.core.baselines import data_parallel, layer_split, topological_priority
+    from moplace.core.recompute import recomputable_heads
     from moplace.core.strategy import Split, Strategy
     from moplace.tf.apply import placed_graph_def
     from moplace.tf.convert import to_op_graph
@@ -42,7 +44,8 @@ def main(argv=None) -> int:
     from moplace.tf.session import StepRunner
 
     devices = available_devices(2)
-    lines = [f"{'model':<14} {'split':<34} {'ops':>4} {'max |d loss|':>13} {'max |d weight|':>15} "
+    lines = [f"{'model':<14} {'strategy':<36} {'ops':>4} {'max |d loss|':>13} "
+             f"{'max |d weight|':>15} "
              f"{'max rel d update':>17}"]
     print(lines[0], flush=True)
     for name in args.models:
@@ -66,6 +69,13 @@ def main(argv=None) -> int:
         cases += [("every splittable op on batch", every("batch")),
                   ("every splittable op on channel", every("channel")),
                   ("data parallel", data_parallel(graph, 2))]
+        heads = recomputable_heads(graph)
+        if heads.size:  # recomputation (issue 32): clones of forward ops feed the backward
+            one = Strategy(np.zeros(len(graph.ops), np.int64), topological_priority(graph))
+            cases += [("every other group recomputed", one.with_recompute(heads[::2])),
+                      ("every group recomputed", one.with_recompute(heads)),
+                      ("layer-split, every other recomputed",
+                       layer_split(graph, 2).with_recompute(heads[1::2]))]
         for label, s in cases:
             gd, _ = placed_graph_def(traced, graph, s, simulate(graph, cluster, s), devices)
             with StepRunner(traced, gd) as runner:
@@ -74,7 +84,8 @@ def main(argv=None) -> int:
             dw = max(float(np.max(np.abs(values[k] - after[k]))) for k in after)
             rel = max(float(np.max(np.abs((values[k] - before[k]) - (after[k] - before[k]))))
                       / max(float(np.max(np.abs(after[k] - before[k]))), 1e-30) for k in after)
-            line = (f"{name:<14} {label:<34} {len(s.splits):>4} {abs(got_loss - loss):>13.3g} "
+            line = (f"{name:<14} {label:<36} {len(s.splits) + len(s.recompute):>4} "
+                    f"{abs(got_loss - loss):>13.3g} "
                     f"{dw:>15.3g} {rel:>17.3g}")
             print(line, flush=True)
             lines.append(line)

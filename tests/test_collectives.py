@@ -221,7 +221,8 @@ def test_strategy_files_carry_options_and_versions(tmp_path):
     path = tmp_path / "s.json"
     moplace.save_strategy(path, g, s, c)
     data = json.loads(path.read_text())
-    assert data["version"] == 3 and data["options"] == {"bucket_bytes": DDP_BUCKET_BYTES}
+    assert data["version"] == 3 and data["options"] == {"bucket_bytes": DDP_BUCKET_BYTES,
+                                                        "zero_stage": 0}
     assert moplace.load_strategy(path, g, c) == s
     old = dict(data, version=1)
     del old["options"], old["recompute"]

@@ -234,9 +234,9 @@ def test_other_graph_is_refused(problem, vgg, tmp_path):
     (lambda data: data[:-100], "corrupt or truncated"),
     (lambda data: data[:-100] + bytes(100), "corrupt or truncated"),
     (lambda data: data.split(b"\n", 1)[0] + b"\n{garbage", "corrupt or truncated"),
-    (lambda data: data.replace(b'"version": 3', b'"version": 99', 1),
-     "format version 99; this moplace reads versions 2, 3 \\(newer than this moplace"),
-    (lambda data: data.replace(b'"version": 3', b'"version": 1', 1),
+    (lambda data: data.replace(b'"version": 4', b'"version": 99', 1),
+     "format version 99; this moplace reads versions 2, 3, 4 \\(newer than this moplace"),
+    (lambda data: data.replace(b'"version": 4', b'"version": 1', 1),
      "format version 1, written by moplace 0.1 before its searcher settings were declared"),
     (lambda data: b"", "not a moplace checkpoint"),
 ])

@@ -412,18 +412,18 @@ class TestGenome:
                 for name in ("ops", "parts", "dims", "devices", "signature"):
                     np.testing.assert_array_equal(getattr(made, name), getattr(ref, name), name)
                 assert s == Strategy(s.placement, s.priority, dict(s.splits),
-                                     bucket_bytes=s.bucket_bytes, recompute=s.recompute)
+                                     **s.options, recompute=s.recompute)
 
     def test_options(self, g):
         space = GenomeSpace(g, 4, max_parts=3)
         # groups: in, L (f+b), upd, side
-        assert space.n_groups == 4 and space.size == 2 * 4 + 5 + 1  # + the bucket gene
+        assert space.n_groups == 4 and space.size == 2 * 4 + 5 + 2  # + bucket and ZeRO genes
         assert space.options[0] == (None, ("batch", 2), ("batch", 3))
         assert space.options[1] == (None, ("batch", 2), ("batch", 3), ("channel", 2), ("channel", 3))
         assert space.options[2] == (None,) and space.options[3] == (None,)
         lo, hi = space.bounds
-        assert hi.tolist()[:-1] == [3, 3, 3, 3, 2, 4, 0, 0, 1, 1, 1, 1, 1] and (lo == 0).all()
-        assert hi[-1] == len(space.bucket_choices) - 1
+        assert hi.tolist()[:-2] == [3, 3, 3, 3, 2, 4, 0, 0, 1, 1, 1, 1, 1] and (lo == 0).all()
+        assert hi[-2] == len(space.bucket_choices) - 1 and hi[-1] == len(space.zero_choices) - 1
 
     def test_wrapping_consecutive_split_round_trips(self, g):
         space = GenomeSpace(g, 4)
@@ -474,7 +474,7 @@ def test_simulation_key_is_shared_by_strategies_that_simulate_alike():
             on = np.flatnonzero(s.placement == d)
             on = on[np.lexsort((on, -s.priority[on]))]
             prio[on] = np.sort(rng.random(on.size))[::-1] * 1e3  # the first: the highest
-        t = Strategy(s.placement, prio, bucket_bytes=s.bucket_bytes, recompute=s.recompute)
+        t = Strategy(s.placement, prio, **s.options, recompute=s.recompute)
         assert not np.array_equal(np.argsort(-t.priority), np.argsort(-s.priority))
         assert t.simulation_key == s.simulation_key
         a, b = p.evaluate(s), p.evaluate(t)

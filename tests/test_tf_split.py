@@ -156,3 +156,47 @@ def test_an_op_without_a_batch_axis_cannot_be_split_on_batch():
         plan_parts(out.op, "batch", 2, {"w": [None]})
     with pytest.raises(SplitRefused, match="'weights_only'.*2 channels cannot be cut into 3"):
         plan_parts(out.op, "channel", 3, {})
+
+
+# -- recomputation (issue 32): clones of the recomputed forward ops feed the backward ----------
+
+def _recomputing(model, heads, placement=None):
+    g = model.graph
+    placement = np.zeros(len(g.ops), np.int64) if placement is None else placement
+    return Strategy(placement, topological_priority(g), recompute=heads).validate(g, 2)
+
+
+def test_recomputed_groups_give_the_same_step(cnn):
+    from moplace.core.recompute import recomputable_heads
+    from moplace.tf.recompute import recompute_name
+
+    g = cnn.graph
+    heads = recomputable_heads(g)
+    assert heads.size > 3
+    s = _recomputing(cnn, heads[::2])
+    gd, ran_on = cnn.assert_same_step(s)
+    trace = simulate(g, cnn.cluster, s)
+    nodes = {n.name: n for n in gd.node}
+    clones = {g.ops[int(i)].name for i in trace.task_op[trace.recomputed]}
+    assert clones and all(recompute_name(c) in nodes for c in clones)
+    readers = [n for n in gd.node if n.name.startswith("gradient_tape/")
+               and any(x.split(":")[0] in {recompute_name(c) for c in clones} for x in n.input)]
+    assert readers  # the backward reads the clones
+    # on two devices, each group on the device of its first op's rank
+    halves = (np.arange(len(g.ops)) >= len(g.ops) // 2).astype(np.int64)
+    two = Strategy(halves[g.group_head], topological_priority(g), recompute=heads[1::2])
+    cnn.assert_same_step(two.validate(g, 2))
+
+
+def test_recomputing_a_split_op_or_sharding_is_refused_by_name(cnn):
+    from moplace.core.recompute import recomputable_heads
+
+    g = cnn.graph
+    head = int(next(h for h in recomputable_heads(g) if g.ops[int(h)].splittable))
+    s = Strategy(np.zeros(len(g.ops), np.int64), topological_priority(g),
+                 {head: Split("batch", (0, 1))}, recompute=[head]).validate(g, 2)
+    with pytest.raises(SplitRefused, match=f"op '{g.ops[head].name}' is both split and"):
+        cnn.run(s)
+    dp = data_parallel(g, 2).with_options(zero_stage=1)
+    with pytest.raises(SplitRefused, match="ZeRO stage 1 .* not applied on the testbed"):
+        cnn.run(dp)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import Registry
-from .graph import SPLIT_DIMS, OpGraph
+from .graph import ROLES, SPLIT_DIMS, OpGraph
 from .strategy import Split, Strategy, spread_groups
 
 BASELINES: Registry = Registry("baseline")
@@ -29,6 +29,15 @@ def reduces_gradients(graph: OpGraph) -> bool:
     be split on batch)? Only then does its gradient bucket size matter."""
     a = graph.arrays
     return bool(np.any((a.grad_bytes > 0) & ((a.split_mask >> SPLIT_DIMS.index("batch")) & 1 == 1)))
+
+
+def shards_updates(graph: OpGraph) -> bool:
+    """Can a ZeRO stage change anything on ``graph`` (an update op reads a gradient that may
+    be all-reduced, and may itself be split on batch into replicas)?"""
+    a = graph.arrays
+    batch = (a.split_mask >> SPLIT_DIMS.index("batch")) & 1 == 1
+    update = a.role == ROLES.index("update")
+    return bool(np.any((a.grad_bytes[a.src] > 0) & batch[a.src] & update[a.dst] & batch[a.dst]))
 
 
 def topological_priority(graph: OpGraph) -> np.ndarray:

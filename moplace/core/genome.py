@@ -6,13 +6,15 @@ Layout for G co-location groups and N ops on D devices::
       split option of group g (G genes, integers 0..len(options[g])-1)
       priority of op i        (N genes, real)
       gradient bucket size    (1 gene, integer 0..len(bucket_choices)-1)
+      ZeRO stage              (1 gene, integer 0..len(zero_choices)-1)
       recompute group r?      (R genes, 0 or 1: one per group of recompute_heads) ]
 
 Split option 0 is "no split"; the others are (dimension, parts) pairs allowed for every op of
 the group, with part k on device ``(device + k) mod D``. The strategy-wide genes come last:
 the bucket gene picks one of `BUCKET_CHOICES` (only 0 when no gradient can be all-reduced:
-one device, or no batch-splittable op with a weight gradient); a recompute gene says whether
-the r-th group that can be recomputed (`recomputable_heads`) is. `decode` is exact: integer
+one device, or no batch-splittable op with a weight gradient), the ZeRO gene one of
+`ZERO_CHOICES` (only 0 there too, and where no update can be sharded: `shards_updates`); a
+recompute gene says whether the r-th group that can be recomputed (`recomputable_heads`) is. `decode` is exact: integer
 genes are rounded and clipped, priorities taken as they are, and ``encode(decode(x)) == x``
 for any integer-valued x within bounds. ``space.priorities`` is the slice of the priorities,
 ``space.recompute_genes`` that of the recompute genes.
@@ -28,12 +30,15 @@ from ..arrays import segment_ranks
 from ..errors import StrategyError
 from .graph import SPLIT_DIMS, OpGraph
 from .recompute import recomputable_heads
-from .baselines import DDP_BUCKET_BYTES, reduces_gradients
+from .baselines import DDP_BUCKET_BYTES, reduces_gradients, shards_updates
 from .strategy import Split, SplitTable, Strategy
 
 #: the gradient bucket sizes the genome chooses among: each gradient alone, and 1, 5, 25
 #: (DDP's default) and 100 MiB
 BUCKET_CHOICES = (0.0, float(2**20), float(5 * 2**20), float(25 * 2**20), float(100 * 2**20))
+#: the ZeRO stages the genome chooses among (stage 2 runs as stage 1 in the simulator:
+#: `moplace.core.strategy`)
+ZERO_CHOICES = (0.0, 1.0)
 
 
 class GenomeSpace:
@@ -54,19 +59,23 @@ class GenomeSpace:
         for g, opts in enumerate(self.options):
             for k, (dim, parts) in enumerate(opts[1:], start=1):
                 self._parts[g, k], self._dims[g, k] = parts, SPLIT_DIMS.index(dim)
-        #: the bucket sizes the bucket gene picks among
-        self.bucket_choices: tuple[float, ...] = (
-            BUCKET_CHOICES if self.n_devices > 1 and reduces_gradients(graph) else (0.0,))
+        #: the bucket sizes the bucket gene picks among, and the ZeRO stages the ZeRO gene does
+        reduces = self.n_devices > 1 and reduces_gradients(graph)
+        self.bucket_choices: tuple[float, ...] = BUCKET_CHOICES if reduces else (0.0,)
+        self.zero_choices: tuple[float, ...] = (
+            ZERO_CHOICES if reduces and shards_updates(graph) else (0.0,))
         #: the priorities' genes
         self.priorities = slice(2 * self.n_groups, 2 * self.n_groups + self.n_ops)
         #: the bucket gene's index
         self.bucket_gene = 2 * self.n_groups + self.n_ops
+        self.zero_gene = self.bucket_gene + 1
         #: the groups a recompute gene stands for (by first op), and those genes
         self.recompute_heads = recomputable_heads(graph)
-        self.recompute_genes = slice(self.bucket_gene + 1,
-                                     self.bucket_gene + 1 + self.recompute_heads.size)
-        #: genes after the priorities (strategy-wide: the bucket size, the recompute genes)
-        self.n_tail = 1 + self.recompute_heads.size
+        self.recompute_genes = slice(self.zero_gene + 1,
+                                     self.zero_gene + 1 + self.recompute_heads.size)
+        #: genes after the priorities (strategy-wide: the bucket size and the ZeRO stage; the
+        #: recompute genes)
+        self.n_tail = 2 + self.recompute_heads.size
 
     @property
     def size(self) -> int:
@@ -78,7 +87,7 @@ class GenomeSpace:
         lo = np.zeros(self.size)
         hi = np.concatenate([np.full(self.n_groups, self.n_devices - 1.0),
                              [len(o) - 1.0 for o in self.options], np.ones(self.n_ops),
-                             [len(self.bucket_choices) - 1.0],
+                             [len(self.bucket_choices) - 1.0, len(self.zero_choices) - 1.0],
                              np.ones(self.recompute_heads.size)])
         return lo, hi
 
@@ -89,7 +98,7 @@ class GenomeSpace:
 
     @property
     def integer_mask(self) -> np.ndarray:
-        """True for the integer genes (devices, split options, the bucket and recompute
+        """True for the integer genes (devices, split options, the bucket, ZeRO and recompute
         genes)."""
         k = np.arange(self.size)
         return (k < 2 * self.n_groups) | (k >= self.bucket_gene)
@@ -104,9 +113,11 @@ class GenomeSpace:
         option = np.clip(np.rint(x[G:2 * G]), 0, self._n_options - 1).astype(np.int64)
         group = self.graph.arrays.group
         bucket = int(np.clip(np.rint(x[self.bucket_gene]), 0, len(self.bucket_choices) - 1))
+        zero = int(np.clip(np.rint(x[self.zero_gene]), 0, len(self.zero_choices) - 1))
         recompute = self.recompute_heads[np.rint(x[self.recompute_genes]) >= 1]
         strategy = Strategy(device[group], x[self.priorities],
-                            bucket_bytes=self.bucket_choices[bucket], recompute=recompute)
+                            bucket_bytes=self.bucket_choices[bucket],
+                            zero_stage=self.zero_choices[zero], recompute=recompute)
         if not option.any():
             return strategy
         # every op of a split group gets its group's split; the split table is made here
@@ -145,6 +156,11 @@ class GenomeSpace:
                                 "the genome's sizes are "
                                 + ", ".join(f"{b:.0f}" for b in self.bucket_choices))
         x[self.bucket_gene] = self.bucket_choices.index(strategy.bucket_bytes)
+        if strategy.zero_stage not in self.zero_choices:
+            raise StrategyError(f"ZeRO stage {strategy.zero_stage:g} has no genome: the "
+                                "genome's stages are "
+                                + ", ".join(f"{z:g}" for z in self.zero_choices))
+        x[self.zero_gene] = self.zero_choices.index(strategy.zero_stage)
         x[self.recompute_genes] = np.isin(self.recompute_heads, strategy.recompute)
         return x
 
@@ -259,7 +275,7 @@ class GenomeSpace:
 def sample_genomes(lo: np.ndarray, hi: np.ndarray, integer: np.ndarray, n: int,
                    rng: np.random.Generator) -> np.ndarray:
     """``n`` genomes [n, len(lo)] uniform within the bounds; the genes where ``integer`` is
-    True (devices, split options, the bucket and recompute genes) uniform over their integer
+    True (devices, split options, the bucket, ZeRO and recompute genes) uniform over their integer
     values."""
     X = rng.uniform(lo, hi, size=(n, lo.size))
     k = np.flatnonzero(integer)

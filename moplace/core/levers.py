@@ -1,7 +1,7 @@
 """A strategy's plan at a glance: how many devices it uses, how many co-location groups it
-splits, its gradient bucket size and how many groups it recomputes (`plan_of`), as data for
-``front.json`` and ``--json`` (`moplace.review.units.plan_text` writes it as a line for the
-front table)."""
+splits, its gradient bucket size, its ZeRO stage and how many groups it recomputes
+(`plan_of`), as data for ``front.json`` and ``--json`` (`moplace.review.units.plan_text`
+writes it as a line for the front table)."""
 
 from __future__ import annotations
 
@@ -17,5 +17,6 @@ def plan_of(strategy: Strategy, graph: OpGraph) -> dict:
     return {"devices": len(strategy.used_devices),
             "split_groups": int(np.unique(graph.arrays.group[split_ops]).size),
             "bucket_bytes": float(strategy.bucket_bytes),
+            "zero_stage": int(strategy.zero_stage),
             "recomputed_groups": len(strategy.recompute)}
 

@@ -5,7 +5,8 @@ A group can be recomputed when one of its ops is a forward op that has inputs an
 a backward (non-forward) op reads: that output can be freed after its forward readers and made
 again before the backward needs it. Forward ops without inputs (data loading, constants) are
 never recomputed: their outputs stay, as a segment's first input does under
-``torch.utils.checkpoint``.
+``torch.utils.checkpoint``; nor are ops that read state or draw random numbers
+(`NEVER_RECOMPUTED`: run again, they could give another value), whose outputs stay too.
 """
 
 from __future__ import annotations
@@ -17,16 +18,34 @@ import numpy as np
 from .graph import ROLES, OpGraph
 
 _FORWARD = ROLES.index("forward")
+#: op types (lower case) that are never run again: variable reads and random draws
+NEVER_RECOMPUTED = frozenset({
+    "readvariableop", "varhandleop", "randomuniform", "randomuniformint", "randomstandardnormal",
+    "truncatednormal", "randomshuffle", "multinomial", "randomgamma", "randompoisson",
+    "randompoissonv2"})
 _HEADS: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
+_AGAIN: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def can_run_again(graph: OpGraph) -> np.ndarray:
+    """Per op: a forward op with inputs whose type is not in `NEVER_RECOMPUTED` (read-only;
+    computed once per graph)."""
+    again = _AGAIN.get(graph)
+    if again is None:
+        a = graph.arrays
+        kind = np.array([op.type.lower() not in NEVER_RECOMPUTED for op in graph.ops], bool)
+        again = (a.role == _FORWARD) & (np.diff(a.in_ptr) > 0) & kind
+        again.flags.writeable = False
+        _AGAIN[graph] = again
+    return again
 
 
 def recomputable_ops(graph: OpGraph) -> np.ndarray:
-    """Per op: a forward op with inputs whose output a non-forward op reads."""
+    """Per op: one that can run again (`can_run_again`) whose output a non-forward op reads."""
     a = graph.arrays
-    forward = a.role == _FORWARD
-    read_back = np.zeros(forward.size, bool)
-    read_back[a.src[~forward[a.dst]]] = True
-    return forward & (np.diff(a.in_ptr) > 0) & read_back
+    read_back = np.zeros(a.role.size, bool)
+    read_back[a.src[a.role[a.dst] != _FORWARD]] = True
+    return can_run_again(graph) & read_back
 
 
 def recomputable_heads(graph: OpGraph) -> np.ndarray:

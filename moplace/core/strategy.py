@@ -6,7 +6,11 @@
 - splits: op index -> `Split(dim, devices)`, one device per part (at least two parts);
 - options, strategy-wide (`STRATEGY_OPTIONS`, each with a default that keeps the model as it
   was before it existed): ``bucket_bytes``, the gradient bucket size (0: every gradient is
-  reduced on its own; DDP's default is 25 MiB);
+  reduced on its own; DDP's default is 25 MiB) and ``zero_stage``, how far the replicas of a
+  batch split shard what they keep (0: nothing; 1, ZeRO-1: the optimizer state, each replica
+  updating its shard after a reduce-scatter of the gradients and all-gathering the updated
+  weights; 2, ZeRO-2: the gradients too, which the simulator already frees once reduced, so
+  it runs as 1; `ZERO_STAGES`);
 - recompute: the co-location groups whose forward outputs are freed after their forward
   readers and recomputed before the backward needs them, each named by its first op (its
   group head; `moplace.core.recompute.recomputable_heads` lists the groups that can be).
@@ -48,7 +52,10 @@ class Split:
 
 #: Strategy-wide options and their defaults (see the module docstring). A strategy pickled or
 #: written before an option existed reads as its default.
-STRATEGY_OPTIONS: Mapping[str, float] = MappingProxyType({"bucket_bytes": 0.0})
+STRATEGY_OPTIONS: Mapping[str, float] = MappingProxyType({"bucket_bytes": 0.0,
+                                                          "zero_stage": 0.0})
+#: the ZeRO stages a strategy may name (stage 3, sharded parameters, is not modelled yet)
+ZERO_STAGES = (0, 1, 2)
 #: the largest gradient bucket a strategy may name (1 TiB: past any model's gradients)
 MAX_BUCKET_BYTES = float(2**40)
 
@@ -58,11 +65,13 @@ class Strategy:
     strategy-wide options (`STRATEGY_OPTIONS`)."""
 
     bucket_bytes: float = 0.0  # class defaults: strategies pickled before they existed
+    zero_stage: float = 0.0
     recompute: tuple[int, ...] = ()
 
     def __init__(self, placement, priority=None, splits: Mapping[int, Split] | None = None, *,
-                 bucket_bytes: float = 0.0, recompute=()):
+                 bucket_bytes: float = 0.0, zero_stage: float = 0.0, recompute=()):
         self.bucket_bytes = float(bucket_bytes)
+        self.zero_stage = float(zero_stage)
         self.recompute = _heads(recompute)
         self.placement = _readonly(np.asarray(placement, dtype=np.int64))
         n = self.placement.shape[0]
@@ -271,6 +280,9 @@ def _check_options(strategy: Strategy) -> None:
     if not (np.isfinite(b) and 0 <= b <= MAX_BUCKET_BYTES):
         raise StrategyError(f"bucket_bytes must be from 0 (one bucket per gradient) to "
                             f"{MAX_BUCKET_BYTES:.0f} bytes, got {b!r}")
+    if strategy.zero_stage not in ZERO_STAGES:
+        raise StrategyError(f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))}, "
+                            f"got {strategy.zero_stage!r}")
 
 
 def _check_recompute(graph: OpGraph, strategy: Strategy) -> None:

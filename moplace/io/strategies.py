@@ -15,7 +15,8 @@ the strategy was saved with its cluster) names the cluster the strategy was made
 it on another cluster works where the devices exist, and `moplace evaluate` says so.
 ``options`` (optional; version 2) holds the strategy-wide options
 (`moplace.core.strategy.STRATEGY_OPTIONS`): ``bucket_bytes``, the gradient bucket size in bytes
-(0: each gradient reduced on its own). A version-1 file has none: every option takes its
+(0: each gradient reduced on its own), and ``zero_stage`` (0, 1 or 2: the ZeRO stage; a file
+before it has none, 0). A version-1 file has none: every option takes its
 default. ``recompute`` (optional; version 3) names ops whose co-location groups are recomputed
 (`moplace.core.strategy.Strategy.recompute`); files before it recompute nothing. A file of a
 version newer than this moplace reads (`VERSION`) is refused by name.
@@ -30,7 +31,7 @@ import numpy as np
 from .. import strictjson
 from ..core.baselines import topological_priority
 from ..core.graph import OpGraph
-from ..core.strategy import MAX_BUCKET_BYTES, STRATEGY_OPTIONS, Split, Strategy
+from ..core.strategy import MAX_BUCKET_BYTES, STRATEGY_OPTIONS, ZERO_STAGES, Split, Strategy
 from ..errors import FormatError, StrategyError, shown
 from .native import read_json
 
@@ -152,8 +153,11 @@ def _options(spec) -> dict:
         if name not in STRATEGY_OPTIONS:
             raise StrategyError(f"options.{name}: unknown option; options are: "
                                 f"{', '.join(STRATEGY_OPTIONS)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not 0 <= value <= MAX_BUCKET_BYTES:
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if name == "zero_stage" and not (number and value in ZERO_STAGES):
+            raise StrategyError(f"options.{name}: must be a ZeRO stage, one of "
+                                f"{', '.join(map(str, ZERO_STAGES))}, got {shown(value)}")
+        if name == "bucket_bytes" and not (number and 0 <= value <= MAX_BUCKET_BYTES):
             raise StrategyError(f"options.{name}: must be a number of bytes from 0 to "
                                 f"{MAX_BUCKET_BYTES:.0f}, got {shown(value)}")
     return dict(spec)

@@ -27,7 +27,9 @@ once; the first label is kept):
    (`moplace.core.baselines.memory_priority`), once for each kind of device (kind, memory,
    speed): the zero-communication end of the front lies among single-device placements, and
    the topological order of ``single`` can need far more memory;
-5. when the graph has groups that can be recomputed (`moplace.core.recompute`), data
+5. data parallelism with ZeRO-1 (optimizer state sharded across the replicas), when it shards
+   anything (`moplace.core.baselines.shards_updates`);
+6. when the graph has groups that can be recomputed (`moplace.core.recompute`), data
    parallelism and the first memory-ordered single-device placement with every other such
    group recomputed: the low-memory end of the front, at some more time.
 """
@@ -36,7 +38,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from ..core.baselines import BASELINES, baseline, on_devices, one_device_each_kind
+from ..core.baselines import (BASELINES, baseline, on_devices, one_device_each_kind,
+                              reduces_gradients, shards_updates)
 from ..core.recompute import recomputable_heads
 from ..core.strategy import Strategy
 from ..core.subsets import device_subsets
@@ -92,6 +95,10 @@ def seed_strategies(problem, *, subsets: bool = True) -> list[Seed]:
                     for name in SUBSET_BASELINES]
     kinds = one_device_each_kind(graph, problem.cluster)
     out += [Seed(f"all on {name}, memory order", s) for name, s in kinds]
+    if problem.n_devices > 1 and reduces_gradients(graph) and shards_updates(graph):
+        out.append(Seed("data-parallel, ZeRO-1", baseline("data-parallel", graph,
+                                                          problem.n_devices
+                                                          ).with_options(zero_stage=1)))
     every_other = recomputable_heads(graph)[::2]
     if every_other.size:
         out.append(Seed("data-parallel, every other group recomputed",

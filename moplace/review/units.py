@@ -119,13 +119,15 @@ def fmt_duration(seconds: float) -> str:
 
 def plan_text(plan: dict) -> str:
     """A strategy's plan (`moplace.core.levers.plan_of`) as a line a person reads at a
-    glance: "4 devices, 161 split, 25.00 MiB buckets, 88 recomputed"."""
+    glance: "4 devices, 161 split, 25.00 MiB buckets, ZeRO-1, 88 recomputed"."""
     n = plan["devices"]
     parts = [f"{n} device{'s' if n != 1 else ''}"]
     if plan.get("split_groups"):
         parts.append(f"{plan['split_groups']} split")
     if plan.get("bucket_bytes"):
         parts.append(f"{fmt(plan['bucket_bytes'], 'bytes')} buckets")
+    if plan.get("zero_stage"):
+        parts.append(f"ZeRO-{plan['zero_stage']}")
     if plan.get("recomputed_groups"):
         parts.append(f"{plan['recomputed_groups']} recomputed")
     return ", ".join(parts)

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..arrays import segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS
-from .collectives import PIECE_BYTES, all_reduce_plan
+from .collectives import ALL_GATHER, ALL_REDUCE, PIECE_BYTES, REDUCE_SCATTER, collective_plan
 
 _UPDATE = ROLES.index("update")
 _BATCH = SPLIT_DIMS.index("batch")
@@ -37,22 +37,23 @@ class BucketedCollectives:
     Everything is computed once per distinct ring and spread with numpy.
     """
 
-    def __init__(self, a, costs, ptr, parts, dims, dev, bucket_bytes: float = 0.0):
+    def __init__(self, a, costs, ptr, parts, dims, dev, bucket_bytes: float = 0.0,
+                 zero_stage: int = 0):
         cl = costs.cluster
+        mask_of = _device_masks(ptr, parts, dev)
         cand = np.flatnonzero((dims == _BATCH) & (a.grad_bytes > 0) & (parts > 1))
-        masks = np.zeros(cand.size, np.int64)
-        if cand.size:  # OR the device bits of each candidate's own parts (contiguous tasks)
-            own = np.repeat(ptr[cand], parts[cand]) + segment_ranks(parts[cand])
-            starts = np.cumsum(parts[cand]) - parts[cand]
-            masks = np.bitwise_or.reduceat(np.left_shift(np.int64(1), dev[own]), starts)
+        masks = mask_of[cand]
         multi = (masks & (masks - 1)) != 0  # more than one distinct device
         grad_ops, grad_masks = cand[multi].astype(np.int64), masks[multi]
+        sharded = (_shardable(a, grad_ops, grad_masks, mask_of, dims, parts) if zero_stage >= 1
+                   else np.zeros(grad_ops.size, bool))
+        ring_key = grad_masks * 2 + sharded  # sharded and whole gradients never share a bucket
         position = np.empty(parts.size, np.int64)  # gradients come in topological order
         position[a.topo] = np.arange(parts.size)
         by_time = np.argsort(position[grad_ops], kind="stable")
         bucket = np.arange(grad_ops.size, dtype=np.int64)  # one each, in op order
         if bucket_bytes > 0:
-            bucket[by_time] = _buckets(grad_masks[by_time], a.grad_bytes[grad_ops[by_time]],
+            bucket[by_time] = _buckets(ring_key[by_time], a.grad_bytes[grad_ops[by_time]],
                                        bucket_bytes, _update_has_readers(a, grad_ops[by_time]))
         n_b = int(bucket.max()) + 1 if bucket.size else 0
         self.bucket_of_op = np.full(parts.size, -1, np.int64)
@@ -62,63 +63,151 @@ class BucketedCollectives:
         self.serve = grad_ops[np.argsort(bucket, kind="stable")]
         self.mask = np.zeros(n_b, np.int64)
         self.mask[bucket] = grad_masks
+        key = np.zeros(n_b, np.int64)
+        key[bucket] = ring_key
         size = np.bincount(bucket, weights=a.grad_bytes[grad_ops], minlength=n_b)
         last_op = np.zeros(n_b, np.int64)  # each bucket's last gradient, in time
         last_op[bucket[by_time]] = grad_ops[by_time]
-        rings, ring_of = np.unique(self.mask, return_inverse=True)
+        rings, ring_of = np.unique(key, return_inverse=True)
         ring_of = ring_of.ravel()
-        plans = [all_reduce_plan(cl, [d for d in range(cl.n_devices) if m >> d & 1])
-                 for m in rings.tolist()]
-        self._tasks(plans, ring_of, size, last_op)
+        plans = [collective_plan(cl, _devices(k >> 1, cl.n_devices),
+                                 REDUCE_SCATTER if k & 1 else ALL_REDUCE) for k in rings.tolist()]
+        reduce = _tasks(plans, ring_of, size, last_op)
+        self.entry, self.exit, self.first = reduce.entry, reduce.exit, reduce.first
+        #: per op: an update whose replicas each update their shard of the weights (ZeRO)
+        self.sharded_update = np.zeros(parts.size, bool)
+        #: per op: the collective task its parts feed (the all-gather of a sharded update's
+        #: weights, -1: none)
+        self.update_feeds = np.full(parts.size, -1, np.int64)
+        tables = [reduce]
+        done = np.flatnonzero(key & 1)  # buckets reduce-scattered: gather the updated weights
+        if done.size:
+            g_rings, g_ring_of = np.unique(key[done] >> 1, return_inverse=True)
+            g_plans = [collective_plan(cl, _devices(m, cl.n_devices), ALL_GATHER)
+                       for m in g_rings.tolist()]
+            gather = _tasks(g_plans, g_ring_of.ravel(), size[done], last_op[done])
+            offset = reduce.kind.size
+            gather_entry = np.full(n_b, -1, np.int64)
+            gather_entry[done] = gather.entry + offset
+            upd, src = _update_edges(a, grad_ops[sharded])
+            self.sharded_update[upd] = True
+            self.update_feeds[upd] = gather_entry[self.bucket_of_op[src]]
+            tables.append(gather)
+        self._merge(tables)
+        #: per task: its bucket's devices for a bucket's last reduce task (which serves the
+        #: updates), else 0
+        self.task_mask = np.zeros(self.kind.size, np.int64)
+        self.task_mask[self.exit] = self.mask
 
-    def _tasks(self, plans, ring_of, size, last_op) -> None:
-        n_b = size.size
-        # a bucket crosses servers in pieces, pipelined; within one server it is one piece
-        staged = np.array([len(pl) > 1 for pl in plans], bool)[ring_of]
-        pieces = np.where(staged, np.maximum(np.ceil(size / PIECE_BYTES), 1), 1).astype(np.int64)
-        piece_bucket = np.repeat(np.arange(n_b), pieces)
-        piece_ring = ring_of[piece_bucket]
-        piece_size = size[piece_bucket] / pieces[piece_bucket]
-        n_phases = np.array([sum(len(st) for st in pl) for pl in plans], np.int64)
-        base = np.zeros(piece_bucket.size + 1, np.int64)  # tasks: each piece's phases, in order
-        np.cumsum(n_phases[piece_ring], out=base[1:])
-        n = int(base[-1])
-        self.ops = last_op[np.repeat(piece_bucket, np.diff(base))]
-        self.kind = np.zeros(n, np.int64)
-        self.dur, self.bytes_per_device = np.zeros(n), np.zeros(n)
-        first_piece = np.cumsum(pieces) - pieces
-        self.entry, self.exit = base[first_piece], base[first_piece + pieces] - 1
-        self.first = np.zeros(n_b, np.int64)
-        phase_of = np.zeros(n, np.int64)  # index into `phases`
-        phases, src, dst = [], [], []  # every plan's phases; the control edges between tasks
-        for r, plan in enumerate(plans):
-            sel = np.flatnonzero(piece_ring == r)
-            flat = [ph for stage in plan for ph in stage]
-            for j, ph in enumerate(flat):
-                t = base[sel] + j
-                self.kind[t] = ph.kind
-                self.dur[t] = ph.duration(piece_size[sel])
-                self.bytes_per_device[t] = ph.traffic(piece_size[sel])
-                phase_of[t] = len(phases) + j
-            ids = np.cumsum([0] + [len(st) for st in plan])
-            for s in range(len(plan) - 1):  # every phase of a stage to every one of the next
-                for j in range(ids[s], ids[s + 1]):
-                    for k in range(ids[s + 1], ids[s + 2]):
-                        src.append(base[sel] + j)
-                        dst.append(base[sel] + k)
-            phases += flat
-            self.first[ring_of == r] = flat[-1].devices[0]
-        more = np.flatnonzero(segment_ranks(pieces) < pieces[piece_bucket] - 1)
-        src += [base[more], base[more + 1] - 1]
-        dst += [base[more + 1], self.exit[piece_bucket[more]]]
-        self.ptr, self.devices = _ragged([ph.devices for ph in phases], phase_of)
-        self.res_ptr, self.res = _ragged([ph.resources for ph in phases], phase_of)
-        src = np.concatenate(src).astype(np.int64) if src else np.zeros(0, np.int64)
-        dst = np.concatenate(dst).astype(np.int64) if dst else np.zeros(0, np.int64)
-        order = np.lexsort((dst, src))
-        self.succ = dst[order]
-        self.succ_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(np.bincount(src, minlength=n), out=self.succ_ptr[1:])
+    def _merge(self, tables) -> None:
+        """The tasks of every table, one after the other (CSR indexes shifted)."""
+        offsets = np.cumsum([0] + [t.kind.size for t in tables])
+        cat = (lambda name: np.concatenate([getattr(t, name) for t in tables]))
+        self.ops, self.kind, self.dur = cat("ops"), cat("kind"), cat("dur")
+        self.bytes_per_device = cat("bytes_per_device")
+        self.devices, self.res = cat("devices"), cat("res")
+        self.succ = np.concatenate([t.succ + o for t, o in zip(tables, offsets)])
+        for name in ("ptr", "res_ptr", "succ_ptr"):
+            parts, base = [np.zeros(1, np.int64)], 0
+            for t in tables:
+                p = getattr(t, name)
+                parts.append(p[1:] + base)
+                base += p[-1]
+            setattr(self, name, np.concatenate(parts))
+
+
+def _devices(mask: int, n: int) -> list[int]:
+    return [d for d in range(n) if mask >> d & 1]
+
+
+def _device_masks(ptr, parts, dev) -> np.ndarray:
+    """Per op, the bitmask of its parts' devices (contiguous tasks)."""
+    starts = ptr[:-1]
+    if starts.size == 0:
+        return np.zeros(0, np.int64)
+    return np.bitwise_or.reduceat(np.left_shift(np.int64(1), dev[:ptr[-1]]), starts)
+
+
+def _update_edges(a, ops) -> tuple[np.ndarray, np.ndarray]:
+    """The update ops that read a gradient of ``ops``, and the op whose gradient each reads
+    (the last, when it reads several)."""
+    grad = np.zeros(a.role.size, bool)
+    grad[ops] = True
+    e = np.flatnonzero(grad[a.src] & (a.role[a.dst] == _UPDATE))
+    return a.dst[e], a.src[e]
+
+
+def _shardable(a, grad_ops, grad_masks, mask_of, dims, parts) -> np.ndarray:
+    """Per gradient op: can ZeRO shard it? Every update reading it is split on batch over the
+    same devices as its own parts (replicas that can each update a shard), and one does."""
+    e = np.flatnonzero(np.isin(a.src, grad_ops) & (a.role[a.dst] == _UPDATE))
+    u, v = a.src[e], a.dst[e]
+    row = np.searchsorted(grad_ops, u)  # grad_ops is ascending
+    fits = (dims[v] == _BATCH) & (parts[v] > 1) & (mask_of[v] == grad_masks[row])
+    has = np.zeros(grad_ops.size, bool)
+    bad = np.zeros(grad_ops.size, bool)
+    has[row] = True
+    bad[row[~fits]] = True
+    return has & ~bad
+
+
+class _Table:
+    """The tasks of some buckets' collectives (see `_tasks`)."""
+
+
+def _tasks(plans, ring_of, size, last_op) -> _Table:
+    """The tasks of buckets of ``size`` bytes, each running its ring's plan (``plans[ring_of[b]]``),
+    with their CSR indexes, per bucket its ``entry``, ``exit`` and ``first`` (the first device of
+    its last task)."""
+    t = _Table()
+    n_b = size.size
+    # a bucket crosses servers in pieces, pipelined; within one server it is one piece
+    staged = np.array([len(pl) > 1 for pl in plans], bool)[ring_of]
+    pieces = np.where(staged, np.maximum(np.ceil(size / PIECE_BYTES), 1), 1).astype(np.int64)
+    piece_bucket = np.repeat(np.arange(n_b), pieces)
+    piece_ring = ring_of[piece_bucket]
+    piece_size = size[piece_bucket] / pieces[piece_bucket]
+    n_phases = np.array([sum(len(st) for st in pl) for pl in plans], np.int64)
+    base = np.zeros(piece_bucket.size + 1, np.int64)  # tasks: each piece's phases, in order
+    np.cumsum(n_phases[piece_ring], out=base[1:])
+    n = int(base[-1])
+    t.ops = last_op[np.repeat(piece_bucket, np.diff(base))]
+    t.kind = np.zeros(n, np.int64)
+    t.dur, t.bytes_per_device = np.zeros(n), np.zeros(n)
+    first_piece = np.cumsum(pieces) - pieces
+    t.entry, t.exit = base[first_piece], base[first_piece + pieces] - 1
+    t.first = np.zeros(n_b, np.int64)
+    phase_of = np.zeros(n, np.int64)  # index into `phases`
+    phases, src, dst = [], [], []  # every plan's phases; the control edges between tasks
+    for r, plan in enumerate(plans):
+        sel = np.flatnonzero(piece_ring == r)
+        flat = [ph for stage in plan for ph in stage]
+        for j, ph in enumerate(flat):
+            k = base[sel] + j
+            t.kind[k] = ph.kind
+            t.dur[k] = ph.duration(piece_size[sel])
+            t.bytes_per_device[k] = ph.traffic(piece_size[sel])
+            phase_of[k] = len(phases) + j
+        ids = np.cumsum([0] + [len(st) for st in plan])
+        for s in range(len(plan) - 1):  # every phase of a stage to every one of the next
+            for j in range(ids[s], ids[s + 1]):
+                for k in range(ids[s + 1], ids[s + 2]):
+                    src.append(base[sel] + j)
+                    dst.append(base[sel] + k)
+        phases += flat
+        t.first[ring_of == r] = flat[-1].devices[0]
+    more = np.flatnonzero(segment_ranks(pieces) < pieces[piece_bucket] - 1)
+    src += [base[more], base[more + 1] - 1]
+    dst += [base[more + 1], t.exit[piece_bucket[more]]]
+    t.ptr, t.devices = _ragged([ph.devices for ph in phases], phase_of)
+    t.res_ptr, t.res = _ragged([ph.resources for ph in phases], phase_of)
+    src = np.concatenate(src).astype(np.int64) if src else np.zeros(0, np.int64)
+    dst = np.concatenate(dst).astype(np.int64) if dst else np.zeros(0, np.int64)
+    order = np.lexsort((dst, src))
+    t.succ = dst[order]
+    t.succ_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=t.succ_ptr[1:])
+    return t
 
 
 def _buckets(masks, grad, bucket_bytes: float, closes) -> np.ndarray:

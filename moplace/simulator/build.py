@@ -75,12 +75,13 @@ def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> Ta
 
 def split_key(strategy: Strategy) -> bytes:
     """What a task graph's shape depends on: the split ops, their parts, dimensions and the
-    devices of the parts, the gradient bucket size and the recomputed groups."""
+    devices of the parts, the gradient bucket size, the ZeRO stage and the recomputed groups."""
     t = strategy.split_table
     return b"|".join([np.ascontiguousarray(a, np.int64).tobytes()
                       for a in (t.ops, t.parts, t.dims, t.devices,
                                 np.asarray(strategy.recompute, np.int64))]
-                     + [repr(strategy.bucket_bytes).encode()])
+                     + [repr(strategy.bucket_bytes).encode(),
+                        repr(strategy.zero_stage).encode()])
 
 
 def skeleton_for(graph, strategy: Strategy, costs) -> "Skeleton":
@@ -135,9 +136,12 @@ class Skeleton:
         self.gated_bytes = moved_bytes[self.gated]
         n_coll = tg.n_tasks - nc
         self.first = tg.coll_dev[tg.coll_ptr[:-1]]  # each ring's first device
-        #: member[c, d]: device d is on the ring of collective c
-        self.member = np.zeros((n_coll, costs.cluster.n_devices), bool)
+        #: member[c, d]: device d reads collective c's result locally (is on its bucket's ring)
+        n_dev = costs.cluster.n_devices
+        self.member = np.zeros((n_coll, n_dev), bool)
         self.member[np.repeat(np.arange(n_coll), np.diff(tg.coll_ptr)), tg.coll_dev] = True
+        bits = np.arange(min(n_dev, 63))
+        self.member[:, bits] |= ((tg.coll_mask[:, None] >> bits[None, :]) & 1).astype(bool)
         self.nbytes = sum(v.nbytes for v in (*vars(tg).values(), *vars(self).values())
                           if isinstance(v, np.ndarray))
 
@@ -159,4 +163,4 @@ class Skeleton:
             in_ptr=tg.in_ptr, in_edge=tg.in_edge, coll_ptr=tg.coll_ptr, coll_dev=tg.coll_dev,
             coll_res_ptr=tg.coll_res_ptr, coll_res=tg.coll_res, coll_dur=tg.coll_dur,
             coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind,
-            ip_src=tg.ip_src)
+            ip_src=tg.ip_src, coll_mask=tg.coll_mask)

@@ -83,12 +83,13 @@ def patched_task_graph(base: SimulationBase, strategy: Strategy, graph, costs) -
         e_bytes=tg.e_bytes, e_srcdev=e_srcdev, e_local=e_local, out_ptr=tg.out_ptr,
         in_ptr=tg.in_ptr, in_edge=tg.in_edge, coll_ptr=tg.coll_ptr, coll_dev=tg.coll_dev,
         coll_res_ptr=tg.coll_res_ptr, coll_res=tg.coll_res, coll_dur=tg.coll_dur,
-        coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind, ip_src=tg.ip_src)
+        coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind, ip_src=tg.ip_src,
+        coll_mask=tg.coll_mask)
 
 
 def _same_splits(a: Strategy, b: Strategy) -> bool:
     # a recomputed op's clone moves with it: such task graphs are filled from their skeleton
-    return (a.bucket_bytes == b.bucket_bytes and not a.recompute and not b.recompute
+    return (a.options == b.options and not a.recompute and not b.recompute
             and (a.splits is b.splits or dict(a.splits) == dict(b.splits)))
 
 

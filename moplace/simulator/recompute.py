@@ -3,8 +3,9 @@
 A strategy that recomputes co-location groups (`Strategy.recompute`) is simulated on the graph
 `recompute_plan` makes, in which
 
-- every forward op of a recomputed group that has inputs and whose output a backward op needs,
-  directly or through another such op, has a **clone**: the same op run again, on the same
+- every forward op of a recomputed group that can run again (has inputs, reads no state, draws
+  no random numbers: `can_run_again`) and whose output a backward op needs, directly or
+  through another such op, has a **clone**: the same op run again, on the same
   device and split, with no parameters of its own (the weights are the original's);
 - every edge from such an op to a non-forward op leaves from its clone instead, so the
   original's output is freed once its forward readers are done;
@@ -35,6 +36,7 @@ import numpy as np
 from numba import njit
 
 from ..core.graph import ROLES, CompiledGraph, OpGraph, lexicographic_topo_order
+from ..core.recompute import can_run_again
 from ..errors import StrategyError
 
 _FORWARD = ROLES.index("forward")
@@ -60,7 +62,7 @@ class RecomputePlan:
         position[a.topo] = np.arange(n)
         clone_of, src, dst, nbytes = _clone_edges(
             n, a.src, a.dst, a.edge_bytes, a.out_ptr, a.out_edge, a.in_ptr, a.in_edge,
-            forward, chosen & forward & (np.diff(a.in_ptr) > 0), a.topo, position)
+            forward, chosen & can_run_again(graph), a.topo, position)
         self.n_ops = n
         self.orig = np.concatenate([np.arange(n), np.flatnonzero(clone_of >= 0)])
         nv = self.orig.size

@@ -53,7 +53,10 @@ class TaskGraph:
     ``out_ptr`` indexes each task's out-edges; ``in_ptr``/``in_edge`` its in-edges (CSR).
     ``op_ptr``: the compute tasks of op i are ``op_ptr[i]:op_ptr[i + 1]``. ``ip_src``: per
     task, the task whose output buffer it writes its output into when the two run on one
-    device (-1: none; `moplace.core.graph.inplace_sources`).
+    device (-1: none; `moplace.core.graph.inplace_sources`). ``coll_mask``: per collective,
+    the bitmask of the devices that read its result locally (its bucket's devices, for the
+    bucket's last task; they may be more than the task's own, whose last phase can run on a
+    part of them).
     """
 
     n_compute: int
@@ -80,6 +83,11 @@ class TaskGraph:
     op_ptr: np.ndarray
     coll_kind: np.ndarray
     ip_src: np.ndarray
+    coll_mask: np.ndarray = None  # type: ignore[assignment]
+
+    def __post_init__(self):
+        if self.coll_mask is None:
+            self.coll_mask = np.zeros(self.n_tasks - self.n_compute, np.int64)
 
     @property
     def n_tasks(self) -> int:
@@ -109,9 +117,10 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
     task_op = orig[vop]
     dev = strategy.placement[task_op].copy()
     dev[parts[vop] > 1] = split_dev  # split ops' parts in op order, so they line up
-    dur = _durations(a, costs, ptr, vop, orig, dev, parts, dims)
-    out_b, par_b = _memory(a, vop, parts, dims)
-    colls = BucketedCollectives(a, costs, ptr, parts, dims, dev, strategy.bucket_bytes)
+    colls = BucketedCollectives(a, costs, ptr, parts, dims, dev, strategy.bucket_bytes,
+                                int(strategy.zero_stage))
+    dur = _durations(a, costs, ptr, vop, orig, dev, parts, dims, colls.sharded_update)
+    out_b, par_b = _memory(a, vop, parts, dims, colls.sharded_update)
     n_compute, n_coll = len(vop), len(colls.ops)
     edges = _edges(a, ptr, parts, dims, dev, colls, n_compute)
     moved_bytes = edges.pop("moved_bytes")
@@ -128,7 +137,7 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
         param_bytes=par_b, **edges,
         coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
         coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr,
-        coll_kind=colls.kind, ip_src=ip_src)
+        coll_kind=colls.kind, ip_src=ip_src, coll_mask=colls.task_mask)
     return tg, moved_bytes
 
 
@@ -176,12 +185,13 @@ _NO_COLLECTIVES = {k: _frozen(v) for k, v in dict(
     coll_dur=np.zeros(0), coll_bytes=np.zeros(0), coll_kind=np.zeros(0, np.int64)).items()}
 
 
-def _durations(a, costs, ptr, vop, orig, dev, parts, dims) -> np.ndarray:
+def _durations(a, costs, ptr, vop, orig, dev, parts, dims, sharded) -> np.ndarray:
     """Each task's duration; ``vop`` is its op in ``a``'s graph, ``orig`` the op that runs."""
     n = parts[vop]
     dur = costs.compute[orig[vop], dev]
-    # a batch-"split" update is a full update of each replica; other parts do 1/n of the work
-    replicated = (a.role == _UPDATE) & (dims == _DIM_CODE["batch"])
+    # a batch-"split" update is a full update of each replica, unless ZeRO shards it; other
+    # parts do 1/n of the work
+    replicated = (a.role == _UPDATE) & (dims == _DIM_CODE["batch"]) & ~sharded
     dur = np.where((n > 1) & ~replicated[vop], dur / n + costs.split_overhead_s, dur)
     profiled = costs.ops_with_part_profiles
     for v in (np.flatnonzero(np.isin(orig, profiled)) if profiled else ()):
@@ -191,9 +201,9 @@ def _durations(a, costs, ptr, vop, orig, dev, parts, dims) -> np.ndarray:
     return dur
 
 
-def _memory(a, task_op, parts, dims) -> tuple[np.ndarray, np.ndarray]:
+def _memory(a, task_op, parts, dims, sharded) -> tuple[np.ndarray, np.ndarray]:
     n = parts[task_op].astype(np.float64)
-    batch = dims[task_op] == _DIM_CODE["batch"]
+    batch = (dims[task_op] == _DIM_CODE["batch"]) & ~sharded[task_op]
     grad = a.grad_bytes[task_op]
     out = a.output_bytes[task_op]
     # a batch part holds its slice of activations but a full weight gradient
@@ -241,7 +251,7 @@ def _len(x, y) -> float:
 def _edges(a, ptr, parts, dims, dev, colls: BucketedCollectives, n_compute) -> dict:
     """The task edges, sorted by source, and their CSR indexes (`build_edges`)."""
     b = colls.bucket_of_op
-    coll_in = np.full(b.size, -1, np.int64)  # the collective task each op's parts feed
+    coll_in = colls.update_feeds.copy()  # the collective task each op's parts feed
     coll_in[b >= 0] = colls.entry[b[b >= 0]]
     # update ops read the reduced gradient from the bucket's last task, not from the parts
     gated = (b[a.src] >= 0) & (a.role[a.dst] == _UPDATE)

@@ -3,8 +3,10 @@
 Each node of the traced step is put on its op's device (folded constants follow the op they
 were folded into). The order is enforced with control dependencies between consecutive ops
 on each device, in the order the simulator started them (a split op's parts are ordered as its
-tasks). Split ops are rewritten into parts first (`moplace.tf.rewrite`); an op that cannot be
-cut as asked makes the strategy not expressible, with a reason naming that op. The simulated
+tasks). Split ops are rewritten into parts first (`moplace.tf.rewrite`), then recomputed ops
+cloned (`moplace.tf.recompute`; their clones ordered like every task); an op that cannot be
+cut or recomputed as asked makes the strategy not expressible, with a reason naming that op,
+and so does a ZeRO stage (not applied here yet). The simulated
 order is a linear extension of the task graph, and the rewritten graph's dependencies are the
 task graph's, except that a part reading a partial sum (a weight gradient of batch parts)
 waits for all of them: a control edge that would close a cycle through such a read is left
@@ -25,6 +27,7 @@ from ..progress import Report, Ticker
 from ..simulator.engine import Trace
 from .memory import device_peaks, largest_scratch
 from .profile import quiet_stderr
+from .recompute import recompute_name, rewrite_recompute
 from .rewrite import SplitRefused, part_name, plan_split_ops, rewrite_splits
 from .session import StepRunner, session_config
 from .trace import TracedStep
@@ -124,6 +127,11 @@ def placed_graph_def(traced: TracedStep, graph: OpGraph, strategy: Strategy, tra
             by_name[name].device = device
     if plans:
         rewrite_splits(out, traced, graph, strategy, devices, plans)
+    if strategy.zero_stage:
+        raise SplitRefused(f"ZeRO stage {strategy.zero_stage:g} (sharded optimizer state) is "
+                           "not applied on the testbed yet")
+    if strategy.recompute:
+        rewrite_recompute(out, graph, strategy)
     # fed inputs are replaced by their feeds, and variable handles must stay runnable on
     # their own (the variables are loaded through them before the first step): leave both out
     notes = _enforce_order(out, graph, strategy, trace, skip=set(traced.feeds) | set(traced.variables))
@@ -137,14 +145,17 @@ def _enforce_order(graph_def, graph: OpGraph, strategy: Strategy, trace: Trace, 
     parts[t.ops] = t.parts
     first = np.cumsum(parts) - parts
     n = int(parts.sum())
-    task_op = trace.task_op[:n]
-    order = np.lexsort((np.arange(n), graph.arrays.topo.argsort()[task_op], trace.task_start[:n]))
+    m = n + trace.n_recomputed  # the recomputed ops' clones come after every op's tasks
+    task_op = trace.task_op[:m]
+    order = np.lexsort((np.arange(m), graph.arrays.topo.argsort()[task_op], trace.task_start[:m]))
     last: dict[int, str] = {}
     added = []
     for task in order.tolist():
         i = int(task_op[task])
         name = graph.ops[i].name
-        if parts[i] > 1:
+        if task >= n:  # a clone (unsplit: `rewrite_recompute` refuses split ones)
+            name = recompute_name(name)
+        elif parts[i] > 1:
             name = part_name(name, task - int(first[i]))
         d = int(trace.task_device[task])
         if name in skip:

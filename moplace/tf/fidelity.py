@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ..core.baselines import BASELINES, baseline
+from ..core.recompute import recomputable_heads
 from ..errors import MoplaceError
 from ..progress import Report
 from ..review.stats import kendall_tau, kendall_tau_resolved, relative_errors
@@ -142,7 +143,8 @@ def _speedup(rows) -> dict:
 
 def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int = 2000,
                          seed: int = 0) -> list[tuple[str, str, object]]:
-    """``(label, source, strategy)``: every baseline, each list scheduler's result, and up to
+    """``(label, source, strategy)``: every baseline, single and layer-split with every other
+    group recomputed (when any can be), each list scheduler's result, and up to
     ``front_points`` points spread along an NSGA-II front (fastest to least memory)."""
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
@@ -150,6 +152,11 @@ def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int =
 
     n = cluster.n_devices
     out = [(name, "baseline", baseline(name, graph, n)) for name in BASELINES]
+    every_other = recomputable_heads(graph)[::2]
+    if every_other.size:  # recomputation run for real (unsplit plans: the testbed's reach)
+        out += [(f"{name}, every other group recomputed", "baseline",
+                 baseline(name, graph, n).with_recompute(every_other))
+                for name in ("single", "layer-split")]
     problem = Problem(graph, cluster)
     for name in HEURISTICS:
         result = search(problem, make_searcher(name), budget=50, seed=seed)

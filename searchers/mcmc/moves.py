@@ -28,10 +28,12 @@ class Moves:
         #: the split move also changes the gradient bucket size, when there is a choice, and
         #: whether a group is recomputed
         self.buckets = len(space.bucket_choices)
+        self.zero = len(space.zero_choices)
         self.recompute = space.recompute_heads.size
         weights = tuple(move_weights) + (0.0,) * (4 - len(move_weights))
         kinds = np.array(weights) * np.array(
-            [G > 0 and D > 1, self.splittable.size > 0 or self.buckets > 1 or self.recompute > 0,
+            [G > 0 and D > 1,
+             self.splittable.size > 0 or self.buckets > 1 or self.recompute > 0,
              N > 1,
              G > 0 and D >= space.RESIZE_MIN_DEVICES],
             dtype=np.float64)
@@ -68,15 +70,16 @@ class Moves:
             else:
                 y[g] = (here + 1 + int(rng.integers(D - 1))) % D
         elif kind == 1:  # one group's split option, the gradient bucket size or recomputation
-            n_split, bucket = self.splittable.size, int(self.buckets > 1)
-            pick = int(rng.integers(n_split + bucket + self.recompute))
-            if pick >= n_split + bucket:  # recompute one more group, or one fewer
-                r = space.recompute_genes.start + pick - n_split - bucket
+            n_split, wide = self.splittable.size, int(self.buckets > 1) + int(self.zero > 1)
+            pick = int(rng.integers(n_split + wide + self.recompute))
+            if pick >= n_split + wide:  # recompute one more group, or one fewer
+                r = space.recompute_genes.start + pick - n_split - wide
                 y[r] = 1.0 - np.rint(y[r])
                 return y
-            if pick == n_split:
-                b = space.bucket_gene
-                y[b] = (int(y[b]) + 1 + int(rng.integers(self.buckets - 1))) % self.buckets
+            if pick >= n_split:  # the bucket size, or the ZeRO stage
+                b, n = ((space.bucket_gene, self.buckets) if pick == n_split and self.buckets > 1
+                        else (space.zero_gene, self.zero))
+                y[b] = (int(y[b]) + 1 + int(rng.integers(n - 1))) % n
                 return y
             g = int(self.splittable[pick])
             n_opt = len(space.options[g])

@@ -189,6 +189,7 @@ class MutationRates:
     devices: float = 0.05       # probability of a device-set move (shrink or grow the run of
     #                             devices the whole strategy uses, splits scaled with it)
     bucket: float = 0.1         # probability of another gradient bucket size
+    zero: float = 0.05          # probability of another ZeRO stage
     recompute: float = 0.5      # recompute-gene changes: one group flipped, or a run of
     #                             groups (in the order of their first ops) set alike
 
@@ -249,7 +250,9 @@ def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
             prio[mask] += rng.normal(0.0, rates.jitter_sigma, size=int(mask.sum()))
     if y.size > P + N and s.hi[P + N] > 0 and rng.random() < rates.bucket:
         y[P + N] = rng.integers(int(s.hi[P + N]) + 1)
-    rec = y[P + N + 1:]  # the recompute genes (a view)
+    if y.size > P + N + 1 and s.hi[P + N + 1] > 0 and rng.random() < rates.zero:
+        y[P + N + 1] = rng.integers(int(s.hi[P + N + 1]) + 1)
+    rec = y[P + N + 2:]  # the recompute genes (a view; `GenomeSpace`'s layout)
     if rec.size:
         for _ in range(rng.poisson(rates.recompute)):
             i = int(rng.integers(rec.size))

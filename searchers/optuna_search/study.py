@@ -26,7 +26,8 @@ class TrialSpace:
     ``s{g}``: split option of group g (only for groups with more than one option); ``p{i}``:
     priority of op i in [0, 1] (only with ``priorities``; without, every strategy runs the ops
     in ``fixed_priority``); ``bucket``: the gradient bucket size's index into the genome's
-    ``bucket_choices`` (only when it has more than one); ``r{g}``: 1 when co-location group g
+    ``bucket_choices`` (only when it has more than one); ``zero``: the ZeRO stage's index into
+    ``zero_choices`` (likewise); ``r{g}``: 1 when co-location group g
     is recomputed (only for groups that can be, `GenomeSpace.recompute_heads`).
     """
 
@@ -38,13 +39,15 @@ class TrialSpace:
         self.splits = [g for g in range(G) if len(genome.options[g]) > 1]
         #: the bucket size is a parameter when there is more than one to choose
         self.buckets = len(genome.bucket_choices) > 1
+        self.zero = len(genome.zero_choices) > 1
         #: the groups with a recompute parameter
         self.recompute = genome.graph.arrays.group[genome.recompute_heads].tolist()
 
     @property
     def n_params(self) -> int:
         """Parameters of a trial."""
-        return len(self.devices) + len(self.splits) + int(self.buckets) + len(self.recompute) + \
+        return len(self.devices) + len(self.splits) + int(self.buckets) + int(self.zero) + \
+            len(self.recompute) + \
             (self.genome.n_ops if self.priorities else 0)
 
     def strategy(self, trial) -> Strategy:
@@ -63,6 +66,8 @@ class TrialSpace:
             x[space.priorities] = self.fixed_priority
         if self.buckets:
             x[space.bucket_gene] = trial.suggest_int("bucket", 0, len(space.bucket_choices) - 1)
+        if self.zero:
+            x[space.zero_gene] = trial.suggest_int("zero", 0, len(space.zero_choices) - 1)
         x[space.recompute_genes] = [trial.suggest_int(f"r{g}", 0, 1) for g in self.recompute]
         return space.decode(x)
 
@@ -76,6 +81,8 @@ class TrialSpace:
                            enumerate(unit_rank(x[self.genome.priorities]))})
         if self.buckets:
             params["bucket"] = int(x[self.genome.bucket_gene])
+        if self.zero:
+            params["zero"] = int(x[self.genome.zero_gene])
         params.update({f"r{g}": int(v) for g, v in
                        zip(self.recompute, x[self.genome.recompute_genes].tolist())})
         return params

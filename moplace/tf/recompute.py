@@ -1,0 +1,99 @@
+"""Recomputation run for real: the recomputed forward ops cloned in the training step.
+
+The simulator runs a strategy that recomputes co-location groups on the graph of
+`moplace.simulator.recompute.recompute_plan`; this makes the same graph of TensorFlow nodes.
+Each clone is a copy of its op's node, ``<op>/moplace_recompute``, on the same device, reading
+the clones of its recomputed inputs and the original outputs of the others; every backward
+node the plan moves to the clone reads it instead of the original; a clone the plan makes wait
+for the backward gets a control input on each op it waits for. The order the simulator ran
+the clones in is then enforced like every other op's (`moplace.tf.apply`).
+
+Not applied here (the strategy is then not expressible, with the reason): recomputing an op
+that is also split (its parts and the slices and joins around them would all need clones),
+and a node TensorFlow calls stateful (a second run could give another value;
+`moplace.core.recompute.NEVER_RECOMPUTED` keeps the known ones out of every plan).
+"""
+
+from __future__ import annotations
+
+from ..core.graph import OpGraph
+from ..core.strategy import Strategy
+from ..simulator.recompute import recompute_plan
+from ._tf import tf  # noqa: F401  (TensorFlow's environment first)
+from .splitrules import SplitRefused
+
+
+class RecomputeRefused(SplitRefused):
+    """A recomputation the testbed cannot apply; the message names the op and says why."""
+
+
+def recompute_name(op_name: str) -> str:
+    """The node name of an op's clone."""
+    return f"{op_name}/moplace_recompute"
+
+
+def rewrite_recompute(graph_def, graph: OpGraph, strategy: Strategy) -> int:
+    """Add the clones of ``strategy``'s recomputed ops to ``graph_def`` (placed, splits
+    already rewritten) and move their backward readers onto them; returns how many clones.
+    `RecomputeRefused` names an op that cannot be recomputed here."""
+    plan = recompute_plan(graph, strategy.recompute)
+    n, orig = plan.n_ops, plan.orig
+    names = [op.name for op in graph.ops]
+    clone_of = {int(orig[v]): v for v in range(n, orig.size)}
+    for i in clone_of:
+        if i in strategy.splits:
+            raise RecomputeRefused(f"op {names[i]!r} is both split and recomputed: the testbed "
+                                   "recomputes unsplit ops only")
+    nodes = {node.name: node for node in graph_def.node}
+    for i in clone_of:
+        node = nodes[names[i]]
+        if _stateful(node.op):
+            raise RecomputeRefused(f"op {names[i]!r} ({node.op}) is stateful: run again it "
+                                   "could give another value")
+    renamed = {names[i]: recompute_name(names[i]) for i in clone_of}
+    a = plan.arrays
+    for i, v in clone_of.items():  # each clone: its op's node reading the clones' outputs
+        node = nodes[names[i]]
+        clone = graph_def.node.add()
+        clone.CopyFrom(node)
+        clone.name = renamed[names[i]]
+        del clone.input[:]
+        clone.input.extend(_renamed(x, renamed) for x in node.input)
+        if "_class" in clone.attr:  # colocation with the original is not wanted
+            del clone.attr["_class"]
+        have = {x.lstrip("^").split(":")[0] for x in clone.input}
+        for e in range(a.in_ptr[v], a.in_ptr[v + 1]):
+            src = int(a.src[a.in_edge[e]])
+            if src < n and names[src] not in have:  # waits for the backward to reach it
+                clone.input.append(f"^{names[src]}")
+                have.add(names[src])
+    moved: dict[int, set[str]] = {}  # reader -> the ops it now reads from their clones
+    for v in range(n, orig.size):
+        for e in range(a.out_ptr[v], a.out_ptr[v + 1]):
+            dst = int(a.dst[a.out_edge[e]])
+            if dst < n:
+                moved.setdefault(dst, set()).add(names[int(orig[v])])
+    for dst, ops in moved.items():
+        node = nodes[names[dst]]
+        new = [x if x.startswith("^") else _renamed(x, {o: renamed[o] for o in ops})
+               for x in node.input]
+        del node.input[:]
+        node.input.extend(new)
+    return len(clone_of)
+
+
+def _renamed(x: str, renamed: dict[str, str]) -> str:
+    """Input ``x`` (``name``, ``name:k`` or ``^name``) reading ``renamed[name]`` instead."""
+    control = x.startswith("^")
+    name, _, slot = x.lstrip("^").partition(":")
+    if name not in renamed:
+        return x
+    return ("^" if control else "") + renamed[name] + (f":{slot}" if slot else "")
+
+
+def _stateful(op_type: str) -> bool:
+    """TensorFlow's word on ``op_type`` (an op it does not know counts as stateful)."""
+    from tensorflow.python.framework import op_def_registry
+
+    found = op_def_registry.get(op_type)
+    return found is None or bool(found.is_stateful)
