@@ -35,6 +35,7 @@ from collections import OrderedDict
 import numpy as np
 from numba import njit
 
+from ..arrays import segment_ranks
 from ..core.graph import ROLES, CompiledGraph, OpGraph, lexicographic_topo_order
 from ..core.recompute import can_run_again
 from ..errors import StrategyError
@@ -60,9 +61,8 @@ class RecomputePlan:
         forward = a.role == _FORWARD
         position = np.empty(n, np.int64)
         position[a.topo] = np.arange(n)
-        clone_of, src, dst, nbytes = _clone_edges(
-            n, a.src, a.dst, a.edge_bytes, a.out_ptr, a.out_edge, a.in_ptr, a.in_edge,
-            forward, chosen & can_run_again(graph), a.topo, position)
+        clone_of, src, dst, nbytes = _clone_edges(n, a, forward, chosen & can_run_again(graph),
+                                                  position)
         self.n_ops = n
         self.orig = np.concatenate([np.arange(n), np.flatnonzero(clone_of >= 0)])
         nv = self.orig.size
@@ -115,114 +115,74 @@ def _ptr(keys: np.ndarray, n: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def _find(parent, i):
-    while parent[i] != i:
-        parent[i] = parent[parent[i]]
-        i = parent[i]
-    return i
-
-
-@njit(cache=True)
-def _clone_edges(n, src, dst, nbytes, out_ptr, out_edge, in_ptr, in_edge, forward, candidate,
-                 topo, position):
-    """Per op its clone's index (-1: none), and the edges of the graph with the clones, in no
-    particular order (see the module docstring)."""
+def _needed_and_runs(n, src, dst, out_ptr, out_edge, forward, candidate, topo):
+    """Per op: does it get a clone (a candidate whose output a non-forward op or another
+    clone reads), and its run (the smallest op of the clones joined to it by edges; -1)."""
     needed = np.zeros(n, np.bool_)
     for i in range(n - 1, -1, -1):  # reverse topological: readers are decided first
         f = topo[i]
-        if not candidate[f]:
-            continue
-        for q in range(out_ptr[f], out_ptr[f + 1]):
-            c = dst[out_edge[q]]
-            if not forward[c] or needed[c]:
-                needed[f] = True
-                break
-    clone_of = np.full(n, -1, np.int64)
-    k = n
-    for f in range(n):
-        if needed[f]:
-            clone_of[f] = k
-            k += 1
-    parent = np.arange(n)  # runs: needed ops joined by their edges
+        if candidate[f]:
+            for q in range(out_ptr[f], out_ptr[f + 1]):
+                c = dst[out_edge[q]]
+                if not forward[c] or needed[c]:
+                    needed[f] = True
+                    break
+    parent = np.arange(n)  # union-find over the edges between needed ops
     for e in range(src.shape[0]):
         if needed[src[e]] and needed[dst[e]]:
-            a, b = _find(parent, src[e]), _find(parent, dst[e])
+            a, b = src[e], dst[e]
+            while parent[a] != a:
+                a = parent[a]
+            while parent[b] != b:
+                b = parent[b]
             if a != b:
                 parent[max(a, b)] = min(a, b)
     run = np.full(n, -1, np.int64)
     for f in range(n):
         if needed[f]:
-            run[f] = _find(parent, f)
+            r = f
+            while parent[r] != r:
+                r = parent[r]
+            run[f] = r
+    return needed, run
+
+
+def _clone_edges(n, a, forward, candidate, position):
+    """Per op its clone's index (-1: none), and the edges of the graph with the clones, in no
+    particular order (see the module docstring)."""
+    src, dst, nbytes = a.src, a.dst, a.edge_bytes
+    needed, run = _needed_and_runs(n, src, dst, a.out_ptr, a.out_edge, forward, candidate,
+                                   a.topo)
+    clone_of = np.full(n, -1, np.int64)
+    clone_of[needed] = n + np.arange(int(needed.sum()))
+    back = needed[src] & ~forward[dst]  # read backward: from the clone now
+    edges = [(np.where(back, clone_of[src], src), dst, nbytes)]
+    into = np.flatnonzero(needed[dst])  # the clones' inputs
+    s = src[into]
+    edges.append((np.where(needed[s], clone_of[s], s), clone_of[dst[into]], nbytes[into]))
     # each run's first backward reader, in topological order
     first = np.full(n, n, np.int64)
-    for e in range(src.shape[0]):
-        u, v = src[e], dst[e]
-        if needed[u] and not forward[v]:
-            first[run[u]] = min(first[run[u]], position[v])
-    m = src.shape[0]
-    cap = m + 2 * m + 1
-    o_src = np.empty(cap, np.int64)
-    o_dst = np.empty(cap, np.int64)
-    o_b = np.empty(cap)
-    j = 0
-    for e in range(m):  # the graph's edges, backward readers moved to the clones
-        u, v = src[e], dst[e]
-        o_src[j] = clone_of[u] if needed[u] and not forward[v] else u
-        o_dst[j], o_b[j] = v, nbytes[e]
-        j += 1
-    for f in range(n):  # the clones' inputs
-        if not needed[f]:
-            continue
-        for q in range(in_ptr[f], in_ptr[f + 1]):
-            e = in_edge[q]
-            p = src[e]
-            o_src[j] = clone_of[p] if needed[p] else p
-            o_dst[j], o_b[j] = clone_of[f], nbytes[e]
-            j += 1
-    # triggers: every run's roots wait for the non-forward feeders of its backward readers
-    # that come before the first of them
-    trig_src = np.empty(m, np.int64)
-    trig_run = np.empty(m, np.int64)
-    t = 0
-    for e in range(m):
-        u, v = src[e], dst[e]
-        if not needed[u] or forward[v]:
-            continue
-        r = run[u]
-        for q in range(in_ptr[v], in_ptr[v + 1]):
-            p = src[in_edge[q]]
-            if not forward[p] and position[p] < first[r]:
-                trig_src[t], trig_run[t] = p, r
-                t += 1
-    roots = np.zeros(n, np.bool_)
-    for f in range(n):
-        if needed[f]:
-            roots[f] = True
-            for q in range(in_ptr[f], in_ptr[f + 1]):
-                if needed[src[in_edge[q]]]:
-                    roots[f] = False
-                    break
-    if t > 0:
-        key = trig_run[:t] * n + trig_src[:t]
-        key = np.unique(key)
-        for f in range(n):
-            if not roots[f]:
-                continue
-            lo = np.searchsorted(key, run[f] * n)
-            hi = np.searchsorted(key, run[f] * n + n)
-            for w in range(lo, hi):
-                p = key[w] - run[f] * n
-                dup = False
-                for q in range(in_ptr[f], in_ptr[f + 1]):
-                    if src[in_edge[q]] == p:
-                        dup = True
-                        break
-                if dup:
-                    continue
-                if j == o_src.shape[0]:
-                    o_src = np.concatenate((o_src, np.empty(cap, np.int64)))
-                    o_dst = np.concatenate((o_dst, np.empty(cap, np.int64)))
-                    o_b = np.concatenate((o_b, np.empty(cap)))
-                o_src[j], o_dst[j], o_b[j] = p, clone_of[f], 0.0
-                j += 1
-    return clone_of, o_src[:j], o_dst[:j], o_b[:j]
+    np.minimum.at(first, run[src[back]], position[dst[back]])
+    # the ops a run waits for: non-forward feeders of its backward readers before the first
+    pairs = np.unique(np.stack([run[src[back]], dst[back]], 1), axis=0)
+    r, v = pairs[:, 0], pairs[:, 1]
+    count = a.in_ptr[v + 1] - a.in_ptr[v]
+    k = np.repeat(a.in_ptr[v], count) + segment_ranks(count)
+    r, p = np.repeat(r, count), src[a.in_edge[k]]
+    keep = ~forward[p] & (position[p] < first[r])
+    waits = np.unique(np.stack([r[keep], p[keep]], 1), axis=0)  # sorted by run
+    # the roots (clones without cloned inputs) of every run wait for all of its ops
+    inner = needed[src] & needed[dst]
+    roots = np.flatnonzero(needed & (np.bincount(dst[inner], minlength=n) == 0))
+    lo = np.searchsorted(waits[:, 0], run[roots], side="left")
+    hi = np.searchsorted(waits[:, 0], run[roots], side="right")
+    count = hi - lo
+    k = np.repeat(lo, count) + segment_ranks(count)
+    edges.append((waits[k, 1], clone_of[np.repeat(roots, count)], np.zeros(k.size)))
+    e_src, e_dst, e_b = (np.concatenate(x) for x in zip(*edges))
+    # a wait on an op the clone reads anyway is that read: keep the edge with its bytes
+    order = np.lexsort((-e_b, e_dst, e_src))
+    e_src, e_dst, e_b = e_src[order], e_dst[order], e_b[order]
+    first_of = np.ones(e_src.size, bool)
+    first_of[1:] = (e_src[1:] != e_src[:-1]) | (e_dst[1:] != e_dst[:-1])
+    return clone_of, e_src[first_of], e_dst[first_of], e_b[first_of]
