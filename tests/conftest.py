@@ -46,6 +46,17 @@ def cluster2():
     return make_cluster(2, bandwidth=1e9, latency=1e-3)
 
 
+def pytest_configure(config):
+    """On a fresh checkout, compile the numba kernels once, in two processes, before the test
+    workers start (each would compile them all otherwise): see tests/warm_numba.py."""
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller warmed up
+        return
+    import warm_numba
+
+    if not warm_numba.cached():
+        warm_numba.warm()
+
+
 def pytest_collection_finish(session):
     """Split the CPU into two logical devices before any TensorFlow test starts its runtime
     (TensorFlow fixes its devices at first use), only when such tests were collected."""
