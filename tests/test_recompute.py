@@ -185,3 +185,22 @@ def test_the_genome_carries_one_recompute_gene_per_group_that_can_be():
     np.testing.assert_array_equal(space.encode(s), x)
     x[space.recompute_genes] = 0
     assert space.decode(x).recompute == ()
+
+
+def test_the_figures_tell_recomputed_ops_apart_and_show_what_recomputation_frees(tmp_path):
+    from moplace.review.figures import timeline
+
+    g, c = load_graph("pipedream:vgg16"), load_cluster("4xV100-NVLink")
+    dp = baseline("data-parallel", g, 4)
+    rec = dp.with_recompute(recomputable_heads(g)[::2])
+    trace, without = simulate(g, c, rec, record=True), simulate(g, c, dp, record=True)
+    bars = {}
+    for _, _, category, starts, _ in timeline._lanes(trace):
+        bars[category] = bars.get(category, 0) + len(starts)
+    assert bars["recomputed"] == trace.n_recomputed > 0
+    assert bars["split part"] + bars["recomputed"] == int(np.count_nonzero(trace.task_device >= 0))
+    timeline.gantt(trace, tmp_path / "gantt.png")
+    timeline.memory_over_time(trace, tmp_path / "memory.png", without=without,
+                              lever="recomputation")
+    assert (tmp_path / "gantt.png").stat().st_size > 10_000
+    assert (tmp_path / "memory.png").stat().st_size > 10_000
