@@ -56,7 +56,12 @@ def test_each_replica_updates_its_shard_and_the_weights_are_gathered_after():
     for t in gathers:  # every all-gather starts after the updates it gathers
         before = tg.e_src[tg.in_edge[tg.in_ptr[t]:tg.in_ptr[t + 1]]]
         assert np.all(trace.task_end[before] <= trace.task_start[t])
-    ref = reference_trace(tg, c, len(g.ops))
+    _assert_reference(tg, c, g, trace)
+
+
+def _assert_reference(tg, cluster, graph, trace):
+    """The fast loop's trace of ``tg`` is the reference loop's."""
+    ref = reference_trace(tg, cluster, len(graph.ops))
     np.testing.assert_array_equal(ref.task_end, trace.task_end)
     np.testing.assert_array_equal(ref.peak_memory, trace.peak_memory)
 
@@ -103,15 +108,15 @@ def test_only_updates_replicated_on_the_gradients_devices_are_sharded(update_dev
 
 def test_the_zero_stage_is_checked_and_written(tmp_path):
     g, c = load_graph("pipedream:alexnet"), load_cluster("4xV100-NVLink")
-    with pytest.raises(StrategyError, match="zero_stage must be one of 0, 1, 2"):
-        baseline("data-parallel", g, 4).with_options(zero_stage=3).validate(g, 4)
+    with pytest.raises(StrategyError, match="zero_stage must be one of 0, 1, 2, 3"):
+        baseline("data-parallel", g, 4).with_options(zero_stage=4).validate(g, 4)
     s = baseline("data-parallel", g, 4).with_options(zero_stage=1)
     path = tmp_path / "s.json"
     moplace.save_strategy(path, g, s, c)
     data = json.loads(path.read_text())
     assert data["options"]["zero_stage"] == 1
     assert moplace.load_strategy(path, g, c) == s
-    for bad in (3, 1.5, "1", True):
+    for bad in (4, 1.5, "1", True):
         path.write_text(json.dumps(dict(data, options={"zero_stage": bad})))
         with pytest.raises(FormatError, match="options.zero_stage: must be a ZeRO stage"):
             moplace.load_strategy(path, g, c)
@@ -121,8 +126,53 @@ def test_the_genome_chooses_the_zero_stage_where_gradients_are_reduced():
     g = load_graph("pipedream:vgg16")
     assert GenomeSpace(g, 1).zero_choices == (0.0,)
     space = GenomeSpace(g, 4)
-    assert space.zero_choices == (0.0, 1.0)
+    assert space.zero_choices == (0.0, 1.0, 3.0)
     s = baseline("data-parallel", g, 4).with_options(zero_stage=1)
     x = space.encode(s)
     assert x[space.zero_gene] == 1 and space.decode(x).zero_stage == 1
     assert space.decode(x) == s
+
+
+def test_zero3_shards_the_weights_and_gathers_them_before_each_use():
+    g, c = load_graph("pipedream:vgg16"), load_cluster("4xV100-NVLink")
+    costs = CostModel(g, c)
+    dp = baseline("data-parallel", g, 4)
+    s = dp.with_options(zero_stage=3)
+    plain, zero = simulate(g, c, dp, costs=costs), simulate(g, c, s, costs=costs)
+    a = g.arrays
+    update, weighted = a.role == 2, (a.role == 0) & (a.param_bytes > 0)
+    largest = a.param_bytes[weighted].max()
+    # a shard of the weights and of the state each, and twice the largest layer gathered
+    np.testing.assert_allclose(zero.static_memory, a.param_bytes[weighted].sum() / 4
+                               + a.param_bytes[update].sum() / 4 + 2 * largest * 3 / 4)
+    # the weights are gathered twice (forward and backward): ZeRO's 1.5 x data parallelism
+    np.testing.assert_allclose(zero.traffic, 1.5 * plain.traffic)
+    tg = build_task_graph(g, s, costs)
+    kinds = np.bincount(tg.coll_kind, minlength=3)
+    assert kinds[ALL_REDUCE] == 0 and kinds[ALL_GATHER] == 2 * int(weighted.sum())
+    for c_ in np.flatnonzero(tg.coll_kind == ALL_GATHER):
+        t = tg.n_compute + c_
+        users = tg.e_dst[tg.out_ptr[t]:tg.out_ptr[t + 1]]
+        users = users[users < tg.n_compute]
+        assert users.size == 4  # every part of the op that uses the weights
+        assert np.all(zero.task_end[t] <= zero.task_start[users])
+        waits = tg.e_src[tg.in_edge[tg.in_ptr[t]:tg.in_ptr[t + 1]]]
+        assert np.all(zero.task_end[waits] <= zero.task_start[t])
+    _assert_reference(tg, c, g, zero)
+
+
+def test_zero3_gathers_one_op_ahead():
+    """A layer's weights are gathered once the layer two before it has run, so the gather
+    overlaps the layer before (FSDP's prefetch)."""
+    g, c = load_graph("pipedream:gnmt"), load_cluster("4xV100-NVLink")
+    s = baseline("data-parallel", g, 4).with_options(zero_stage=3)
+    tg = build_task_graph(g, s, CostModel(g, c))
+    a = g.arrays
+    for c_ in np.flatnonzero(tg.coll_kind == ALL_GATHER)[:20]:
+        t = tg.n_compute + c_
+        user = int(tg.task_op[tg.e_dst[tg.out_ptr[t]]])
+        waits = set(tg.task_op[tg.e_src[tg.in_edge[tg.in_ptr[t]:tg.in_ptr[t + 1]]]].tolist())
+        feeders = set(a.src[a.in_edge[a.in_ptr[user]:a.in_ptr[user + 1]]].tolist())
+        two_back = {int(p) for f in feeders
+                    for p in a.src[a.in_edge[a.in_ptr[f]:a.in_ptr[f + 1]]].tolist()}
+        assert waits == two_back

@@ -38,7 +38,7 @@ from .strategy import Split, SplitTable, Strategy
 BUCKET_CHOICES = (0.0, float(2**20), float(5 * 2**20), float(25 * 2**20), float(100 * 2**20))
 #: the ZeRO stages the genome chooses among (stage 2 runs as stage 1 in the simulator:
 #: `moplace.core.strategy`)
-ZERO_CHOICES = (0.0, 1.0)
+ZERO_CHOICES = (0.0, 1.0, 3.0)
 
 
 class GenomeSpace:

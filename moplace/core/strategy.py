@@ -10,7 +10,8 @@
   batch split shard what they keep (0: nothing; 1, ZeRO-1: the optimizer state, each replica
   updating its shard after a reduce-scatter of the gradients and all-gathering the updated
   weights; 2, ZeRO-2: the gradients too, which the simulator already frees once reduced, so
-  it runs as 1; `ZERO_STAGES`);
+  it runs as 1; 3, ZeRO-3 or FSDP: the weights too, all-gathered before each use;
+  `ZERO_STAGES`);
 - recompute: the co-location groups whose forward outputs are freed after their forward
   readers and recomputed before the backward needs them, each named by its first op (its
   group head; `moplace.core.recompute.recomputable_heads` lists the groups that can be).
@@ -54,8 +55,8 @@ class Split:
 #: written before an option existed reads as its default.
 STRATEGY_OPTIONS: Mapping[str, float] = MappingProxyType({"bucket_bytes": 0.0,
                                                           "zero_stage": 0.0})
-#: the ZeRO stages a strategy may name (stage 3, sharded parameters, is not modelled yet)
-ZERO_STAGES = (0, 1, 2)
+#: the ZeRO stages a strategy may name
+ZERO_STAGES = (0, 1, 2, 3)
 #: the largest gradient bucket a strategy may name (1 TiB: past any model's gradients)
 MAX_BUCKET_BYTES = float(2**40)
 

@@ -15,7 +15,7 @@ the strategy was saved with its cluster) names the cluster the strategy was made
 it on another cluster works where the devices exist, and `moplace evaluate` says so.
 ``options`` (optional; version 2) holds the strategy-wide options
 (`moplace.core.strategy.STRATEGY_OPTIONS`): ``bucket_bytes``, the gradient bucket size in bytes
-(0: each gradient reduced on its own), and ``zero_stage`` (0, 1 or 2: the ZeRO stage; a file
+(0: each gradient reduced on its own), and ``zero_stage`` (0 to 3: the ZeRO stage; a file
 before it has none, 0). A version-1 file has none: every option takes its
 default. ``recompute`` (optional; version 3) names ops whose co-location groups are recomputed
 (`moplace.core.strategy.Strategy.recompute`); files before it recompute nothing. A file of a

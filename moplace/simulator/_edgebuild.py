@@ -18,8 +18,8 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_rows, row_j,
-                row_f, ptr, parts, dev, n_compute, coll_in, succ_ptr, succ, serve_ptr, serve,
-                coll_mask, coll_first):
+                row_f, ptr, parts, dev, n_compute, feeds_ptr, feeds, succ_ptr, succ, serve_ptr,
+                serve, coll_mask, coll_first, fed_ptr, fed):
     """The task edges, as (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr,
     in_ptr, in_edge).
 
@@ -27,13 +27,16 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
       every part j of v that needs data part k holds: rows ``shape_rows[s, k]`` to
       ``shape_rows[s, k + 1]`` of (``row_j``, ``row_f``) for the edge's shape
       ``s = edge_shape[e]``, moving ``g_bytes[e] * row_f``.
-    - Every part of an op whose gradient is all-reduced feeds its bucket's first collective
-      task ``coll_in[u]`` (a control edge into task ``n_compute + coll_in[u]``, nothing moves).
+    - Every part of op u feeds the collective tasks ``feeds[feeds_ptr[u]:feeds_ptr[u + 1]]``
+      (control edges into tasks ``n_compute + c``, nothing moves): the first task of the
+      bucket reducing its gradient, the gather after a sharded update, the weight gathers it
+      triggers.
     - Collective task c is followed by ``succ[succ_ptr[c]:succ_ptr[c + 1]]`` (control edges),
       and sends the reduced gradient of each op u in ``serve[serve_ptr[c]:serve_ptr[c + 1]]``
       along u's gated edges (to updates) to every part of the update: read locally (no bytes)
       when the part's device is one of the task's (``coll_mask``), else from its first
-      device (``coll_first``).
+      device (``coll_first``); and it precedes every part of the ops
+      ``fed[fed_ptr[c]:fed_ptr[c + 1]]`` (control edges: a weight gather before its use).
 
     ``e_moved`` is what an edge moves when it moves data (differs from ``e_bytes`` only for a
     gradient read on the ring); an edge is local when it goes into a collective, stays on its
@@ -43,7 +46,7 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
     n_tasks = n_compute + n_coll
     out_ptr = np.zeros(n_tasks + 1, np.int64)
     for u in range(n_ops):
-        extra = 1 if coll_in[u] >= 0 else 0
+        extra = feeds_ptr[u + 1] - feeds_ptr[u]
         for k in range(parts[u]):
             m = extra
             for q in range(g_out_ptr[u], g_out_ptr[u + 1]):
@@ -60,6 +63,8 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
                 e = g_out_edge[q]
                 if gated[e]:
                     m += parts[g_dst[e]]
+        for w in range(fed_ptr[c], fed_ptr[c + 1]):
+            m += parts[fed[w]]
         out_ptr[n_compute + c + 1] = m
     for t in range(n_tasks):
         out_ptr[t + 1] += out_ptr[t]
@@ -86,9 +91,9 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
                     e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = t, d, b, sd, b
                     e_local[i] = sd == dev[d] or b <= 0
                     i += 1
-            if coll_in[u] >= 0:
+            for w in range(feeds_ptr[u], feeds_ptr[u + 1]):
                 e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = (
-                    t, n_compute + coll_in[u], 0.0, sd, 0.0)
+                    t, n_compute + feeds[w], 0.0, sd, 0.0)
                 e_local[i] = True
                 i += 1
     for c in range(n_coll):
@@ -113,6 +118,14 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
                         n_compute + c, d, b, sd, g_bytes[e])
                     e_local[i] = sd == dev[d] or b <= 0
                     i += 1
+        for w in range(fed_ptr[c], fed_ptr[c + 1]):
+            v = fed[w]
+            for j in range(parts[v]):
+                d = ptr[v] + j
+                e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = (
+                    n_compute + c, d, 0.0, dev[d], 0.0)
+                e_local[i] = True
+                i += 1
     in_ptr = np.zeros(n_tasks + 1, np.int64)
     for i in range(m):
         in_ptr[e_dst[i] + 1] += 1

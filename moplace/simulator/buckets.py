@@ -8,6 +8,7 @@ import numpy as np
 from ..arrays import segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS
 from .collectives import ALL_GATHER, ALL_REDUCE, PIECE_BYTES, REDUCE_SCATTER, collective_plan
+from .gathers import gather_plans, sharded_weights, weight_gathers
 
 _UPDATE = ROLES.index("update")
 _BATCH = SPLIT_DIMS.index("batch")
@@ -74,26 +75,53 @@ class BucketedCollectives:
                                  REDUCE_SCATTER if k & 1 else ALL_REDUCE) for k in rings.tolist()]
         reduce = _tasks(plans, ring_of, size, last_op)
         self.entry, self.exit, self.first = reduce.entry, reduce.exit, reduce.first
-        #: per op: an update whose replicas each update their shard of the weights (ZeRO)
+        #: per op: an update whose replicas each update their shard of the weights (ZeRO),
+        #: and an op whose replicas each keep a shard of its weights (ZeRO-3)
         self.sharded_update = np.zeros(parts.size, bool)
-        #: per op: the collective task its parts feed (the all-gather of a sharded update's
-        #: weights, -1: none)
-        self.update_feeds = np.full(parts.size, -1, np.int64)
-        tables = [reduce]
-        done = np.flatnonzero(key & 1)  # buckets reduce-scattered: gather the updated weights
+        self.weighted = np.zeros(parts.size, bool)
+        feeds = [(grad_ops, reduce.entry[bucket])]  # (op, collective task its parts feed)
+        self.feed_of = np.zeros(0, np.int64)  # (collective task, op whose parts it feeds)
+        tables, offset = [reduce], reduce.kind.size
+        done = np.flatnonzero(key & 1)  # buckets reduce-scattered
         if done.size:
+            upd, src = _update_edges(a, grad_ops[sharded])
+            self.sharded_update[upd] = True
+        if done.size and zero_stage < 3:  # gather the updated weights
             g_rings, g_ring_of = np.unique(key[done] >> 1, return_inverse=True)
             g_plans = [collective_plan(cl, _devices(m, cl.n_devices), ALL_GATHER)
                        for m in g_rings.tolist()]
             gather = _tasks(g_plans, g_ring_of.ravel(), size[done], last_op[done])
-            offset = reduce.kind.size
             gather_entry = np.full(n_b, -1, np.int64)
             gather_entry[done] = gather.entry + offset
-            upd, src = _update_edges(a, grad_ops[sharded])
-            self.sharded_update[upd] = True
-            self.update_feeds[upd] = gather_entry[self.bucket_of_op[src]]
+            feeds.append((upd, gather_entry[self.bucket_of_op[src]]))
             tables.append(gather)
+            offset += gather.kind.size
+        if zero_stage >= 3:  # weights sharded: gathered before each use
+            self.weighted = sharded_weights(a, parts, dims, mask_of)
+            g_size, g_mask, g_user, g_wait = weight_gathers(a, cl, parts, dims, mask_of,
+                                                            self.weighted)
+            if g_size.size:
+                plans_w, ring_w = gather_plans(cl, g_mask)
+                weights = _tasks(plans_w, ring_w, g_size, g_user)
+                count = np.array([len(w) for w in g_wait], np.int64)
+                feeds.append((np.array([p for w in g_wait for p in w], np.int64),
+                              np.repeat(weights.entry + offset, count)))
+                self.feed_of = np.stack([weights.exit + offset, g_user], 1)
+                tables.append(weights)
         self._merge(tables)
+        ops, colls = (np.concatenate(x) for x in zip(*feeds))
+        keep = colls >= 0
+        ops, colls = ops[keep], colls[keep]
+        order = np.lexsort((colls, ops))
+        #: per op, the collective tasks its parts feed (CSR ``feeds_ptr``/``feeds``), and per
+        #: collective task, the ops whose every part it feeds (``fed_ptr``/``fed``)
+        self.feeds_ptr = _csr_ptr(ops, parts.size)
+        self.feeds = colls[order]
+        order = np.lexsort((self.feed_of[:, 1], self.feed_of[:, 0])) if self.feed_of.size \
+            else np.zeros(0, np.int64)
+        fed = self.feed_of[order] if self.feed_of.size else np.zeros((0, 2), np.int64)
+        self.fed_ptr = _csr_ptr(fed[:, 0], self.kind.size)
+        self.fed = fed[:, 1].astype(np.int64)
         #: per task: its bucket's devices for a bucket's last reduce task (which serves the
         #: updates), else 0
         self.task_mask = np.zeros(self.kind.size, np.int64)
@@ -114,6 +142,12 @@ class BucketedCollectives:
                 parts.append(p[1:] + base)
                 base += p[-1]
             setattr(self, name, np.concatenate(parts))
+
+
+def _csr_ptr(keys: np.ndarray, n: int) -> np.ndarray:
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
+    return ptr
 
 
 def _devices(mask: int, n: int) -> list[int]:

@@ -35,6 +35,7 @@ from ..costs.costmodel import CostModel
 from ._edgebuild import build_edges
 from ._fill import fill_unsplit
 from .buckets import BucketedCollectives
+from .gathers import held_while_gathered
 from .recompute import recompute_plan
 
 _UPDATE = ROLES.index("update")
@@ -120,7 +121,9 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
     colls = BucketedCollectives(a, costs, ptr, parts, dims, dev, strategy.bucket_bytes,
                                 int(strategy.zero_stage))
     dur = _durations(a, costs, ptr, vop, orig, dev, parts, dims, colls.sharded_update)
-    out_b, par_b = _memory(a, vop, parts, dims, colls.sharded_update)
+    out_b, par_b = _memory(a, vop, parts, dims, colls.sharded_update | colls.weighted)
+    par_b = par_b + held_while_gathered(ptr, parts, dev, colls.weighted, a.param_bytes,
+                                        vop.size)
     n_compute, n_coll = len(vop), len(colls.ops)
     edges = _edges(a, ptr, parts, dims, dev, colls, n_compute)
     moved_bytes = edges.pop("moved_bytes")
@@ -202,13 +205,15 @@ def _durations(a, costs, ptr, vop, orig, dev, parts, dims, sharded) -> np.ndarra
 
 
 def _memory(a, task_op, parts, dims, sharded) -> tuple[np.ndarray, np.ndarray]:
+    """Per task its output's and its parameters' bytes; ``sharded`` ops' replicas keep 1/n
+    of the parameters (ZeRO)."""
     n = parts[task_op].astype(np.float64)
-    batch = (dims[task_op] == _DIM_CODE["batch"]) & ~sharded[task_op]
+    batch = dims[task_op] == _DIM_CODE["batch"]
     grad = a.grad_bytes[task_op]
     out = a.output_bytes[task_op]
     # a batch part holds its slice of activations but a full weight gradient
     out_b = np.where(batch, (out - np.minimum(grad, out)) / n + np.minimum(grad, out), out / n)
-    par_b = np.where(batch, a.param_bytes[task_op], a.param_bytes[task_op] / n)
+    par_b = np.where(batch & ~sharded[task_op], a.param_bytes[task_op], a.param_bytes[task_op] / n)
     return out_b, par_b
 
 
@@ -251,8 +256,6 @@ def _len(x, y) -> float:
 def _edges(a, ptr, parts, dims, dev, colls: BucketedCollectives, n_compute) -> dict:
     """The task edges, sorted by source, and their CSR indexes (`build_edges`)."""
     b = colls.bucket_of_op
-    coll_in = colls.update_feeds.copy()  # the collective task each op's parts feed
-    coll_in[b >= 0] = colls.entry[b[b >= 0]]
     # update ops read the reduced gradient from the bucket's last task, not from the parts
     gated = (b[a.src] >= 0) & (a.role[a.dst] == _UPDATE)
     n_coll = colls.ops.size
@@ -264,8 +267,8 @@ def _edges(a, ptr, parts, dims, dev, colls: BucketedCollectives, n_compute) -> d
     edge_shape, shape_rows, row_j, row_f = _edge_shapes(a, parts, dims)
     (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge) = build_edges(
         a.out_ptr, a.out_edge, a.dst, a.edge_bytes, gated, edge_shape, shape_rows, row_j, row_f,
-        ptr, parts, dev, n_compute, coll_in, colls.succ_ptr, colls.succ, serve_ptr,
-        colls.serve, mask, first)
+        ptr, parts, dev, n_compute, colls.feeds_ptr, colls.feeds, colls.succ_ptr, colls.succ,
+        serve_ptr, colls.serve, mask, first, colls.fed_ptr, colls.fed)
     return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
                 out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge, moved_bytes=e_moved)
 
