@@ -40,6 +40,17 @@ def test_operator_graphs_name_adam_whose_state_the_files_leave_out():
     assert more == pytest.approx(_state(g))  # every replica keeps the whole state
 
 
+def test_mixed_precision_keeps_the_state_and_a_master_copy_in_fp32():
+    """ZeRO's accounting: per FP16 parameter (2 bytes) Adam keeps 12 bytes (FP32 master copy,
+    momentum and variance), momentum 8, SGD 4."""
+    g = load_graph("pipedream:resnet50", optimizer=None)
+    weights = update_weights(g).sum()
+    for name, per_param in (("adam-mixed", 12), ("momentum-mixed", 8), ("sgd-mixed", 4)):
+        mixed = load_graph("pipedream:resnet50", optimizer=name)
+        assert mixed.metadata["optimizer"] == name
+        assert _state(mixed) == pytest.approx(per_param / 2 * weights, rel=1e-6)
+
+
 def test_without_update_ops_there_is_nowhere_to_keep_state():
     g = load_graph("dnn:LayerGraphs/resnet50_training", optimizer="auto")
     assert "optimizer" not in g.metadata  # nothing named: as given

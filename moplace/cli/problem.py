@@ -14,9 +14,11 @@ def model_options(p) -> None:
 
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
                    help="the optimizer whose state the update ops keep (sgd: none, momentum: "
-                        "one copy of the weights, adam: two); default: the one the graph's "
-                        "source names (the dnn-partitioning operator graphs: adam; PipeDream's: "
-                        "momentum), else the bytes as the graph gives them")
+                        "one copy of the weights, adam: two; NAME-mixed: under mixed "
+                        "precision, the state and an FP32 master copy in FP32 for FP16 "
+                        "weights); default: the one the graph's source names (the "
+                        "dnn-partitioning operator graphs: adam; PipeDream's: momentum), else "
+                        "the bytes as the graph gives them")
     p.add_argument("--memory-limit", type=memory_size, metavar="SIZE",
                    help="a per-device memory cap, e.g. 8GiB: no device may hold more (a "
                         "strategy is feasible when it fits under the cap and the devices' "

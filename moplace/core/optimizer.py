@@ -11,8 +11,12 @@ profiles: SGD with momentum; the dnn-partitioning operator graphs name Adam's up
 `with_optimizer` sets the update ops' state for an optimizer, and ``load_graph(...,
 optimizer=...)`` and ``--optimizer`` apply it where a graph is loaded.
 
-Left out: mixed precision (an FP32 master copy of FP16 weights) and the update's compute time,
-which stays as the graph gives it.
+Mixed precision (``NAME-mixed``, e.g. ``adam-mixed``): the graph's weights are FP16 (as it was
+profiled), and the optimizer keeps its state in FP32 with an FP32 master copy of the weights,
+so (copies + 1) x 2 x the FP16 weights: Adam's 12 bytes per parameter of the ZeRO paper,
+momentum's 8, SGD's 4.
+
+Left out: the update's compute time, which stays as the graph gives it.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import numpy as np
 from ..errors import GraphError
 from .graph import ROLES, OpGraph
 
-#: copies of the weights each optimizer keeps as state
-OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
+#: copies of the weights each optimizer keeps as state; ``-mixed``: under mixed precision
+_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
+OPTIMIZERS = {**_COPIES, **{f"{name}-mixed": n for name, n in _COPIES.items()}}
+MIXED = "-mixed"
 _UPDATE = ROLES.index("update")
 
 
@@ -49,7 +55,7 @@ def with_optimizer(graph: OpGraph, name: str) -> OpGraph:
     if not updates.size:
         raise GraphError(f"graph {graph.name!r} has no update ops (role 'update'): moplace "
                          "cannot tell where its optimizer state would live")
-    state = OPTIMIZERS[name] * weights
+    state = state_factor(name) * weights
     held = np.array([graph.ops[u].param_bytes for u in updates.tolist()], np.float64)
     if graph.metadata.get("optimizer") == name and np.array_equal(held, state[updates]):
         return graph  # already so (PipeDream's profiles and momentum): the same graph
@@ -58,6 +64,13 @@ def with_optimizer(graph: OpGraph, name: str) -> OpGraph:
         ops[u] = dataclasses.replace(ops[u], param_bytes=int(state[u]))
     return OpGraph(ops, graph.edges, name=graph.name,
                    metadata={**graph.metadata, "optimizer": name})
+
+
+def state_factor(name: str) -> int:
+    """Bytes of state per byte of weights ``name`` keeps: its copies, and under mixed
+    precision (copies + the master copy) in FP32 per FP16 weight."""
+    copies = OPTIMIZERS[name]
+    return 2 * (copies + 1) if name.endswith(MIXED) else copies
 
 
 def applied(graph: OpGraph, optimizer: str | None) -> OpGraph:

@@ -409,6 +409,8 @@ class Arguments:
                   ["evaluate", "dnn:LayerGraphs/gnmt_training", "--cluster", CLUSTER,
                    "--baseline", "single", "--optimizer", "adam"]))
         n.append(("evaluate --optimizer lion", b["evaluate"] + ["--optimizer", "lion"]))
+        n.append(("evaluate --optimizer adam-mixed --json",
+                  b["evaluate"] + ["--optimizer", "adam-mixed", "--json"]))
         for name, argv in b.items():  # an empty string for every value
             for k in range(1, len(argv)):
                 if not argv[k].startswith("--"):
