@@ -176,3 +176,19 @@ def test_zero3_gathers_one_op_ahead():
         two_back = {int(p) for f in feeders
                     for p in a.src[a.in_edge[a.in_ptr[f]:a.in_ptr[f + 1]]].tolist()}
         assert waits == two_back
+
+
+def test_the_memory_figure_compares_with_the_strategy_without_its_levers(tmp_path):
+    from moplace.core.recompute import recomputable_heads
+    from moplace.review.figures import _without_levers
+    from moplace.review.figures.timeline import memory_over_time
+
+    g, c = load_graph("pipedream:vgg16"), load_cluster("4xV100-NVLink")
+    dp = baseline("data-parallel", g, 4)
+    both = dp.with_recompute(recomputable_heads(g)[::2]).with_options(zero_stage=1)
+    plain, levers = _without_levers(both)
+    assert plain == dp and levers == "recomputation and ZeRO-1"
+    assert _without_levers(dp) == (dp, "")
+    memory_over_time(simulate(g, c, both, record=True), tmp_path / "m.png", lever=levers,
+                     without=simulate(g, c, plain, record=True))
+    assert (tmp_path / "m.png").stat().st_size > 10_000

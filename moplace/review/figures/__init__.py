@@ -70,13 +70,26 @@ def draw_search(data: dict, problem, out_dir, *, point: int | None = None,
                          record=True)
         timed("gantt.png", timeline.gantt, trace, title=f"{title}: {label}")
         without = {}
-        if strategy.recompute:  # what recomputation frees: the same strategy without it
-            without = dict(lever="recomputation", without=simulate(
-                problem.graph, problem.cluster, strategy.with_recompute(()),
-                costs=problem.costs, record=True))
+        plain, levers = _without_levers(strategy)
+        if levers:  # what recomputation and sharding free: the same strategy without them
+            without = dict(lever=levers, without=simulate(
+                problem.graph, problem.cluster, plain, costs=problem.costs, record=True))
         timed("memory.png", timeline.memory_over_time, trace, title=f"{title}: {label}",
               **without)
     return drawn
+
+
+def _without_levers(strategy):
+    """``strategy`` without recomputation and ZeRO, and the levers taken off, named ("" when
+    it pulls none)."""
+    levers = []
+    if strategy.recompute:
+        strategy = strategy.with_recompute(())
+        levers.append("recomputation")
+    if strategy.zero_stage:
+        levers.append(f"ZeRO-{strategy.zero_stage:g}")
+        strategy = strategy.with_options(zero_stage=0)
+    return strategy, " and ".join(levers)
 
 
 def _chosen(data: dict, point: int | None, knee: int | None):
