@@ -1,7 +1,7 @@
 """Figures of one strategy's simulated step: a Gantt chart (devices by time, compute and
 transfers apart, split parts, recomputed ops and collectives visible) and the memory each
 device holds over time against its capacity, beside what it would hold without the memory
-levers the strategy pulls (recomputation).
+levers the strategy pulls (recomputation, ZeRO).
 
 Both take a `Trace` simulated with ``record=True``. Past ``max_bars`` tasks and transfers (a
 10,000-op graph), the Gantt chart stops drawing one bar per task, which would be an unreadable
