@@ -17,8 +17,9 @@ faster, leaner or a fit, and its fronts fell below random search's hypervolume o
   in its order (8 places at most) swapped (`swap_pairs`); one co-location group moved to another device (half the
   time to the device of a group it exchanges tensors with); one group's split option changed;
   two devices trading all their groups; the whole strategy moved onto a run of devices of
-  another length (`GenomeSpace.random_resize`, on 4 devices or more). Strategies told or queued
-  before are skipped.
+  another length (`GenomeSpace.random_resize`, on 4 devices or more); a share of the groups
+  scattered; one strategy-wide lever changed (the gradient bucket size, the ZeRO stage, or one
+  group recomputed or not). Strategies told or queued before are skipped.
 - **Asking.** The queue (at most ``queue``, the oldest dropped) is taken newest first, so a
   polish that improves is polished in turn before older points; `due` says whether the
   searcher should spend its next batch on it: while polish has taken less than ``share`` of the
@@ -37,7 +38,7 @@ from moplace.errors import StrategyError
 from moplace.optimize.archive import ParetoArchive
 from searchers.orders import StandardOrders, swap_pairs
 
-_KINDS = ("swap", "move", "split", "relabel", "resize", "scatter")
+_KINDS = ("swap", "move", "split", "relabel", "resize", "scatter", "lever")
 #: The shares of groups a scatter move sends to random devices, drawn with equal odds.
 SCATTER_RATES = (0.05, 0.1, 0.25, 0.5)
 
@@ -64,7 +65,14 @@ class FrontPolish:
         self._splittable = [g for g in range(G) if len(s.options[g]) > 1]
         able = {"swap": N > 1, "move": G > 0 and D > 1, "split": bool(self._splittable),
                 "relabel": G > 0 and D > 1, "resize": G > 0 and D >= s.RESIZE_MIN_DEVICES,
-                "scatter": G > 1 and D > 1}
+                "scatter": G > 1 and D > 1, "lever": False}
+        #: the strategy-wide genes a lever move changes: (first gene, genes, values each)
+        self._levers = [(g, 1, n) for g, n in ((s.bucket_gene, len(s.bucket_choices)),
+                                               (s.zero_gene, len(s.zero_choices))) if n > 1]
+        r = s.recompute_genes
+        if r.stop > r.start:
+            self._levers.append((r.start, r.stop - r.start, 2))
+        able["lever"] = bool(self._levers)
         #: the move kinds that can change something on this problem
         self.kinds = [k for k in _KINDS if able[k]]
         self.asked = 0  # polish strategies asked
@@ -156,6 +164,10 @@ class FrontPolish:
             y[:G][dev == d], y[:G][dev == e] = e, d
         elif kind == "resize":
             y = s.random_resize(x, rng)
+        elif kind == "lever":  # another bucket size or ZeRO stage, or one group recomputed
+            first, genes, n = self._levers[int(rng.integers(len(self._levers)))]
+            k = first + int(rng.integers(genes))
+            y[k] = (int(round(x[k])) + 1 + int(rng.integers(n - 1))) % n
         else:  # scatter: a share of the groups to random devices
             rate = SCATTER_RATES[int(rng.integers(len(SCATTER_RATES)))]
             hit = rng.random(G) < rate

@@ -85,3 +85,23 @@ def test_a_strategy_without_genome_is_counted_not_polished():
     assert (polish.polished, polish.unencodable) == (0, 1)
     assert not polish.due()
     assert "1 front points with no genome" in polish.note()
+
+
+def test_lever_moves_change_one_strategy_wide_gene(problem):
+    """A lever move changes the bucket size, the ZeRO stage or one recompute gene, and only
+    that."""
+    polish = FrontPolish(problem, np.random.default_rng(1), share=0.5)
+    space = problem.genome
+    assert "lever" in polish.kinds
+    x = space.sample(1, np.random.default_rng(2))[0]
+    x[space.priorities] = np.arange(space.n_ops) / space.n_ops
+    tail = np.arange(space.size) >= space.bucket_gene
+    seen = set()
+    for _ in range(200):
+        y = polish._move(x, "lever", None)
+        changed = np.flatnonzero(y != x)
+        assert changed.size == 1 and tail[changed[0]]
+        seen.add("bucket" if changed[0] == space.bucket_gene else
+                 "zero" if changed[0] == space.zero_gene else "recompute")
+        space.decode(y).validate(problem.graph, problem.n_devices)
+    assert seen == {"bucket", "zero", "recompute"}
