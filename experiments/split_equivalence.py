@@ -4,7 +4,8 @@
 
 For every op type the genome may split (tests/models/splitops.py holds all ten) on batch and
 on channel, and for each zoo model with every splittable op split on batch, on channel, and
-data parallelism, and with recomputed groups (every other, every one; on one device and
+data parallelism (and with the optimizer state partitioned over the devices), and with
+recomputed groups (every other, every one; on one device and
 layer-split on two): one training step of the rewritten graph against the original step on
 one device. Prints the largest absolute difference of the loss and of the updated
 weights (every variable: weights and optimizer state), and the largest difference of a
@@ -34,7 +35,8 @@ def main(argv=None) -> int:
     import numpy as np
 
     from moplace import simulate
-    from moplace.core.baselines import data_parallel, layer_split, topological_priority
+    from moplace.core.baselines import (data_parallel, layer_split, partition_optimizer_state,
+                                        topological_priority)
     from moplace.core.recompute import recomputable_heads
     from moplace.core.strategy import Split, Strategy
     from moplace.tf.apply import placed_graph_def
@@ -44,7 +46,7 @@ def main(argv=None) -> int:
     from moplace.tf.session import StepRunner
 
     devices = available_devices(2)
-    lines = [f"{'model':<14} {'strategy':<36} {'ops':>4} {'max |d loss|':>13} "
+    lines = [f"{'model':<14} {'strategy':<42} {'ops':>4} {'max |d loss|':>13} "
              f"{'max |d weight|':>15} "
              f"{'max rel d update':>17}"]
     print(lines[0], flush=True)
@@ -69,6 +71,9 @@ def main(argv=None) -> int:
         cases += [("every splittable op on batch", every("batch")),
                   ("every splittable op on channel", every("channel")),
                   ("data parallel", data_parallel(graph, 2))]
+        dp = data_parallel(graph, 2)  # ZeRO-1 as TensorFlow shards it: by parameter
+        cases.append(("data parallel, optimizer state partitioned",
+                      partition_optimizer_state(graph, dp, 2)))
         heads = recomputable_heads(graph)
         if heads.size:  # recomputation (issue 32): clones of forward ops feed the backward
             one = Strategy(np.zeros(len(graph.ops), np.int64), topological_priority(graph))
@@ -84,7 +89,7 @@ def main(argv=None) -> int:
             dw = max(float(np.max(np.abs(values[k] - after[k]))) for k in after)
             rel = max(float(np.max(np.abs((values[k] - before[k]) - (after[k] - before[k]))))
                       / max(float(np.max(np.abs(after[k] - before[k]))), 1e-30) for k in after)
-            line = (f"{name:<14} {label:<36} {len(s.splits) + len(s.recompute):>4} "
+            line = (f"{name:<14} {label:<42} {len(s.splits) + len(s.recompute):>4} "
                     f"{abs(got_loss - loss):>13.3g} "
                     f"{dw:>15.3g} {rel:>17.3g}")
             print(line, flush=True)

@@ -190,6 +190,18 @@ def test_recomputed_groups_give_the_same_step(cnn):
     cnn.assert_same_step(two.validate(g, 2))
 
 
+def test_data_parallel_with_the_optimizer_state_partitioned_gives_the_same_step(cnn):
+    """ZeRO-1 as TensorFlow can run it: each variable, its optimizer slots and its update on
+    one device, about half the state on each."""
+    from moplace.core.baselines import partition_optimizer_state
+
+    g = cnn.graph
+    s = partition_optimizer_state(g, data_parallel(g, 2), 2).validate(g, 2)
+    trace = simulate(g, cnn.cluster, s)
+    assert min(trace.static_memory) > 0.4 * sum(trace.static_memory)
+    cnn.assert_same_step(s)
+
+
 def test_recomputing_a_split_op_or_sharding_is_refused_by_name(cnn):
     from moplace.core.recompute import recomputable_heads
 

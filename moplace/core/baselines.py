@@ -132,6 +132,29 @@ def data_parallel(graph: OpGraph, n_devices: int,
     return plan.with_options(bucket_bytes=bucket_bytes) if reduces_gradients(graph) else plan
 
 
+def partition_optimizer_state(graph: OpGraph, strategy: Strategy, n_devices: int) -> Strategy:
+    """``strategy`` with its unsplit co-location groups that keep optimizer state (update ops'
+    ``param_bytes``) spread over the devices, the largest first onto the device holding the
+    least so far: each device keeps about 1/n of the state and runs its updates, as ZeRO-1
+    partitions the state, by parameter (the way a graph whose update ops cannot be split,
+    TensorFlow's, shards it). Other groups stay where they are."""
+    a = graph.arrays
+    held = np.where(a.role == ROLES.index("update"), a.param_bytes, 0.0)
+    split = np.zeros(len(graph.ops), bool)
+    split[strategy.split_table.ops] = True
+    state = np.bincount(a.group, weights=held, minlength=a.n_groups)
+    state[np.unique(a.group[split])] = 0.0  # a split group's parts stay where they are
+    placement = strategy.placement.copy()
+    load = np.zeros(n_devices)
+    for g in np.argsort(-state, kind="stable").tolist():
+        if state[g] <= 0:
+            break
+        d = int(np.argmin(load))
+        load[d] += state[g]
+        placement[list(graph.groups[g])] = d
+    return strategy.derive(placement=placement)
+
+
 @BASELINES.register("round-robin")
 def round_robin(graph: OpGraph, n_devices: int) -> Strategy:
     """Group i (in topological order) on device i mod n."""

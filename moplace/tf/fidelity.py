@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..core.baselines import BASELINES, baseline
+from ..core.baselines import BASELINES, baseline, partition_optimizer_state
+from ..core.graph import ROLES
 from ..core.recompute import recomputable_heads
 from ..errors import MoplaceError
 from ..progress import Report
@@ -143,8 +144,9 @@ def _speedup(rows) -> dict:
 
 def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int = 2000,
                          seed: int = 0) -> list[tuple[str, str, object]]:
-    """``(label, source, strategy)``: every baseline, single and layer-split with every other
-    group recomputed (when any can be), each list scheduler's result, and up to
+    """``(label, source, strategy)``: every baseline, data parallelism with the optimizer state
+    partitioned over the devices (`partition_optimizer_state`), single and layer-split with
+    every other group recomputed (when any can be), each list scheduler's result, and up to
     ``front_points`` points spread along an NSGA-II front (fastest to least memory)."""
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
@@ -152,6 +154,9 @@ def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int =
 
     n = cluster.n_devices
     out = [(name, "baseline", baseline(name, graph, n)) for name in BASELINES]
+    if n > 1 and np.any(graph.arrays.role == ROLES.index("update")):  # ZeRO-1, by parameter
+        out.append(("data-parallel, optimizer state partitioned", "baseline",
+                    partition_optimizer_state(graph, baseline("data-parallel", graph, n), n)))
     every_other = recomputable_heads(graph)[::2]
     if every_other.size:  # recomputation run for real (unsplit plans: the testbed's reach)
         out += [(f"{name}, every other group recomputed", "baseline",
