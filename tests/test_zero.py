@@ -192,3 +192,24 @@ def test_the_memory_figure_compares_with_the_strategy_without_its_levers(tmp_pat
     memory_over_time(simulate(g, c, both, record=True), tmp_path / "m.png", lever=levers,
                      without=simulate(g, c, plain, record=True))
     assert (tmp_path / "m.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("spec", ["pipedream:resnet50", "pipedream:inception_v3"])
+def test_random_genomes_with_zero3_and_recomputation_run_to_the_end(spec):
+    """Gathers, buckets and recomputation's clones wait on each other without a cycle (a
+    cycle would leave tasks unrun), on random strategies, one server or two."""
+    from moplace import Problem
+    from moplace.core.recompute import recomputable_heads
+
+    for cluster in ("4xV100-NVLink", "2x4xV100-2xIB100"):
+        p = Problem(load_graph(spec), load_cluster(cluster))
+        space, rng = p.genome, np.random.default_rng(5)
+        X = space.sample(8, rng)
+        X[:, space.zero_gene] = space.zero_choices.index(3.0)
+        for x in X:
+            s = space.decode(x)
+            assert s.recompute and p.evaluate(s).trace.makespan > 0
+        dp = baseline("data-parallel", p.graph, p.n_devices).with_options(zero_stage=3)
+        s = dp.with_recompute(recomputable_heads(p.graph)[::2])
+        _assert_reference(build_task_graph(p.graph, s, p.costs), p.cluster, p.graph,
+                          simulate(p.graph, p.cluster, s, costs=p.costs))

@@ -39,8 +39,9 @@ class BucketedCollectives:
     """
 
     def __init__(self, a, costs, ptr, parts, dims, dev, bucket_bytes: float = 0.0,
-                 zero_stage: int = 0):
+                 zero_stage: int = 0, n_ops: int | None = None):
         cl = costs.cluster
+        n_ops = parts.size if n_ops is None else n_ops  # ops from n_ops on: clones
         mask_of = _device_masks(ptr, parts, dev)
         cand = np.flatnonzero((dims == _BATCH) & (a.grad_bytes > 0) & (parts > 1))
         masks = mask_of[cand]
@@ -98,15 +99,19 @@ class BucketedCollectives:
             offset += gather.kind.size
         if zero_stage >= 3:  # weights sharded: gathered before each use
             self.weighted = sharded_weights(a, parts, dims, mask_of)
-            g_size, g_mask, g_user, g_wait = weight_gathers(a, cl, parts, dims, mask_of,
-                                                            self.weighted)
+            g_size, g_mask, g_users, g_wait = weight_gathers(a, cl, parts, dims, mask_of,
+                                                             self.weighted, n_ops)
             if g_size.size:
                 plans_w, ring_w = gather_plans(cl, g_mask)
-                weights = _tasks(plans_w, ring_w, g_size, g_user)
+                weights = _tasks(plans_w, ring_w, g_size,
+                                 np.array([use[0] for use in g_users], np.int64))
                 count = np.array([len(w) for w in g_wait], np.int64)
                 feeds.append((np.array([p for w in g_wait for p in w], np.int64),
                               np.repeat(weights.entry + offset, count)))
-                self.feed_of = np.stack([weights.exit + offset, g_user], 1)
+                n_use = np.array([len(use) for use in g_users], np.int64)
+                self.feed_of = np.stack([np.repeat(weights.exit + offset, n_use),
+                                         np.array([w for use in g_users for w in use],
+                                                  np.int64)], 1)
                 tables.append(weights)
         self._merge(tables)
         ops, colls = (np.concatenate(x) for x in zip(*feeds))

@@ -2,10 +2,11 @@
 
 Under ``zero_stage`` 3 the replicas of a batch split keep 1/n of an op's weights instead of a
 copy each. Before the op's parts run, and before the parts of each backward op of its
-co-location group that computes its weight gradient (which needs the weights too), an
-all-gather of the weights runs on the devices of the parts (`collective_plan`, so across
+co-location group that computes its weight gradient (which needs the weights too) and the
+clones that recompute it, an all-gather of the weights runs on the devices of the parts (`collective_plan`, so across
 servers it is hierarchical). Each gather starts once the ops that feed the op's own inputs have
-finished, one op ahead: the gather overlaps the op before, as FSDP's prefetch does. The
+finished (those that come before every op the gather serves, in topological order), one op
+ahead: the gather overlaps the op before, as FSDP's prefetch does. The
 gathered weights are not freed task by task here: every device holds, all step, twice the
 largest weights gathered on it less its shard (the layer that runs and the one prefetched),
 counted with its parameters.
@@ -29,35 +30,42 @@ def sharded_weights(a, parts, dims, mask_of) -> np.ndarray:
     return (dims == _BATCH) & (parts > 1) & multi & (a.param_bytes > 0) & (a.role == _FORWARD)
 
 
-def weight_gathers(a, cluster, parts, dims, mask_of, weighted):
+def weight_gathers(a, cluster, parts, dims, mask_of, weighted, n_ops: int):
     """The gathers of the weights of the ``weighted`` ops (`sharded_weights`), as
-    ``(size, ring_mask, user, triggers)``: per gather the bytes, the devices, the op whose parts
-    wait for it, and the ops whose parts it waits for (a list each)."""
-    members: dict[int, list[int]] = {}
-    for op in np.flatnonzero(weighted).tolist():
-        members.setdefault(int(a.group[op]), [])
+    ``(size, ring_mask, users, triggers)``: per gather the bytes, the devices, the ops whose
+    parts wait for it and the ops whose parts it waits for (a list each). An op's weights are
+    gathered for the op, and again for the backward: its group's ops that compute its weight
+    gradient and the clones that recompute it (ops from ``n_ops`` on, `recompute_plan`)."""
+    later: dict[int, list[int]] = {int(a.group[op]): [] for op in np.flatnonzero(weighted)}
     backward = (a.role == _BACKWARD) & (a.grad_bytes > 0) & (dims == _BATCH) & (parts > 1)
-    for op in np.flatnonzero(backward).tolist():
-        if int(a.group[op]) in members:
-            members[int(a.group[op])].append(op)
+    clone = np.arange(a.role.size) >= n_ops
+    for op in np.flatnonzero(backward | (clone & (dims == _BATCH) & (parts > 1))).tolist():
+        if int(a.group[op]) in later:
+            later[int(a.group[op])].append(op)
+    position = np.empty(a.role.size, np.int64)
+    position[a.topo] = np.arange(a.role.size)
     sizes, masks, users, triggers = [], [], [], []
     for u in np.flatnonzero(weighted).tolist():
-        for w in [u] + [b for b in members[int(a.group[u])] if mask_of[b] == mask_of[u]]:
+        again = [b for b in later[int(a.group[u])] if mask_of[b] == mask_of[u]]
+        for use in ([u], again) if again else ([u],):
             sizes.append(float(a.param_bytes[u]))
             masks.append(int(mask_of[u]))
-            users.append(w)
-            triggers.append(_two_back(a, w))
-    return (np.array(sizes, np.float64), np.array(masks, np.int64), np.array(users, np.int64),
-            triggers)
+            users.append(use)
+            # only ops before every user (in topological order) can be waited for: none of
+            # them waits on a user, so no gather waits on itself
+            first = min(position[w] for w in use)
+            wait = set().union(*(_two_back(a, w) for w in use))
+            triggers.append(sorted(p for p in wait if position[p] < first))
+    return np.array(sizes, np.float64), np.array(masks, np.int64), users, triggers
 
 
-def _two_back(a, w: int) -> list[int]:
+def _two_back(a, w: int) -> set[int]:
     """The ops that feed the ops that feed ``w``."""
     first = a.src[a.in_edge[a.in_ptr[w]:a.in_ptr[w + 1]]]
     out: set[int] = set()
     for p in first.tolist():
         out.update(a.src[a.in_edge[a.in_ptr[p]:a.in_ptr[p + 1]]].tolist())
-    return sorted(out)
+    return out
 
 
 def gather_plans(cluster, masks):

@@ -119,7 +119,7 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
     dev = strategy.placement[task_op].copy()
     dev[parts[vop] > 1] = split_dev  # split ops' parts in op order, so they line up
     colls = BucketedCollectives(a, costs, ptr, parts, dims, dev, strategy.bucket_bytes,
-                                int(strategy.zero_stage))
+                                int(strategy.zero_stage), n_ops)
     dur = _durations(a, costs, ptr, vop, orig, dev, parts, dims, colls.sharded_update)
     out_b, par_b = _memory(a, vop, parts, dims, colls.sharded_update | colls.weighted)
     par_b = par_b + held_while_gathered(ptr, parts, dev, colls.weighted, a.param_bytes,
