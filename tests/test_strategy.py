@@ -503,3 +503,17 @@ def test_simulation_key_tells_apart_what_changes_the_simulation():
     moved[on0[-1]] = 1  # an op on another device
     keys.add(Strategy(moved, s.priority).simulation_key)
     assert len(keys) == 4
+
+
+def test_sampled_genomes_recompute_sparsely_and_replication_pulls_no_lever():
+    """Half the sampled genomes recompute nothing (uniform genes would recompute half of every
+    genome's groups); data parallelism made by the device-set move shards and recomputes
+    nothing, as the data-parallel baseline."""
+    g = load_graph("pipedream:resnet50")
+    space = GenomeSpace(g, 4)
+    X = space.sample(400, np.random.default_rng(0))
+    share = X[:, space.recompute_genes].mean(axis=1)
+    assert 0.4 < np.mean(share == 0) < 0.6 and 0.15 < share.mean() < 0.35
+    y = space.replicate(X[np.argmax(share)], 0, 4)
+    s = space.decode(y)
+    assert s.recompute == () and s.zero_stage == 0

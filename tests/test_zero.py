@@ -206,6 +206,8 @@ def test_random_genomes_with_zero3_and_recomputation_run_to_the_end(spec):
         space, rng = p.genome, np.random.default_rng(5)
         X = space.sample(8, rng)
         X[:, space.zero_gene] = space.zero_choices.index(3.0)
+        genes = space.recompute_genes
+        X[:, genes] = rng.random((X.shape[0], genes.stop - genes.start)) < 0.5
         for x in X:
             s = space.decode(x)
             assert s.recompute and p.evaluate(s).trace.makespan > 0

@@ -92,9 +92,11 @@ class GenomeSpace:
         return lo, hi
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` genomes [n, size] drawn uniformly (see `sample_genomes`)."""
+        """``n`` genomes [n, size] drawn uniformly (see `sample_genomes`), but for the
+        recompute genes (`sparse_recompute`)."""
         lo, hi = self.bounds
-        return sample_genomes(lo, hi, self.integer_mask, n, rng)
+        return sparse_recompute(sample_genomes(lo, hi, self.integer_mask, n, rng),
+                                self.recompute_genes, rng)
 
     @property
     def integer_mask(self) -> np.ndarray:
@@ -211,8 +213,8 @@ class GenomeSpace:
         """Genome ``x`` as data parallelism on the ``length`` consecutive devices from
         ``start``: every group that can split on batch into ``length`` parts (else the most
         it allows) is split so from ``start``; every other group runs on ``start``; gradients
-        go in DDP's buckets (`DDP_BUCKET_BYTES`, as the data-parallel baseline). Priorities
-        stay."""
+        go in DDP's buckets (`DDP_BUCKET_BYTES`), nothing sharded or recomputed, as the
+        data-parallel baseline. Priorities stay."""
         y = np.array(x, dtype=np.float64)
         G, D = self.n_groups, self.n_devices
         if not 1 <= length <= D:
@@ -221,6 +223,8 @@ class GenomeSpace:
         y[G:2 * G] = [self._nearest_option(g, "batch", length) for g in range(G)]
         if DDP_BUCKET_BYTES in self.bucket_choices:
             y[self.bucket_gene] = self.bucket_choices.index(DDP_BUCKET_BYTES)
+        y[self.zero_gene] = 0
+        y[self.recompute_genes] = 0
         return y
 
     #: Device-set moves are made on clusters of at least this many devices (on 2 or 3, a
@@ -280,6 +284,19 @@ def sample_genomes(lo: np.ndarray, hi: np.ndarray, integer: np.ndarray, n: int,
     X = rng.uniform(lo, hi, size=(n, lo.size))
     k = np.flatnonzero(integer)
     X[:, k] = rng.integers(lo[k].astype(np.int64), hi[k].astype(np.int64) + 1, size=(n, k.size))
+    return X
+
+
+def sparse_recompute(X: np.ndarray, genes: slice, rng: np.random.Generator) -> np.ndarray:
+    """``X`` (genomes, rows) with its recompute ``genes`` redrawn: half the genomes recompute
+    nothing; in the others each group is recomputed with a chance drawn per genome, uniform in
+    [0, 1). (Uniform genes would recompute half the groups of every genome: slower plans than
+    any a fast front keeps, which a search then spends its budget undoing.)"""
+    k = genes.stop - genes.start
+    if k <= 0 or X.shape[0] == 0:
+        return X
+    chance = np.where(rng.random(X.shape[0]) < 0.5, 0.0, rng.random(X.shape[0]))
+    X[:, genes] = rng.random((X.shape[0], k)) < chance[:, None]
     return X
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moplace.core.baselines import group_order
-from moplace.core.genome import GenomeSpace, sample_genomes
+from moplace.core.genome import GenomeSpace, sample_genomes, sparse_recompute
 
 
 def _csr_undirected(a: np.ndarray, b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -141,10 +141,12 @@ def normalized_priority(priority: np.ndarray) -> np.ndarray:
 
 
 def random_genomes(s: GenomeStructure, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` genomes uniform over the space (integer genes uniform over their values)."""
+    """``n`` genomes uniform over the space (integer genes uniform over their values), the
+    recompute genes sparse (`sparse_recompute`)."""
     ints = np.ones(s.size, bool)
     ints[2 * s.G:2 * s.G + s.N] = False
-    return sample_genomes(s.lo, s.hi, ints, n, rng)
+    X = sample_genomes(s.lo, s.hi, ints, n, rng)
+    return sparse_recompute(X, slice(2 * s.G + s.N + 2, s.size), rng)
 
 
 # ---------------------------------------------------------------------------------------------
