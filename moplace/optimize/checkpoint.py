@@ -47,17 +47,20 @@ MAGIC = b"moplace-checkpoint\n"
 #: the format version written: 2 since searchers hold their settings as one declared object and
 #: MCMC its chains as parts of its own (issue 31); a version-1 file's searcher state cannot be
 #: read into today's searchers, so it is refused with both versions named
-#: 3 since strategies carry strategy-wide options (gradient buckets, issue 32): a version-2
-#: file reads as strategies with every option at its default, and a version-3 file is refused
-#: by a reader of version 2, which would drop the options unseen
-#: 4 since strategies recompute groups (issue 32), for the same reason
+#: 3 since strategies carry strategy-wide options (gradient buckets, issue 32), and 4 since
+#: they shard (ZeRO) and recompute groups: the genome grew a gene each time, and a searcher's
+#: state (MCMC's chains, NSGA-II's population) holds genomes of its version's layout, which
+#: today's searchers cannot continue, so versions 2 and 3 are refused with both versions named
+#: (resuming one crashed inside MCMC's moves); a reader of an older version refuses this one
 VERSION = 4
 #: the versions this moplace reads
-READS = (2, 3, 4)
+READS = (4,)
 #: what each older version was written by, for the message that refuses it
 WRITTEN_BY = {1: "moplace 0.1 before its searcher settings were declared (issue 31)",
-              2: "moplace before strategies had options (issue 32)",
-              3: "moplace before strategies recomputed groups (issue 32)"}
+              2: "moplace before strategies had options (issue 32), whose searcher state "
+                 "holds genomes of another layout",
+              3: "moplace before strategies sharded and recomputed (issue 32), whose searcher "
+                 "state holds genomes of another layout"}
 _MAX_HEADER = 1 << 24  # bytes of the JSON line at most
 
 
@@ -206,10 +209,10 @@ def _header(f, path) -> dict:
         raise MoplaceError(f"checkpoint {path} is corrupt or truncated (bad header)") from None
     if version not in READS:
         by = f", written by {WRITTEN_BY[version]}" if version in WRITTEN_BY else ""
-        newer = (" (newer than this moplace: update it, or" if isinstance(version, int)
+        newer = (" (newer than this moplace: update it, or " if isinstance(version, int)
                  and not isinstance(version, bool) and version > VERSION else " (")
         raise MoplaceError(f"checkpoint {path} has format version {version!r}{by}; this moplace "
-                           f"reads versions {', '.join(map(str, READS))}{newer} start the search "
+                           f"reads versions {', '.join(map(str, READS))}{newer}start the search "
                            "again with another checkpoint file)")
     return meta
 
