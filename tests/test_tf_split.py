@@ -211,6 +211,23 @@ def test_recomputing_a_split_op_or_sharding_is_refused_by_name(cnn):
                  {head: Split("batch", (0, 1))}, recompute=[head]).validate(g, 2)
     with pytest.raises(SplitRefused, match=f"op '{g.ops[head].name}' is both split and"):
         cnn.run(s)
+    # an unsplit recomputed op read backward by a split op: refused too, naming both
+    a = g.arrays
+    for h in recomputable_heads(g).tolist():
+        readers = a.dst[a.out_ptr[h]:a.out_ptr[h + 1]][a.role[a.dst[a.out_ptr[h]:a.out_ptr[h + 1]]]
+                                                       != 0]
+        split = [int(r) for r in readers if g.ops[int(r)].splittable]
+        if split and not g.ops[h].splittable:
+            break
+    else:
+        pytest.fail("no recomputable unsplittable op with a splittable backward reader")
+    r = split[0]
+    s = Strategy(np.zeros(len(g.ops), np.int64), topological_priority(g),
+                 {m: Split("batch", (0, 1)) for m in g.groups[int(g.arrays.group[r])]},
+                 recompute=[h]).validate(g, 2)
+    with pytest.raises(SplitRefused, match=f"op '{g.ops[h].name}' is recomputed for op "
+                       f"'{g.ops[r].name}', which is split"):
+        cnn.run(s)
     dp = data_parallel(g, 2).with_options(zero_stage=1)
     with pytest.raises(SplitRefused, match="ZeRO stage 1 .* not applied on the testbed"):
         cnn.run(dp)

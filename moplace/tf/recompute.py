@@ -9,7 +9,8 @@ for the backward gets a control input on each op it waits for. The order the sim
 the clones in is then enforced like every other op's (`moplace.tf.apply`).
 
 Not applied here (the strategy is then not expressible, with the reason): recomputing an op
-that is also split (its parts and the slices and joins around them would all need clones),
+that is also split, or for a backward reader that is split (parts and the slices and joins
+around them, some shared with forward readers, would all need clones),
 and a node TensorFlow calls stateful (a second run could give another value;
 `moplace.core.recompute.NEVER_RECOMPUTED` keeps the known ones out of every plan).
 """
@@ -44,6 +45,14 @@ def rewrite_recompute(graph_def, graph: OpGraph, strategy: Strategy) -> int:
         if i in strategy.splits:
             raise RecomputeRefused(f"op {names[i]!r} is both split and recomputed: the testbed "
                                    "recomputes unsplit ops only")
+    a = plan.arrays
+    for v in range(n, orig.size):  # a split reader's parts read the op through shared slices
+        for e in range(a.out_ptr[v], a.out_ptr[v + 1]):
+            dst = int(a.dst[a.out_edge[e]])
+            if dst < n and dst in strategy.splits:
+                raise RecomputeRefused(
+                    f"op {names[int(orig[v])]!r} is recomputed for op {names[dst]!r}, which is "
+                    "split: the testbed recomputes ops for unsplit readers only")
     nodes = {node.name: node for node in graph_def.node}
     for i in clone_of:
         node = nodes[names[i]]
@@ -51,7 +60,6 @@ def rewrite_recompute(graph_def, graph: OpGraph, strategy: Strategy) -> int:
             raise RecomputeRefused(f"op {names[i]!r} ({node.op}) is stateful: run again it "
                                    "could give another value")
     renamed = {names[i]: recompute_name(names[i]) for i in clone_of}
-    a = plan.arrays
     for i, v in clone_of.items():  # each clone: its op's node reading the clones' outputs
         node = nodes[names[i]]
         clone = graph_def.node.add()
