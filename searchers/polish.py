@@ -66,12 +66,11 @@ class FrontPolish:
         able = {"swap": N > 1, "move": G > 0 and D > 1, "split": bool(self._splittable),
                 "relabel": G > 0 and D > 1, "resize": G > 0 and D >= s.RESIZE_MIN_DEVICES,
                 "scatter": G > 1 and D > 1, "lever": False}
-        #: the strategy-wide genes a lever move changes: (first gene, genes, values each)
-        self._levers = [(g, 1, n) for g, n in ((s.bucket_gene, len(s.bucket_choices)),
-                                               (s.zero_gene, len(s.zero_choices))) if n > 1]
-        r = s.recompute_genes
-        if r.stop > r.start:
-            self._levers.append((r.start, r.stop - r.start, 2))
+        #: what a lever move picks among (`GenomeSpace.lever_genes`, by first index and count):
+        #: the bucket size, the ZeRO stage, the recompute genes as one
+        n_rec = s.recompute_heads.size
+        wide = s.lever_genes.size - n_rec
+        self._levers = [(k, 1) for k in range(wide)] + ([(wide, n_rec)] if n_rec else [])
         able["lever"] = bool(self._levers)
         #: the move kinds that can change something on this problem
         self.kinds = [k for k in _KINDS if able[k]]
@@ -165,9 +164,8 @@ class FrontPolish:
         elif kind == "resize":
             y = s.random_resize(x, rng)
         elif kind == "lever":  # another bucket size or ZeRO stage, or one group recomputed
-            first, genes, n = self._levers[int(rng.integers(len(self._levers)))]
-            k = first + int(rng.integers(genes))
-            y[k] = (int(round(x[k])) + 1 + int(rng.integers(n - 1))) % n
+            first, count = self._levers[int(rng.integers(len(self._levers)))]
+            s.other_lever_value(y, first + int(rng.integers(count)), rng)
         else:  # scatter: a share of the groups to random devices
             rate = SCATTER_RATES[int(rng.integers(len(SCATTER_RATES)))]
             hit = rng.random(G) < rate

@@ -14,10 +14,10 @@ the group, with part k on device ``(device + k) mod D``. The strategy-wide genes
 the bucket gene picks one of `BUCKET_CHOICES` (only 0 when no gradient can be all-reduced:
 one device, or no batch-splittable op with a weight gradient), the ZeRO gene one of
 `ZERO_CHOICES` (only 0 there too, and where no update can be sharded: `shards_updates`); a
-recompute gene says whether the r-th group that can be recomputed (`recomputable_heads`) is. `decode` is exact: integer
-genes are rounded and clipped, priorities taken as they are, and ``encode(decode(x)) == x``
-for any integer-valued x within bounds. ``space.priorities`` is the slice of the priorities,
-``space.recompute_genes`` that of the recompute genes.
+recompute gene says whether the r-th group that can be recomputed (`recomputable_heads`) is.
+`decode` is exact: integer genes are rounded and clipped, priorities taken as they are, and
+``encode(decode(x)) == x`` for any integer-valued x within bounds. ``space.priorities`` is
+the slice of the priorities, ``space.recompute_genes`` that of the recompute genes.
 """
 
 from __future__ import annotations
@@ -76,6 +76,14 @@ class GenomeSpace:
         #: genes after the priorities (strategy-wide: the bucket size and the ZeRO stage; the
         #: recompute genes)
         self.n_tail = 2 + self.recompute_heads.size
+        #: the strategy-wide genes with a choice (the bucket, the ZeRO stage, the recompute
+        #: genes, in that order), and how many values each takes (`other_lever_value`)
+        wide = [(g, len(c)) for g, c in ((self.bucket_gene, self.bucket_choices),
+                                         (self.zero_gene, self.zero_choices)) if len(c) > 1]
+        self.lever_genes = np.array([g for g, _ in wide] + list(range(
+            self.recompute_genes.start, self.recompute_genes.stop)), np.int64)
+        self.lever_values = np.array([n for _, n in wide] + [2] * self.recompute_heads.size,
+                                     np.int64)
 
     @property
     def size(self) -> int:
@@ -165,6 +173,12 @@ class GenomeSpace:
         x[self.zero_gene] = self.zero_choices.index(strategy.zero_stage)
         x[self.recompute_genes] = np.isin(self.recompute_heads, strategy.recompute)
         return x
+
+    def other_lever_value(self, y: np.ndarray, k: int, rng: np.random.Generator) -> None:
+        """Set lever gene ``lever_genes[k]`` of genome ``y`` to another of its values, drawn
+        uniformly (a recompute gene flips)."""
+        gene, n = int(self.lever_genes[k]), int(self.lever_values[k])
+        y[gene] = (int(round(y[gene])) + 1 + int(rng.integers(n - 1))) % n
 
     def device_window(self, x) -> tuple[int, int]:
         """The smallest cyclic run of devices (first device, length) holding every op and
@@ -279,8 +293,8 @@ class GenomeSpace:
 def sample_genomes(lo: np.ndarray, hi: np.ndarray, integer: np.ndarray, n: int,
                    rng: np.random.Generator) -> np.ndarray:
     """``n`` genomes [n, len(lo)] uniform within the bounds; the genes where ``integer`` is
-    True (devices, split options, the bucket, ZeRO and recompute genes) uniform over their integer
-    values."""
+    True (devices, split options, the bucket, ZeRO and recompute genes) uniform over their
+    integer values."""
     X = rng.uniform(lo, hi, size=(n, lo.size))
     k = np.flatnonzero(integer)
     X[:, k] = rng.integers(lo[k].astype(np.int64), hi[k].astype(np.int64) + 1, size=(n, k.size))

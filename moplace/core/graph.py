@@ -17,6 +17,7 @@ from typing import Iterable, Mapping
 import networkx as nx
 import numpy as np
 
+from ..arrays import csr_ptr
 from ..errors import GraphError, shown
 from ._topo import lexicographic_topo_order
 
@@ -370,10 +371,7 @@ def _edge_from_tuple(edge) -> Edge:
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(keys, kind="stable").astype(np.int64)
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
-    return ptr, order
+    return csr_ptr(keys, n), np.argsort(keys, kind="stable").astype(np.int64)
 
 
 def _group_ids(ops) -> tuple[np.ndarray, int]:

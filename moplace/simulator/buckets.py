@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import segment_ranks
+from ..arrays import csr_ptr, segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS
-from .collectives import ALL_GATHER, ALL_REDUCE, PIECE_BYTES, REDUCE_SCATTER, collective_plan
-from .gathers import gather_plans, sharded_weights, weight_gathers
+from .collectives import ALL_GATHER, ALL_REDUCE, PIECE_BYTES, REDUCE_SCATTER, ring_plans
+from .gathers import sharded_weights, weight_gathers
 
 _UPDATE = ROLES.index("update")
 _BATCH = SPLIT_DIMS.index("batch")
@@ -23,7 +23,8 @@ class BucketedCollectives:
     ``bucket_bytes`` (0: one per gradient, in op order); a bucket is closed early after a
     gradient whose update has consumers, so that no bucket waits on work that waits on it.
 
-    Each bucket runs the stages of its ring's plan (`all_reduce_plan`), one task per phase;
+    Each bucket runs the stages of its ring's plan (`ring_plans`: an all-reduce, or under ZeRO
+    a reduce-scatter then, after the updates, an all-gather), one task per phase;
     every phase of a stage follows every phase of the stage before. A bucket reduced across
     servers goes in pieces of at most `PIECE_BYTES`, pipelined: each piece runs every stage,
     each piece's first task follows the previous piece's first, and the bucket's last task
@@ -60,8 +61,7 @@ class BucketedCollectives:
         n_b = int(bucket.max()) + 1 if bucket.size else 0
         self.bucket_of_op = np.full(parts.size, -1, np.int64)
         self.bucket_of_op[grad_ops] = bucket
-        self.serve_ptr = np.zeros(n_b + 1, np.int64)
-        np.cumsum(np.bincount(bucket, minlength=n_b), out=self.serve_ptr[1:])
+        self.serve_ptr = csr_ptr(bucket, n_b)
         self.serve = grad_ops[np.argsort(bucket, kind="stable")]
         self.mask = np.zeros(n_b, np.int64)
         self.mask[bucket] = grad_masks
@@ -70,10 +70,7 @@ class BucketedCollectives:
         size = np.bincount(bucket, weights=a.grad_bytes[grad_ops], minlength=n_b)
         last_op = np.zeros(n_b, np.int64)  # each bucket's last gradient, in time
         last_op[bucket[by_time]] = grad_ops[by_time]
-        rings, ring_of = np.unique(key, return_inverse=True)
-        ring_of = ring_of.ravel()
-        plans = [collective_plan(cl, _devices(k >> 1, cl.n_devices),
-                                 REDUCE_SCATTER if k & 1 else ALL_REDUCE) for k in rings.tolist()]
+        plans, ring_of = ring_plans(cl, key >> 1, np.where(key & 1, REDUCE_SCATTER, ALL_REDUCE))
         reduce = _tasks(plans, ring_of, size, last_op)
         self.entry, self.exit, self.first = reduce.entry, reduce.exit, reduce.first
         #: per op: an update whose replicas each update their shard of the weights (ZeRO),
@@ -81,17 +78,14 @@ class BucketedCollectives:
         self.sharded_update = np.zeros(parts.size, bool)
         self.weighted = np.zeros(parts.size, bool)
         feeds = [(grad_ops, reduce.entry[bucket])]  # (op, collective task its parts feed)
-        self.feed_of = np.zeros(0, np.int64)  # (collective task, op whose parts it feeds)
+        fed_by = fed_op = np.zeros(0, np.int64)  # (collective task, op whose parts it feeds)
         tables, offset = [reduce], reduce.kind.size
         done = np.flatnonzero(key & 1)  # buckets reduce-scattered
         if done.size:
             upd, src = _update_edges(a, grad_ops[sharded])
             self.sharded_update[upd] = True
         if done.size and zero_stage < 3:  # gather the updated weights
-            g_rings, g_ring_of = np.unique(key[done] >> 1, return_inverse=True)
-            g_plans = [collective_plan(cl, _devices(m, cl.n_devices), ALL_GATHER)
-                       for m in g_rings.tolist()]
-            gather = _tasks(g_plans, g_ring_of.ravel(), size[done], last_op[done])
+            gather = _tasks(*ring_plans(cl, key[done] >> 1, ALL_GATHER), size[done], last_op[done])
             gather_entry = np.full(n_b, -1, np.int64)
             gather_entry[done] = gather.entry + offset
             feeds.append((upd, gather_entry[self.bucket_of_op[src]]))
@@ -99,19 +93,17 @@ class BucketedCollectives:
             offset += gather.kind.size
         if zero_stage >= 3:  # weights sharded: gathered before each use
             self.weighted = sharded_weights(a, parts, dims, mask_of)
-            g_size, g_mask, g_users, g_wait = weight_gathers(a, cl, parts, dims, mask_of,
+            g_size, g_mask, g_users, g_wait = weight_gathers(a, parts, dims, mask_of,
                                                              self.weighted, n_ops)
             if g_size.size:
-                plans_w, ring_w = gather_plans(cl, g_mask)
-                weights = _tasks(plans_w, ring_w, g_size,
+                weights = _tasks(*ring_plans(cl, g_mask, ALL_GATHER), g_size,
                                  np.array([use[0] for use in g_users], np.int64))
                 count = np.array([len(w) for w in g_wait], np.int64)
                 feeds.append((np.array([p for w in g_wait for p in w], np.int64),
                               np.repeat(weights.entry + offset, count)))
                 n_use = np.array([len(use) for use in g_users], np.int64)
-                self.feed_of = np.stack([np.repeat(weights.exit + offset, n_use),
-                                         np.array([w for use in g_users for w in use],
-                                                  np.int64)], 1)
+                fed_by = np.repeat(weights.exit + offset, n_use)
+                fed_op = np.array([w for use in g_users for w in use], np.int64)
                 tables.append(weights)
         self._merge(tables)
         ops, colls = (np.concatenate(x) for x in zip(*feeds))
@@ -120,13 +112,10 @@ class BucketedCollectives:
         order = np.lexsort((colls, ops))
         #: per op, the collective tasks its parts feed (CSR ``feeds_ptr``/``feeds``), and per
         #: collective task, the ops whose every part it feeds (``fed_ptr``/``fed``)
-        self.feeds_ptr = _csr_ptr(ops, parts.size)
+        self.feeds_ptr = csr_ptr(ops, parts.size)
         self.feeds = colls[order]
-        order = np.lexsort((self.feed_of[:, 1], self.feed_of[:, 0])) if self.feed_of.size \
-            else np.zeros(0, np.int64)
-        fed = self.feed_of[order] if self.feed_of.size else np.zeros((0, 2), np.int64)
-        self.fed_ptr = _csr_ptr(fed[:, 0], self.kind.size)
-        self.fed = fed[:, 1].astype(np.int64)
+        self.fed_ptr = csr_ptr(fed_by, self.kind.size)
+        self.fed = fed_op[np.lexsort((fed_op, fed_by))]
         #: per task: its bucket's devices for a bucket's last reduce task (which serves the
         #: updates), else 0
         self.task_mask = np.zeros(self.kind.size, np.int64)
@@ -147,16 +136,6 @@ class BucketedCollectives:
                 parts.append(p[1:] + base)
                 base += p[-1]
             setattr(self, name, np.concatenate(parts))
-
-
-def _csr_ptr(keys: np.ndarray, n: int) -> np.ndarray:
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
-    return ptr
-
-
-def _devices(mask: int, n: int) -> list[int]:
-    return [d for d in range(n) if mask >> d & 1]
 
 
 def _device_masks(ptr, parts, dev) -> np.ndarray:
@@ -244,8 +223,7 @@ def _tasks(plans, ring_of, size, last_op) -> _Table:
     dst = np.concatenate(dst).astype(np.int64) if dst else np.zeros(0, np.int64)
     order = np.lexsort((dst, src))
     t.succ = dst[order]
-    t.succ_ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=t.succ_ptr[1:])
+    t.succ_ptr = csr_ptr(src, n)
     return t
 
 

@@ -55,10 +55,10 @@ def build(graph: OpGraph, strategy: Strategy, costs: CostModel,
     was made: `UNSPLIT`, `PATCHED` or `FILLED`.
 
     Without splits or recomputation, tasks are ops and the graph's own arrays serve (cheaper
-    than any patch). Otherwise ``parent``'s task graph patched when ``parent`` (the simulated strategy this
-    one was derived from) is given and differs from it in what a patch can express, else the
-    cached skeleton of the split configuration (`skeleton_for`) filled in for this strategy's
-    placement and priorities. Every path gives the same arrays."""
+    than any patch). Otherwise ``parent``'s task graph patched when ``parent`` (the simulated
+    strategy this one was derived from) is given and differs from it in what a patch can
+    express, else the cached skeleton of the split configuration (`skeleton_for`) filled in
+    for this strategy's placement and priorities. Every path gives the same arrays."""
     if not strategy.splits and not strategy.recompute:
         return unsplit_task_graph(graph, strategy, costs), UNSPLIT
     if parent is not None:

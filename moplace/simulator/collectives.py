@@ -123,6 +123,18 @@ def collective_plan(cluster, devices, kind: int) -> Plan:
     return plan
 
 
+def ring_plans(cluster, masks: np.ndarray, kinds) -> tuple[list, np.ndarray]:
+    """The plans of collectives on the device sets ``masks`` (bitmasks) of ``kinds`` (one or
+    per mask), each distinct (devices, kind) planned once: the plans, and each mask's plan."""
+    masks = np.asarray(masks, np.int64)
+    pairs = np.stack([masks, np.broadcast_to(np.asarray(kinds, np.int64), masks.shape)], 1)
+    keys, plan_of = np.unique(pairs.reshape(-1, 2), axis=0, return_inverse=True)
+    n = cluster.n_devices
+    plans = [collective_plan(cluster, [d for d in range(n) if m >> d & 1], k)
+             for m, k in keys.tolist()]
+    return plans, plan_of.ravel()
+
+
 def _plan(cluster, devs: tuple[int, ...], kind: int = ALL_REDUCE) -> Plan:
     server = cluster.server[list(devs)]
     servers = sorted(set(server.tolist()))

@@ -3,13 +3,13 @@
 Under ``zero_stage`` 3 the replicas of a batch split keep 1/n of an op's weights instead of a
 copy each. Before the op's parts run, and before the parts of each backward op of its
 co-location group that computes its weight gradient (which needs the weights too) and the
-clones that recompute it, an all-gather of the weights runs on the devices of the parts (`collective_plan`, so across
-servers it is hierarchical). Each gather starts once the ops that feed the op's own inputs have
-finished (those that come before every op the gather serves, in topological order), one op
-ahead: the gather overlaps the op before, as FSDP's prefetch does. The
-gathered weights are not freed task by task here: every device holds, all step, twice the
-largest weights gathered on it less its shard (the layer that runs and the one prefetched),
-counted with its parameters.
+clones that recompute it, an all-gather of the weights runs on the devices of the parts
+(`collective_plan`, so across servers it is hierarchical). Each gather starts once the ops
+that feed the op's own inputs have finished (those that come before every op the gather
+serves, in topological order), one op ahead: the gather overlaps the op before, as FSDP's
+prefetch does. The gathered weights are not freed task by task here: every device holds, all
+step, twice the largest weights gathered on it less its shard (the layer that runs and the
+one prefetched), counted with its parameters.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import numpy as np
 
 from ..arrays import segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS
-from .collectives import ALL_GATHER, collective_plan
 
 _FORWARD, _BACKWARD = ROLES.index("forward"), ROLES.index("backward")
 _BATCH = SPLIT_DIMS.index("batch")
@@ -30,7 +29,7 @@ def sharded_weights(a, parts, dims, mask_of) -> np.ndarray:
     return (dims == _BATCH) & (parts > 1) & multi & (a.param_bytes > 0) & (a.role == _FORWARD)
 
 
-def weight_gathers(a, cluster, parts, dims, mask_of, weighted, n_ops: int):
+def weight_gathers(a, parts, dims, mask_of, weighted, n_ops: int):
     """The gathers of the weights of the ``weighted`` ops (`sharded_weights`), as
     ``(size, ring_mask, users, triggers)``: per gather the bytes, the devices, the ops whose
     parts wait for it and the ops whose parts it waits for (a list each). An op's weights are
@@ -66,14 +65,6 @@ def _two_back(a, w: int) -> set[int]:
     for p in first.tolist():
         out.update(a.src[a.in_edge[a.in_ptr[p]:a.in_ptr[p + 1]]].tolist())
     return out
-
-
-def gather_plans(cluster, masks):
-    """The distinct rings of ``masks``, each gather's ring, and each ring's plan."""
-    rings, ring_of = np.unique(masks, return_inverse=True)
-    plans = [collective_plan(cluster, [d for d in range(cluster.n_devices) if m >> d & 1],
-                             ALL_GATHER) for m in rings.tolist()]
-    return plans, ring_of.ravel()
 
 
 def held_while_gathered(ptr, parts, dev, weighted, param_bytes, n_tasks) -> np.ndarray:

@@ -35,7 +35,7 @@ from collections import OrderedDict
 import numpy as np
 from numba import njit
 
-from ..arrays import segment_ranks
+from ..arrays import csr_ptr, segment_ranks
 from ..core.graph import ROLES, CompiledGraph, OpGraph, lexicographic_topo_order
 from ..core.recompute import can_run_again
 from ..errors import StrategyError
@@ -75,8 +75,8 @@ class RecomputePlan:
         o = self.orig
         clone = np.arange(nv) >= n
         self.arrays = CompiledGraph(
-            src=src, dst=dst, edge_bytes=nbytes, out_ptr=_ptr(src, nv),
-            out_edge=np.arange(src.size, dtype=np.int64), in_ptr=_ptr(dst, nv),
+            src=src, dst=dst, edge_bytes=nbytes, out_ptr=csr_ptr(src, nv),
+            out_edge=np.arange(src.size, dtype=np.int64), in_ptr=csr_ptr(dst, nv),
             in_edge=np.argsort(dst, kind="stable").astype(np.int64),
             output_bytes=a.output_bytes[o], param_bytes=np.where(clone, 0.0, a.param_bytes[o]),
             grad_bytes=np.where(clone, 0.0, a.grad_bytes[o]), role=a.role[o],
@@ -106,12 +106,6 @@ def recompute_plan(graph: OpGraph, heads: tuple[int, ...]) -> RecomputePlan:
         while len(kept) > MAX_PLANS:
             kept.popitem(last=False)
     return plan
-
-
-def _ptr(keys: np.ndarray, n: int) -> np.ndarray:
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
-    return ptr
 
 
 @njit(cache=True)

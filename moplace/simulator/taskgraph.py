@@ -84,11 +84,7 @@ class TaskGraph:
     op_ptr: np.ndarray
     coll_kind: np.ndarray
     ip_src: np.ndarray
-    coll_mask: np.ndarray = None  # type: ignore[assignment]
-
-    def __post_init__(self):
-        if self.coll_mask is None:
-            self.coll_mask = np.zeros(self.n_tasks - self.n_compute, np.int64)
+    coll_mask: np.ndarray
 
     @property
     def n_tasks(self) -> int:
@@ -151,15 +147,12 @@ def _split_arrays(strategy: Strategy, orig: np.ndarray):
     n_ops = strategy.placement.size
     parts = np.ones(n_ops, np.int64)
     dims = np.full(n_ops, -1, np.int64)
-    parts[t.ops], dims[t.ops] = t.parts, t.dims
-    devices = t.devices
-    if orig.size > n_ops and t.ops.size:  # the clones' parts, after the graph's
-        row = np.searchsorted(t.ops, orig[n_ops:])
-        row = row[(row < t.ops.size) & (t.ops[np.minimum(row, t.ops.size - 1)] == orig[n_ops:])]
-        first = np.cumsum(t.parts) - t.parts
-        take = np.repeat(first[row], t.parts[row]) + segment_ranks(t.parts[row])
-        devices = np.concatenate([devices, t.devices[take]])
-    return parts[orig], dims[orig], devices
+    start = np.zeros(n_ops, np.int64)  # each split op's first part in ``t.devices``
+    parts[t.ops], dims[t.ops], start[t.ops] = t.parts, t.dims, np.cumsum(t.parts) - t.parts
+    clones = orig[n_ops:]
+    clones = clones[parts[clones] > 1]  # the split clones' parts, after the graph's
+    take = np.repeat(start[clones], parts[clones]) + segment_ranks(parts[clones])
+    return parts[orig], dims[orig], np.concatenate([t.devices, t.devices[take]])
 
 
 def unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
@@ -185,7 +178,8 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 _NO_COLLECTIVES = {k: _frozen(v) for k, v in dict(
     coll_ptr=np.zeros(1, np.int64), coll_dev=np.zeros(0, np.int64),
     coll_res_ptr=np.zeros(1, np.int64), coll_res=np.zeros(0, np.int64),
-    coll_dur=np.zeros(0), coll_bytes=np.zeros(0), coll_kind=np.zeros(0, np.int64)).items()}
+    coll_dur=np.zeros(0), coll_bytes=np.zeros(0), coll_kind=np.zeros(0, np.int64),
+    coll_mask=np.zeros(0, np.int64)).items()}
 
 
 def _durations(a, costs, ptr, vop, orig, dev, parts, dims, sharded) -> np.ndarray:
@@ -213,7 +207,8 @@ def _memory(a, task_op, parts, dims, sharded) -> tuple[np.ndarray, np.ndarray]:
     out = a.output_bytes[task_op]
     # a batch part holds its slice of activations but a full weight gradient
     out_b = np.where(batch, (out - np.minimum(grad, out)) / n + np.minimum(grad, out), out / n)
-    par_b = np.where(batch & ~sharded[task_op], a.param_bytes[task_op], a.param_bytes[task_op] / n)
+    par = a.param_bytes[task_op]
+    par_b = np.where(batch & ~sharded[task_op], par, par / n)
     return out_b, par_b
 
 

@@ -46,13 +46,17 @@ def rewrite_recompute(graph_def, graph: OpGraph, strategy: Strategy) -> int:
             raise RecomputeRefused(f"op {names[i]!r} is both split and recomputed: the testbed "
                                    "recomputes unsplit ops only")
     a = plan.arrays
-    for v in range(n, orig.size):  # a split reader's parts read the op through shared slices
+    moved: dict[int, set[str]] = {}  # reader -> the ops it now reads from their clones
+    for v in range(n, orig.size):
         for e in range(a.out_ptr[v], a.out_ptr[v + 1]):
             dst = int(a.dst[a.out_edge[e]])
-            if dst < n and dst in strategy.splits:
+            if dst >= n:
+                continue
+            if dst in strategy.splits:  # its parts read the op through shared slices
                 raise RecomputeRefused(
                     f"op {names[int(orig[v])]!r} is recomputed for op {names[dst]!r}, which is "
                     "split: the testbed recomputes ops for unsplit readers only")
+            moved.setdefault(dst, set()).add(names[int(orig[v])])
     nodes = {node.name: node for node in graph_def.node}
     for i in clone_of:
         node = nodes[names[i]]
@@ -75,12 +79,6 @@ def rewrite_recompute(graph_def, graph: OpGraph, strategy: Strategy) -> int:
             if src < n and names[src] not in have:  # waits for the backward to reach it
                 clone.input.append(f"^{names[src]}")
                 have.add(names[src])
-    moved: dict[int, set[str]] = {}  # reader -> the ops it now reads from their clones
-    for v in range(n, orig.size):
-        for e in range(a.out_ptr[v], a.out_ptr[v + 1]):
-            dst = int(a.dst[a.out_edge[e]])
-            if dst < n:
-                moved.setdefault(dst, set()).add(names[int(orig[v])])
     for dst, ops in moved.items():
         node = nodes[names[dst]]
         new = [x if x.startswith("^") else _renamed(x, {o: renamed[o] for o in ops})

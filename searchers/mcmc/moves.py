@@ -25,15 +25,13 @@ class Moves:
         self.group = graph.arrays.group  # each op's co-location group
         G, N, D = space.n_groups, space.n_ops, space.n_devices
         self.splittable = np.array([g for g in range(G) if len(space.options[g]) > 1], np.int64)
-        #: the split move also changes the gradient bucket size, when there is a choice, and
-        #: whether a group is recomputed
-        self.buckets = len(space.bucket_choices)
-        self.zero = len(space.zero_choices)
-        self.recompute = space.recompute_heads.size
+        #: the split move also changes a strategy-wide lever (`GenomeSpace.lever_genes`: the
+        #: gradient bucket size, the ZeRO stage, whether a group is recomputed)
+        self.levers = space.lever_genes.size
         weights = tuple(move_weights) + (0.0,) * (4 - len(move_weights))
         kinds = np.array(weights) * np.array(
             [G > 0 and D > 1,
-             self.splittable.size > 0 or self.buckets > 1 or self.recompute > 0,
+             self.splittable.size > 0 or self.levers > 0,
              N > 1,
              G > 0 and D >= space.RESIZE_MIN_DEVICES],
             dtype=np.float64)
@@ -69,17 +67,11 @@ class Moves:
                 y[g] = near[int(rng.integers(len(near)))]
             else:
                 y[g] = (here + 1 + int(rng.integers(D - 1))) % D
-        elif kind == 1:  # one group's split option, the gradient bucket size or recomputation
-            n_split, wide = self.splittable.size, int(self.buckets > 1) + int(self.zero > 1)
-            pick = int(rng.integers(n_split + wide + self.recompute))
-            if pick >= n_split + wide:  # recompute one more group, or one fewer
-                r = space.recompute_genes.start + pick - n_split - wide
-                y[r] = 1.0 - np.rint(y[r])
-                return y
-            if pick >= n_split:  # the bucket size, or the ZeRO stage
-                b, n = ((space.bucket_gene, self.buckets) if pick == n_split and self.buckets > 1
-                        else (space.zero_gene, self.zero))
-                y[b] = (int(y[b]) + 1 + int(rng.integers(n - 1))) % n
+        elif kind == 1:  # one group's split option, or a strategy-wide lever
+            n_split = self.splittable.size
+            pick = int(rng.integers(n_split + self.levers))
+            if pick >= n_split:
+                space.other_lever_value(y, pick - n_split, rng)
                 return y
             g = int(self.splittable[pick])
             n_opt = len(space.options[g])

@@ -73,8 +73,9 @@ def _require_record(trace) -> None:
 
 def gantt(trace, path, *, title="", max_bars=4000) -> None:
     """Devices by time: per device a compute lane (ops; parts of split ops and ops run again
-    by recomputation in their own colours) and a link lane (transfers arriving at it, and the collectives it takes part in:
-    all-reduces, reduce-scatters and all-gathers, each in its own colour)."""
+    by recomputation in their own colours) and a link lane (transfers arriving at it, and the
+    collectives it takes part in: all-reduces, reduce-scatters and all-gathers, each in its
+    own colour)."""
     _require_record(trace)
     n_dev = len(trace.capacity)
     lanes = list(_lanes(trace))
