@@ -58,9 +58,17 @@ def warm() -> None:
         p.wait()
 
 
+#: one kernel of each part, by folder and cache file name: when all are cached, so is the rest
+MARKERS = (("moplace/simulator", "_simcore.simulate_core"),
+           ("moplace/simulator", "reference.reference_core"),
+           ("searchers/listsched", "kernels.schedule_kernel"))
+
+
 def cached() -> bool:
-    """Has the event loop's kernel been compiled into the cache already?"""
-    return any((ROOT / "moplace" / "simulator" / "__pycache__").glob("_simcore.simulate_core*.nbi"))
+    """Has every part been compiled into the cache already? (The README's main job compiles
+    the event loop, not the reference loop or the list schedulers.)"""
+    return all(any((ROOT / folder / "__pycache__").glob(f"{name}-*.nbi"))
+               for folder, name in MARKERS)
 
 
 if __name__ == "__main__":
