@@ -26,6 +26,11 @@ bytes per op of a task graph with the loop's work buffers.
 
 Part 2 times, for each bundled graph: parsing the file, compiling it to arrays, building the
 cost matrix for 8xV100-16GB-NVLink, and one simulation of data parallelism.
+
+Part 3 times micro-batches (issue 33): `simulate()` of a synthetic training step of 10,002
+ops (`training_chain`, 3,334 layers) on 4 devices, as data parallelism and as layer-split
+model parallelism, with m = 1, 4 and 16 micro-batches under 1F1B and GPipe, and each time's
+ratio to m = 1 (the target: at most m).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import time
 import numpy as np
 
 from moplace import CostModel, Strategy, baseline, list_bundled, load_cluster, load_graph
-from moplace.core.synthetic import layered_dag
+from moplace.core.synthetic import layered_dag, training_chain
 from moplace.optimize.problem import Problem, batch_workers
 from moplace.simulator.build import build_task_graph
 from moplace.simulator.engine import run_task_graph, simulate, work_sizes
@@ -79,8 +84,8 @@ def strategy_sets(graph, n_dev: int, seed: int = 0) -> dict[str, list[Strategy]]
 def simulate_before(graph, cluster, strategy, costs):
     """`simulate()` as it was: validation, the task graph built in full, the reference loop."""
     strategy.validate(graph, cluster.n_devices)
-    tg = (build_split_task_graph(graph, strategy, costs)[0] if strategy.splits
-          else unsplit_task_graph(graph, strategy, costs))
+    tg = (build_split_task_graph(graph, strategy, costs)[0]
+          if strategy.splits or strategy.pipelined else unsplit_task_graph(graph, strategy, costs))
     return reference_trace(tg, cluster, len(graph.ops))
 
 
@@ -181,6 +186,27 @@ def bench_bundled() -> list[dict]:
     return rows
 
 
+def bench_micro_batches(seconds: float) -> list[dict]:
+    graph = training_chain(3334)
+    cluster = load_cluster(CLUSTERS[4])
+    costs = CostModel(graph, cluster)
+    rows = []
+    for name in ("data-parallel", "layer-split"):
+        base = baseline(name, graph, 4)
+        one = None
+        for m in (1, 4, 16):
+            for schedule in ("1f1b", "gpipe"):
+                s = base.with_options(micro_batches=m, schedule=("1f1b", "gpipe").index(schedule))
+                rate = best_rate(lambda: simulate(graph, cluster, s, costs=costs), seconds)
+                one = rate if m == 1 and schedule == "1f1b" else one
+                rows.append({"strategy": name, "micro_batches": m, "schedule": schedule,
+                             "ms": 1e3 / rate, "ratio": one / rate})
+                r = rows[-1]
+                print(f"{name:<14} {m:>3} {schedule:<6} {r['ms']:>9.2f} {r['ratio']:>7.2f} "
+                      f"{'ok' if r['ratio'] <= max(m, 1) else 'over':>5}", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -210,6 +236,10 @@ def main(argv=None) -> int:
         print(f"\n{'bundled graph (8xV100-16GB-NVLink)':<42} {'ops':>6} {'edges':>6} {'parse ms':>9} "
               f"{'arrays ms':>10} {'costs ms':>9} {'sim DP ms':>12}")
         out["bundled"] = bench_bundled()
+    print(f"\nmicro-batches: simulate() of a 10,002-op training step on {CLUSTERS[4]}, and "
+          "its ratio to one micro-batch (target: at most m)")
+    print(f"{'strategy':<14} {'m':>3} {'sched':<6} {'ms':>9} {'ratio':>7}")
+    out["micro_batches"] = bench_micro_batches(args.seconds)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

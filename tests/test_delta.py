@@ -93,6 +93,9 @@ def test_patched_task_graph_and_trace_equal_the_full_ones(problems, name):
     starts = list(space.sample(6, rng))
     for x in starts[::2]:  # half recompute nothing: their moves patch
         x[space.recompute_genes] = 0
+    for x in starts[:-1]:  # one micro-batch but in one: micro-batched graphs are built in full
+        x[space.micro_batch_gene] = 0
+    starts[-1][space.micro_batch_gene] = 2
     starts.append(space.encode(baseline("data-parallel", p.graph, p.n_devices)))  # collectives
     starts.append(space.encode(baseline("single", p.graph, p.n_devices)))  # no splits
     patched = 0

@@ -186,12 +186,15 @@ def _tiny_tight():
 
 def test_repair_restart_reorders_an_infeasible_placement_until_it_fits():
     p = _tiny_tight()
-    s = McmcSearcher(chains=1, restart_after=1, restarts=("repair",), reweight=False,
+    # restarted by hand, never by the chain in between
+    s = McmcSearcher(chains=1, restart_after=10_000, restarts=("repair",), reweight=False,
                      seed_subsets=False)
     s.setup(p, np.random.default_rng(0))
-    first = ask(s)
-    evs = [p.evaluate(x) for x in first]
-    s.tell(first, evs)
+    evs = []
+    while s.seeding.active or not evs:  # every seed evaluated (they may take several batches)
+        first = ask(s)
+        evs += [p.evaluate(x) for x in first]
+        s.tell(first, evs[-len(first):])
     assert any(ev.violation > 0 for ev in evs)
     s.restart(0)
     assert s.chain_state.repairing[0]

@@ -8,14 +8,14 @@ from moplace.optimize import seeds
 from moplace.optimize.seeds import Seed, seed_sources, seed_strategies
 
 
-def test_moplace_registers_the_list_schedulers_as_seed_sources():
-    assert [name for name, _ in seed_sources()] == ["dpos", "heft", "m-etf"]
+def test_moplace_registers_the_list_schedulers_and_the_partitioner_as_seed_sources():
+    assert [name for name, _ in seed_sources()] == ["dpos", "heft", "m-etf", "pipedream"]
 
 
 def test_the_seeds_are_the_sources_then_the_baselines(small):
     labels = [s.label for s in seed_strategies(small)]
     schedulers = [label.split(":")[0] for label in labels if ":" in label]
-    assert schedulers and set(schedulers) <= {"dpos", "heft", "m-etf"}
+    assert schedulers and set(schedulers) <= {"dpos", "heft", "m-etf", "pipedream"}
     assert labels.index("single") > max(i for i, label in enumerate(labels) if ":" in label)
 
 

@@ -151,7 +151,8 @@ def test_split_edges_are_the_pairs_of_parts_that_share_data(cluster_name):
         graph = load_graph(name)
         costs = CostModel(graph, cluster)
         space = GenomeSpace(graph, cluster.n_devices)
-        for s in [space.decode(x).with_options(bucket_bytes=0, zero_stage=0).with_recompute(())
+        for s in [space.decode(x).with_options(bucket_bytes=0, zero_stage=0, micro_batches=1)
+                  .with_recompute(())
                   for x in space.sample(2, rng)] + [
                 baseline("data-parallel", graph, cluster.n_devices).with_options(
                     bucket_bytes=0)]:

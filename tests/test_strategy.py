@@ -363,6 +363,7 @@ class TestGenome:
         for _ in range(20):
             x = rng.random(space.size)  # priorities: any real in [0, 1]
             x[ints] = rng.integers(lo[ints].astype(int), hi[ints].astype(int) + 1)
+            space.one_decoding(x[None])  # ZeRO-3 with micro-batches runs as ZeRO-1
             s = space.decode(x)
             s.validate(graph, n)
             np.testing.assert_array_equal(space.encode(s), x)
@@ -417,13 +418,16 @@ class TestGenome:
     def test_options(self, g):
         space = GenomeSpace(g, 4, max_parts=3)
         # groups: in, L (f+b), upd, side
-        assert space.n_groups == 4 and space.size == 2 * 4 + 5 + 2  # + bucket and ZeRO genes
+        # + bucket, ZeRO, micro-batch and schedule genes
+        assert space.n_groups == 4 and space.size == 2 * 4 + 5 + 4
         assert space.options[0] == (None, ("batch", 2), ("batch", 3))
         assert space.options[1] == (None, ("batch", 2), ("batch", 3), ("channel", 2), ("channel", 3))
         assert space.options[2] == (None,) and space.options[3] == (None,)
         lo, hi = space.bounds
-        assert hi.tolist()[:-2] == [3, 3, 3, 3, 2, 4, 0, 0, 1, 1, 1, 1, 1] and (lo == 0).all()
-        assert hi[-2] == len(space.bucket_choices) - 1 and hi[-1] == len(space.zero_choices) - 1
+        assert hi.tolist()[:-4] == [3, 3, 3, 3, 2, 4, 0, 0, 1, 1, 1, 1, 1] and (lo == 0).all()
+        assert hi[-4] == len(space.bucket_choices) - 1 and hi[-3] == len(space.zero_choices) - 1
+        # no forward or backward op: nothing to micro-batch
+        assert space.micro_batch_choices == (1,) and hi[-2] == 0 and hi[-1] == 0
 
     def test_wrapping_consecutive_split_round_trips(self, g):
         space = GenomeSpace(g, 4)

@@ -17,6 +17,7 @@ import sys
 
 from .. import strictjson
 from ..errors import MoplaceError
+from ..core.strategy import MAX_MICRO_BATCHES, SCHEDULES
 from .args import file_arg, integer
 from .problem import cluster_arg, graph_arg, model_options
 
@@ -30,6 +31,11 @@ def add_commands(sub) -> None:
     how.add_argument("--strategy", type=file_arg, help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin, layer-split, or all")
     ev.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
+    ev.add_argument("--micro-batches", type=integer(1, MAX_MICRO_BATCHES), metavar="M",
+                    help="run the strategy (or baselines) as M micro-batches (a pipeline; "
+                         "on one stage, gradient accumulation)")
+    ev.add_argument("--schedule", choices=SCHEDULES,
+                    help="the micro-batches' schedule: 1f1b (PipeDream-Flush) or gpipe")
     model_options(ev)
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object")
     ev.set_defaults(run=_evaluate)
@@ -88,6 +94,12 @@ def read_strategy(args, graph, cluster):
     return strategy, origin, strategy_label(args.strategy, args.point, data)
 
 
+def _pipeline_text(strategy) -> str:
+    m = int(strategy.micro_batches)
+    return (f"{m} micro-batches {strategy.schedule_name.upper().replace('PIPE', 'Pipe')}"
+            if m > 1 else "1 micro-batch")
+
+
 def _devices(names) -> str:
     names = list(names)
     shown = ", ".join(names) if len(names) <= 4 else f"{names[0]} .. {names[-1]}"
@@ -110,6 +122,11 @@ def _evaluate(args) -> int:
         runs = {name: baseline(name, graph, cluster.n_devices) for name in BASELINES}
     else:
         runs = {args.baseline: baseline(args.baseline, graph, cluster.n_devices)}
+    wide = {**({"micro_batches": args.micro_batches} if args.micro_batches else {}),
+            **({"schedule": SCHEDULES.index(args.schedule)} if args.schedule else {})}
+    if wide:  # the options asked for, on every strategy evaluated
+        runs = {f"{name}, {_pipeline_text(s.with_options(**wide))}": s.with_options(**wide)
+                for name, s in runs.items()}
     results = {name: evaluate(graph, cluster, s, costs=costs) for name, s in runs.items()}
     for note in origin.get("notes", ()):
         print(f"moplace: note: {note}", file=sys.stderr)

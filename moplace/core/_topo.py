@@ -65,3 +65,16 @@ def lexicographic_topo_order(n, src, dst):
                     q = par
                 heap[q] = j
     return order[:k]
+
+
+@njit(cache=True)
+def depths(topo, out_ptr, out_edge, dst):
+    """Per op, the most edges on a path from an op without inputs to it (``topo``: a
+    topological order; ``out_ptr``/``out_edge``: the CSR of each op's out-edges)."""
+    depth = np.zeros(topo.shape[0], np.int64)
+    for u in topo:
+        for q in range(out_ptr[u], out_ptr[u + 1]):
+            v = dst[out_edge[q]]
+            if depth[u] + 1 > depth[v]:
+                depth[v] = depth[u] + 1
+    return depth

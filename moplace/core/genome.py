@@ -7,16 +7,21 @@ Layout for G co-location groups and N ops on D devices::
       priority of op i        (N genes, real)
       gradient bucket size    (1 gene, integer 0..len(bucket_choices)-1)
       ZeRO stage              (1 gene, integer 0..len(zero_choices)-1)
+      micro-batches           (1 gene, integer 0..len(micro_batch_choices)-1)
+      pipeline schedule       (1 gene, 0 or 1: `SCHEDULES`)
       recompute group r?      (R genes, 0 or 1: one per group of recompute_heads) ]
 
 Split option 0 is "no split"; the others are (dimension, parts) pairs allowed for every op of
 the group, with part k on device ``(device + k) mod D``. The strategy-wide genes come last:
 the bucket gene picks one of `BUCKET_CHOICES` (only 0 when no gradient can be all-reduced:
 one device, or no batch-splittable op with a weight gradient), the ZeRO gene one of
-`ZERO_CHOICES` (only 0 there too, and where no update can be sharded: `shards_updates`); a
+`ZERO_CHOICES` (only 0 there too, and where no update can be sharded: `shards_updates`), the
+micro-batch gene one of `MICRO_BATCH_CHOICES` and the schedule gene 1F1B or GPipe (only 1 and
+1F1B for a graph without forward or backward ops, which micro-batches leave alone); a
 recompute gene says whether the r-th group that can be recomputed (`recomputable_heads`) is.
 `decode` is exact: integer genes are rounded and clipped, priorities taken as they are, and
-``encode(decode(x)) == x`` for any integer-valued x within bounds. ``space.priorities`` is
+``encode(decode(x)) == x`` for any integer-valued x within bounds, but for ZeRO-3 with
+micro-batches, which runs as ZeRO-1 (`one_decoding`). ``space.priorities`` is
 the slice of the priorities, ``space.recompute_genes`` that of the recompute genes.
 """
 
@@ -28,10 +33,10 @@ import numpy as np
 
 from ..arrays import segment_ranks
 from ..errors import StrategyError
-from .graph import SPLIT_DIMS, OpGraph
+from .graph import ROLES, SPLIT_DIMS, OpGraph
 from .recompute import recomputable_heads
 from .baselines import DDP_BUCKET_BYTES, reduces_gradients, shards_updates
-from .strategy import Split, SplitTable, Strategy
+from .strategy import SCHEDULES, Split, SplitTable, Strategy
 
 #: the gradient bucket sizes the genome chooses among: each gradient alone, and 1, 5, 25
 #: (DDP's default) and 100 MiB
@@ -39,6 +44,9 @@ BUCKET_CHOICES = (0.0, float(2**20), float(5 * 2**20), float(25 * 2**20), float(
 #: the ZeRO stages the genome chooses among (stage 2 runs as stage 1 in the simulator:
 #: `moplace.core.strategy`)
 ZERO_CHOICES = (0.0, 1.0, 3.0)
+#: the micro-batch counts the genome chooses among (a ZeRO-3 genome with more than one runs
+#: as ZeRO-1: `decode`)
+MICRO_BATCH_CHOICES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 
 
 class GenomeSpace:
@@ -69,17 +77,29 @@ class GenomeSpace:
         #: the bucket gene's index
         self.bucket_gene = 2 * self.n_groups + self.n_ops
         self.zero_gene = self.bucket_gene + 1
+        #: the micro-batch counts the micro-batch gene picks among, and the genes of the
+        #: micro-batches and of the schedule
+        role = graph.arrays.role
+        batched = bool(np.any(role[:, None] == [ROLES.index("forward"), ROLES.index("backward")]))
+        self.micro_batch_choices: tuple[float, ...] = MICRO_BATCH_CHOICES if batched else (1.0,)
+        self.schedule_choices = SCHEDULES if batched else SCHEDULES[:1]
+        self.micro_batch_gene = self.zero_gene + 1
+        self.schedule_gene = self.zero_gene + 2
         #: the groups a recompute gene stands for (by first op), and those genes
         self.recompute_heads = recomputable_heads(graph)
-        self.recompute_genes = slice(self.zero_gene + 1,
-                                     self.zero_gene + 1 + self.recompute_heads.size)
-        #: genes after the priorities (strategy-wide: the bucket size and the ZeRO stage; the
-        #: recompute genes)
-        self.n_tail = 2 + self.recompute_heads.size
-        #: the strategy-wide genes with a choice (the bucket, the ZeRO stage, the recompute
-        #: genes, in that order), and how many values each takes (`other_lever_value`)
+        self.recompute_genes = slice(self.schedule_gene + 1,
+                                     self.schedule_gene + 1 + self.recompute_heads.size)
+        #: genes after the priorities (strategy-wide: the bucket size, the ZeRO stage, the
+        #: micro-batches and the schedule; the recompute genes)
+        self.n_tail = 4 + self.recompute_heads.size
+        #: the strategy-wide genes with a choice (the bucket, the ZeRO stage, the
+        #: micro-batches, the schedule, the recompute genes, in that order), and how many
+        #: values each takes (`other_lever_value`)
         wide = [(g, len(c)) for g, c in ((self.bucket_gene, self.bucket_choices),
-                                         (self.zero_gene, self.zero_choices)) if len(c) > 1]
+                                         (self.zero_gene, self.zero_choices),
+                                         (self.micro_batch_gene, self.micro_batch_choices),
+                                         (self.schedule_gene, self.schedule_choices))
+                if len(c) > 1]
         self.lever_genes = np.array([g for g, _ in wide] + list(range(
             self.recompute_genes.start, self.recompute_genes.stop)), np.int64)
         self.lever_values = np.array([n for _, n in wide] + [2] * self.recompute_heads.size,
@@ -95,21 +115,24 @@ class GenomeSpace:
         lo = np.zeros(self.size)
         hi = np.concatenate([np.full(self.n_groups, self.n_devices - 1.0),
                              [len(o) - 1.0 for o in self.options], np.ones(self.n_ops),
-                             [len(self.bucket_choices) - 1.0, len(self.zero_choices) - 1.0],
+                             [len(self.bucket_choices) - 1.0, len(self.zero_choices) - 1.0,
+                              len(self.micro_batch_choices) - 1.0,
+                              len(self.schedule_choices) - 1.0],
                              np.ones(self.recompute_heads.size)])
         return lo, hi
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` genomes [n, size] drawn uniformly (see `sample_genomes`), but for the
-        recompute genes (`sparse_recompute`)."""
+        recompute genes (`sparse_recompute`) and the micro-batch gene (`sparse_micro_batches`)."""
         lo, hi = self.bounds
-        return sparse_recompute(sample_genomes(lo, hi, self.integer_mask, n, rng),
-                                self.recompute_genes, rng)
+        X = sparse_recompute(sample_genomes(lo, hi, self.integer_mask, n, rng),
+                             self.recompute_genes, rng)
+        return sparse_micro_batches(X, self.micro_batch_gene, len(self.micro_batch_choices), rng)
 
     @property
     def integer_mask(self) -> np.ndarray:
-        """True for the integer genes (devices, split options, the bucket, ZeRO and recompute
-        genes)."""
+        """True for the integer genes (devices, split options, and every strategy-wide and
+        recompute gene)."""
         k = np.arange(self.size)
         return (k < 2 * self.n_groups) | (k >= self.bucket_gene)
 
@@ -123,11 +146,17 @@ class GenomeSpace:
         option = np.clip(np.rint(x[G:2 * G]), 0, self._n_options - 1).astype(np.int64)
         group = self.graph.arrays.group
         bucket = int(np.clip(np.rint(x[self.bucket_gene]), 0, len(self.bucket_choices) - 1))
-        zero = int(np.clip(np.rint(x[self.zero_gene]), 0, len(self.zero_choices) - 1))
+        zero = self.zero_choices[int(np.clip(np.rint(x[self.zero_gene]), 0,
+                                             len(self.zero_choices) - 1))]
+        m = self.micro_batch_choices[int(np.clip(np.rint(x[self.micro_batch_gene]), 0,
+                                                 len(self.micro_batch_choices) - 1))]
+        schedule = float(np.clip(np.rint(x[self.schedule_gene]), 0,
+                                 len(self.schedule_choices) - 1))
         recompute = self.recompute_heads[np.rint(x[self.recompute_genes]) >= 1]
         strategy = Strategy(device[group], x[self.priorities],
                             bucket_bytes=self.bucket_choices[bucket],
-                            zero_stage=self.zero_choices[zero], recompute=recompute)
+                            zero_stage=1.0 if zero == 3 and m > 1 else zero,
+                            micro_batches=m, schedule=schedule, recompute=recompute)
         if not option.any():
             return strategy
         # every op of a split group gets its group's split; the split table is made here
@@ -171,8 +200,27 @@ class GenomeSpace:
                                 "genome's stages are "
                                 + ", ".join(f"{z:g}" for z in self.zero_choices))
         x[self.zero_gene] = self.zero_choices.index(strategy.zero_stage)
+        if strategy.micro_batches not in self.micro_batch_choices:
+            raise StrategyError(f"{strategy.micro_batches:g} micro-batches have no genome: the "
+                                "genome's counts are "
+                                + ", ".join(f"{m:g}" for m in self.micro_batch_choices))
+        x[self.micro_batch_gene] = self.micro_batch_choices.index(strategy.micro_batches)
+        if strategy.schedule >= len(self.schedule_choices):
+            raise StrategyError(f"schedule {strategy.schedule_name} has no genome: the graph has "
+                                "no forward or backward op to micro-batch")
+        x[self.schedule_gene] = strategy.schedule
         x[self.recompute_genes] = np.isin(self.recompute_heads, strategy.recompute)
         return x
+
+    def one_decoding(self, X: np.ndarray) -> np.ndarray:
+        """Rows of ``X`` (integer genes already rounded) with the ZeRO gene of a genome that
+        asks for ZeRO-3 with micro-batches set to ZeRO-1, which `decode` makes of it (so that
+        ``encode(decode(x)) == x`` holds for the rows); in place, and returned."""
+        if 3.0 in self.zero_choices:
+            z = self.zero_choices.index(3.0)
+            both = (X[:, self.zero_gene] == z) & (X[:, self.micro_batch_gene] > 0)
+            X[both, self.zero_gene] = self.zero_choices.index(1.0)
+        return X
 
     def other_lever_value(self, y: np.ndarray, k: int, rng: np.random.Generator) -> None:
         """Set lever gene ``lever_genes[k]`` of genome ``y`` to another of its values, drawn
@@ -227,7 +275,8 @@ class GenomeSpace:
         """Genome ``x`` as data parallelism on the ``length`` consecutive devices from
         ``start``: every group that can split on batch into ``length`` parts (else the most
         it allows) is split so from ``start``; every other group runs on ``start``; gradients
-        go in DDP's buckets (`DDP_BUCKET_BYTES`), nothing sharded or recomputed, as the
+        go in DDP's buckets (`DDP_BUCKET_BYTES`), nothing sharded, recomputed or
+        micro-batched, as the
         data-parallel baseline. Priorities stay."""
         y = np.array(x, dtype=np.float64)
         G, D = self.n_groups, self.n_devices
@@ -238,6 +287,7 @@ class GenomeSpace:
         if DDP_BUCKET_BYTES in self.bucket_choices:
             y[self.bucket_gene] = self.bucket_choices.index(DDP_BUCKET_BYTES)
         y[self.zero_gene] = 0
+        y[self.micro_batch_gene] = y[self.schedule_gene] = 0
         y[self.recompute_genes] = 0
         return y
 
@@ -311,6 +361,19 @@ def sparse_recompute(X: np.ndarray, genes: slice, rng: np.random.Generator) -> n
         return X
     chance = np.where(rng.random(X.shape[0]) < 0.5, 0.0, rng.random(X.shape[0]))
     X[:, genes] = rng.random((X.shape[0], k)) < chance[:, None]
+    return X
+
+
+def sparse_micro_batches(X: np.ndarray, gene: int, n_choices: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """``X`` (genomes, rows) with its micro-batch ``gene`` (of ``n_choices`` values) redrawn:
+    half the genomes run the whole batch at once, the others a count drawn uniformly among the
+    rest. (A uniform gene would micro-batch nearly every genome, each costing its count in
+    simulation time.)"""
+    if X.shape[0] == 0 or n_choices < 2:
+        return X
+    X[:, gene] = np.where(rng.random(X.shape[0]) < 0.5, 0,
+                          rng.integers(1, n_choices, X.shape[0]))
     return X
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..arrays import csr_ptr
 from ..errors import GraphError, shown
-from ._topo import lexicographic_topo_order
+from ._topo import depths, lexicographic_topo_order
 
 ROLES = ("forward", "backward", "update", "other")
 SPLIT_DIMS = ("batch", "channel")
@@ -302,6 +302,15 @@ class OpGraph:
         group = self.arrays.group
         _, first = np.unique(group, return_index=True)  # ids are 0..n_groups-1, all used
         return first.astype(np.int64)[group]
+
+    @cached_property
+    def depth(self) -> np.ndarray:
+        """Per op, the most edges on a path to it from an op without inputs: where it sits in
+        the data flow (weights and inputs at 0), unlike its place in ``arrays.topo``."""
+        a = self.arrays
+        out = depths(a.topo, a.out_ptr, a.out_edge, a.dst)
+        out.flags.writeable = False
+        return out
 
     @cached_property
     def _topo_order(self) -> np.ndarray:

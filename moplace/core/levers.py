@@ -1,5 +1,6 @@
 """A strategy's plan at a glance: how many devices it uses, how many co-location groups it
-splits, its gradient bucket size, its ZeRO stage and how many groups it recomputes
+splits, its gradient bucket size, its ZeRO stage, how many groups it recomputes, and its
+micro-batches and their schedule (None with one micro-batch)
 (`plan_of`), as data for ``front.json`` and ``--json`` (`moplace.review.units.plan_text`
 writes it as a line for the front table)."""
 
@@ -18,5 +19,7 @@ def plan_of(strategy: Strategy, graph: OpGraph) -> dict:
             "split_groups": int(np.unique(graph.arrays.group[split_ops]).size),
             "bucket_bytes": float(strategy.bucket_bytes),
             "zero_stage": int(strategy.zero_stage),
-            "recomputed_groups": len(strategy.recompute)}
+            "recomputed_groups": len(strategy.recompute),
+            "micro_batches": int(strategy.micro_batches),
+            "schedule": strategy.schedule_name if strategy.pipelined else None}
 

@@ -11,7 +11,11 @@
   updating its shard after a reduce-scatter of the gradients and all-gathering the updated
   weights; 2, ZeRO-2: the gradients too, which the simulator already frees once reduced, so
   it runs as 1; 3, ZeRO-3 or FSDP: the weights too, all-gathered before each use;
-  `ZERO_STAGES`);
+  `ZERO_STAGES`); ``micro_batches``, how many micro-batches the step's batch is cut into (1:
+  the whole batch at once; m: every forward and backward op runs once per micro-batch, where
+  it is placed, its weight gradients accumulate and the updates run once, after the last) and
+  ``schedule``, the order of the micro-batches' tasks on each device (`SCHEDULES`: 0, 1F1B as
+  PipeDream-Flush runs it; 1, GPipe);
 - recompute: the co-location groups whose forward outputs are freed after their forward
   readers and recomputed before the backward needs them, each named by its first op (its
   group head; `moplace.core.recompute.recomputable_heads` lists the groups that can be).
@@ -54,9 +58,17 @@ class Split:
 #: Strategy-wide options and their defaults (see the module docstring). A strategy pickled or
 #: written before an option existed reads as its default.
 STRATEGY_OPTIONS: Mapping[str, float] = MappingProxyType({"bucket_bytes": 0.0,
-                                                          "zero_stage": 0.0})
+                                                          "zero_stage": 0.0,
+                                                          "micro_batches": 1.0,
+                                                          "schedule": 0.0})
 #: the ZeRO stages a strategy may name
 ZERO_STAGES = (0, 1, 2, 3)
+#: the pipeline schedules, by their ``schedule`` number: 1F1B (PipeDream-Flush: one forward,
+#: one backward in the steady state, stage k of S keeping at most S - k + 1 micro-batches in
+#: flight) and GPipe (every forward, then every backward)
+SCHEDULES = ("1f1b", "gpipe")
+#: the most micro-batches a strategy may name
+MAX_MICRO_BATCHES = 1024
 #: the largest gradient bucket a strategy may name (1 TiB: past any model's gradients)
 MAX_BUCKET_BYTES = float(2**40)
 
@@ -67,12 +79,17 @@ class Strategy:
 
     bucket_bytes: float = 0.0  # class defaults: strategies pickled before they existed
     zero_stage: float = 0.0
+    micro_batches: float = 1.0
+    schedule: float = 0.0
     recompute: tuple[int, ...] = ()
 
     def __init__(self, placement, priority=None, splits: Mapping[int, Split] | None = None, *,
-                 bucket_bytes: float = 0.0, zero_stage: float = 0.0, recompute=()):
+                 bucket_bytes: float = 0.0, zero_stage: float = 0.0, micro_batches: float = 1.0,
+                 schedule: float = 0.0, recompute=()):
         self.bucket_bytes = float(bucket_bytes)
         self.zero_stage = float(zero_stage)
+        self.micro_batches = float(micro_batches)
+        self.schedule = float(schedule)
         self.recompute = _heads(recompute)
         self.placement = _readonly(np.asarray(placement, dtype=np.int64))
         n = self.placement.shape[0]
@@ -123,6 +140,16 @@ class Strategy:
         if "split_table" in self.__dict__:
             child.__dict__["split_table"] = self.split_table
         return child
+
+    @property
+    def pipelined(self) -> bool:
+        """Does the step run as more than one micro-batch?"""
+        return self.micro_batches > 1
+
+    @property
+    def schedule_name(self) -> str:
+        """The pipeline schedule's name (`SCHEDULES`)."""
+        return SCHEDULES[int(self.schedule)]
 
     @property
     def options(self) -> dict[str, float]:
@@ -206,6 +233,8 @@ class Strategy:
             h.update(b"|")
         for name, default in STRATEGY_OPTIONS.items():  # only where not the default: keys of
             value = getattr(self, name)                 # strategies without options stay
+            if name == "schedule" and not self.pipelined:
+                continue  # one micro-batch runs alike under every schedule
             if value != default:
                 h.update(f"{name}={value!r}|".encode())
         if self.recompute:
@@ -284,6 +313,16 @@ def _check_options(strategy: Strategy) -> None:
     if strategy.zero_stage not in ZERO_STAGES:
         raise StrategyError(f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))}, "
                             f"got {strategy.zero_stage!r}")
+    m = strategy.micro_batches
+    if not (np.isfinite(m) and m == int(m) and 1 <= m <= MAX_MICRO_BATCHES):
+        raise StrategyError(f"micro_batches must be a whole number from 1 to "
+                            f"{MAX_MICRO_BATCHES}, got {m!r}")
+    if strategy.schedule not in range(len(SCHEDULES)):
+        raise StrategyError(f"schedule must be one of 0 ({SCHEDULES[0]}) or 1 ({SCHEDULES[1]}), "
+                            f"got {strategy.schedule!r}")
+    if m > 1 and strategy.zero_stage == 3:
+        raise StrategyError("zero_stage 3 with micro-batches is not modelled: ZeRO-3 would "
+                            "gather the weights again for every micro-batch; use stage 1")
 
 
 def _check_recompute(graph: OpGraph, strategy: Strategy) -> None:

@@ -34,3 +34,31 @@ def random_dag(n_ops: int, *, edge_prob: float = 0.3, seed: int = 0, kind: str =
     edges = [Edge(i, j, int(rng.integers(1, 1000))) for i in range(n_ops)
              for j in range(i + 1, n_ops) if rng.random() < edge_prob]
     return OpGraph(ops, edges, name=f"random-{n_ops}-s{seed}", metadata={"profiled_on": kind})
+
+
+def training_chain(n_layers: int, *, kind: str = "V100", seed: int = 0) -> OpGraph:
+    """A training step of ``n_layers`` layers in a chain (3 ops a layer): each layer's forward
+    reads the previous one's output, its backward reads that output and the next layer's
+    gradient, and its update reads its weight gradient; a layer's three ops share a
+    co-location group, the forward and backward split on batch and channel. Compute 0.1-1 ms
+    forward, twice that backward; outputs 1-8 MiB; weights 64 KiB-4 MiB."""
+    rng = np.random.default_rng(seed)
+    fwd = rng.uniform(1e-4, 1e-3, n_layers)
+    out = rng.integers(1 << 20, 1 << 23, n_layers)
+    w = rng.integers(1 << 16, 1 << 22, n_layers)
+    ops, edges = [], []
+    both = ("batch", "channel")
+    for k in range(n_layers):
+        g = f"L{k}"
+        ops += [Op(f"{g}/f", "synthetic", {kind: float(fwd[k])}, int(out[k]), int(w[k]),
+                   colocation=g, splittable=both, role="forward"),
+                Op(f"{g}/b", "synthetic", {kind: float(2 * fwd[k])}, int(out[k] + w[k]),
+                   grad_bytes=int(w[k]), colocation=g, splittable=both, role="backward"),
+                Op(f"{g}/u", "synthetic", {kind: 5e-6}, 0, int(w[k]), colocation=g,
+                   splittable=("batch",), role="update")]
+        edges += [Edge(f"{g}/f", f"{g}/b", int(out[k])), Edge(f"{g}/b", f"{g}/u", int(w[k]))]
+        if k:
+            edges += [Edge(f"L{k - 1}/f", f"{g}/f", int(out[k - 1])),
+                      Edge(f"{g}/b", f"L{k - 1}/b", int(out[k - 1]))]
+    return OpGraph(ops, edges, name=f"training-chain-{n_layers}-s{seed}",
+                   metadata={"format": "synthetic", "profiled_on": kind})

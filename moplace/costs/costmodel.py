@@ -71,6 +71,21 @@ class CostModel:
             return self._time_on(measured, device)
         return float(self.compute[op, device]) / parts + self.split_overhead_s
 
+    def with_parts(self, k: int) -> np.ndarray:
+        """`compute` stacked on the seconds of one of ``k`` equal parts of each op on each
+        device (`part_time`): shape (2 n_ops, n_devices), row ``n_ops + i`` for a part of op
+        i. Kept per ``k`` (a micro-batched skeleton fills its copies' durations from it)."""
+        kept = self.__dict__.setdefault("_with_parts", {})
+        table = kept.get(k)
+        if table is None:
+            part = self.compute / k + (self.split_overhead_s if k > 1 else 0.0)
+            for op in self.ops_with_part_profiles:
+                if k in self.graph.ops[op].part_compute:
+                    part[op] = [self.part_time(op, d, k) for d in range(self.cluster.n_devices)]
+            table = kept[k] = np.vstack([self.compute, part])
+            table.flags.writeable = False
+        return table
+
     def transfer_time(self, src: int, dst: int, nbytes: float) -> float:
         """Seconds to move ``nbytes`` from device ``src`` to ``dst`` (0 on one device)."""
         if src == dst:

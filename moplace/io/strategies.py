@@ -15,9 +15,10 @@ the strategy was saved with its cluster) names the cluster the strategy was made
 it on another cluster works where the devices exist, and `moplace evaluate` says so.
 ``options`` (optional; version 2) holds the strategy-wide options
 (`moplace.core.strategy.STRATEGY_OPTIONS`): ``bucket_bytes``, the gradient bucket size in bytes
-(0: each gradient reduced on its own), and ``zero_stage`` (0 to 3: the ZeRO stage; a file
-before it has none, 0). A version-1 file has none: every option takes its
-default. ``recompute`` (optional; version 3) names ops whose co-location groups are recomputed
+(0: each gradient reduced on its own), ``zero_stage`` (0 to 3: the ZeRO stage; a file
+before it has none, 0), and (version 4) ``micro_batches`` (how many micro-batches the batch is
+cut into; files before it run 1) and ``schedule`` (``"1f1b"`` or ``"gpipe"``; before it,
+1F1B). A version-1 file has none: every option takes its default. ``recompute`` (optional; version 3) names ops whose co-location groups are recomputed
 (`moplace.core.strategy.Strategy.recompute`); files before it recompute nothing. A file of a
 version newer than this moplace reads (`VERSION`) is refused by name.
 """
@@ -31,19 +32,20 @@ import numpy as np
 from .. import strictjson
 from ..core.baselines import topological_priority
 from ..core.graph import OpGraph
-from ..core.strategy import MAX_BUCKET_BYTES, STRATEGY_OPTIONS, ZERO_STAGES, Split, Strategy
+from ..core.strategy import (MAX_BUCKET_BYTES, MAX_MICRO_BATCHES, SCHEDULES, STRATEGY_OPTIONS,
+                             ZERO_STAGES, Split, Strategy)
 from ..errors import FormatError, StrategyError, shown
 from .native import read_json
 
 FORMAT = "moplace-strategy"
-#: the strategy file version written (2: strategy-wide options, 3: recomputed groups), and
-#: read (1 to 3)
-VERSION = 3
+#: the strategy file version written (2: strategy-wide options, 3: recomputed groups, 4:
+#: micro-batches and the pipeline schedule), and read (1 to 4)
+VERSION = 4
 #: A search's front file (`moplace.io.fronts`): its points hold strategies in this format.
 FRONT_FORMAT = "moplace-front"
 #: the front file version written and read (2: its strategies have strategy-wide options, 3:
-#: recomputed groups)
-FRONT_VERSION = 3
+#: recomputed groups, 4: micro-batches and the pipeline schedule)
+FRONT_VERSION = 4
 #: priorities only order ops; beyond this size a value is damaged (and 10**400 is no float)
 MAX_PRIORITY = 1e300
 
@@ -59,7 +61,7 @@ def strategy_to_json(graph: OpGraph, strategy: Strategy, cluster=None) -> dict:
         "priority": {n: float(p) for n, p in zip(names, strategy.priority)},
         "splits": {names[i]: {"dim": s.dim, "devices": [dev(d) for d in s.devices]}
                    for i, s in strategy.splits.items()},
-        "options": strategy.options,
+        "options": {**strategy.options, "schedule": strategy.schedule_name},
         "recompute": [names[i] for i in strategy.recompute],
     }
 
@@ -160,7 +162,17 @@ def _options(spec) -> dict:
         if name == "bucket_bytes" and not (number and 0 <= value <= MAX_BUCKET_BYTES):
             raise StrategyError(f"options.{name}: must be a number of bytes from 0 to "
                                 f"{MAX_BUCKET_BYTES:.0f}, got {shown(value)}")
-    return dict(spec)
+        if name == "micro_batches" and not (number and value == int(value)
+                                            and 1 <= value <= MAX_MICRO_BATCHES):
+            raise StrategyError(f"options.{name}: must be a whole number of micro-batches "
+                                f"from 1 to {MAX_MICRO_BATCHES}, got {shown(value)}")
+        if name == "schedule" and value not in SCHEDULES:
+            raise StrategyError(f"options.{name}: must be one of "
+                                f"{', '.join(map(repr, SCHEDULES))}, got {shown(value)}")
+    options = dict(spec)
+    if "schedule" in options:
+        options["schedule"] = float(SCHEDULES.index(options["schedule"]))
+    return options
 
 
 def _recompute(spec, graph: OpGraph) -> list[int]:

@@ -47,19 +47,22 @@ MAGIC = b"moplace-checkpoint\n"
 #: the format version written: 2 since searchers hold their settings as one declared object and
 #: MCMC its chains as parts of its own (issue 31); a version-1 file's searcher state cannot be
 #: read into today's searchers, so it is refused with both versions named
-#: 3 since strategies carry strategy-wide options (gradient buckets, issue 32), and 4 since
-#: they shard (ZeRO) and recompute groups: the genome grew a gene each time, and a searcher's
+#: 3 since strategies carry strategy-wide options (gradient buckets, issue 32), 4 since
+#: they shard (ZeRO) and recompute groups, and 5 since they run micro-batches (issue 33): the
+#: genome grew a gene each time, and a searcher's
 #: state (MCMC's chains, NSGA-II's population) holds genomes of its version's layout, which
-#: today's searchers cannot continue, so versions 2 and 3 are refused with both versions named
+#: today's searchers cannot continue, so versions 2 to 4 are refused with both versions named
 #: (resuming one crashed inside MCMC's moves); a reader of an older version refuses this one
-VERSION = 4
+VERSION = 5
 #: the versions this moplace reads
-READS = (4,)
+READS = (5,)
 #: what each older version was written by, for the message that refuses it
 WRITTEN_BY = {1: "moplace 0.1 before its searcher settings were declared (issue 31)",
               2: "moplace before strategies had options (issue 32), whose searcher state "
                  "holds genomes of another layout",
               3: "moplace before strategies sharded and recomputed (issue 32), whose searcher "
+                 "state holds genomes of another layout",
+              4: "moplace before strategies ran micro-batches (issue 33), whose searcher "
                  "state holds genomes of another layout"}
 _MAX_HEADER = 1 << 24  # bytes of the JSON line at most
 

@@ -119,7 +119,8 @@ def fmt_duration(seconds: float) -> str:
 
 def plan_text(plan: dict) -> str:
     """A strategy's plan (`moplace.core.levers.plan_of`) as a line a person reads at a
-    glance: "4 devices, 161 split, 25.00 MiB buckets, ZeRO-1, 88 recomputed"."""
+    glance: "4 devices, 161 split, 25.00 MiB buckets, ZeRO-1, 88 recomputed, 8 micro-batches
+    1F1B"."""
     n = plan["devices"]
     parts = [f"{n} device{'s' if n != 1 else ''}"]
     if plan.get("split_groups"):
@@ -130,4 +131,10 @@ def plan_text(plan: dict) -> str:
         parts.append(f"ZeRO-{plan['zero_stage']}")
     if plan.get("recomputed_groups"):
         parts.append(f"{plan['recomputed_groups']} recomputed")
+    if plan.get("micro_batches", 1) > 1:
+        parts.append(f"{plan['micro_batches']} micro-batches {SCHEDULE_NAMES[plan['schedule']]}")
     return ", ".join(parts)
+
+
+#: how a schedule reads in tables
+SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe"}

@@ -9,14 +9,15 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def fill_instance(base_dev, base_dur, free, free_op, placement, compute, priority, task_op,
-                  n_compute, e_src, e_dst, base_bytes, gated, gated_c, gated_dst, gated_bytes,
-                  member, first, dev, dur, prio, e_bytes, e_srcdev, e_local):
+def fill_instance(base_dev, base_dur, free, free_op, free_row, placement, compute, priority,
+                  task_op, n_compute, e_src, e_dst, base_bytes, gated, gated_c, gated_dst,
+                  gated_bytes, member, first, dev, dur, prio, e_bytes, e_srcdev, e_local):
     """Write ``dev``, ``dur``, ``prio``, ``e_bytes``, ``e_srcdev`` and ``e_local`` for the
     strategy given by ``placement`` and ``priority``.
 
-    Tasks of unsplit ops (``free``, of ops ``free_op``) take the placement's device and its
-    duration there; split parts keep the skeleton's. An edge from an all-reduce to an update
+    Tasks of unsplit ops (``free``, of ops ``free_op``) take the placement's device and their
+    duration there (row ``free_row`` of ``compute``: the op's, or a micro-batch copy's,
+    `CostModel.with_parts`); split parts keep the skeleton's. An edge from an all-reduce to an update
     (``gated``) is read on the ring when the update runs on one of the ring's devices (no
     bytes) and otherwise leaves from the ring's first device. An edge is local when its data
     stays on its device, moves nothing, or goes into a collective."""
@@ -28,7 +29,7 @@ def fill_instance(base_dev, base_dur, free, free_op, placement, compute, priorit
         t, o = free[k], free_op[k]
         d = placement[o]
         dev[t] = d
-        dur[t] = compute[o, d]
+        dur[t] = compute[free_row[k], d]
     for t in range(n_compute):
         prio[t] = priority[task_op[t]]
     for t in range(n_compute, n):

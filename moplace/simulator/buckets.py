@@ -40,11 +40,12 @@ class BucketedCollectives:
     """
 
     def __init__(self, a, costs, ptr, parts, dims, dev, bucket_bytes: float = 0.0,
-                 zero_stage: int = 0, n_ops: int | None = None):
+                 zero_stage: int = 0, n_ops: int | None = None, partial=None):
         cl = costs.cluster
         n_ops = parts.size if n_ops is None else n_ops  # ops from n_ops on: clones
         mask_of = _device_masks(ptr, parts, dev)
-        cand = np.flatnonzero((dims == _BATCH) & (a.grad_bytes > 0) & (parts > 1))
+        whole = (a.grad_bytes > 0) if partial is None else (a.grad_bytes > 0) & ~partial
+        cand = np.flatnonzero((dims == _BATCH) & whole & (parts > 1))
         masks = mask_of[cand]
         multi = (masks & (masks - 1)) != 0  # more than one distinct device
         grad_ops, grad_masks = cand[multi].astype(np.int64), masks[multi]

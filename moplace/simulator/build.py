@@ -35,7 +35,9 @@ from ..core.graph import OpGraph
 from ..costs.costmodel import CostModel
 from ._fill import fill_instance
 from .delta import SimulationBase, patched_task_graph
-from .taskgraph import TaskGraph, build_split_task_graph, unsplit_task_graph
+from .microbatch import microbatch_plan
+from .schedule import ScheduleShape
+from .taskgraph import TaskGraph, build_split_task_graph, pipeline_order, unsplit_task_graph
 
 #: skeletons kept per cost model, and their arrays' bytes in all (the oldest go first)
 MAX_SKELETONS = 16
@@ -58,10 +60,11 @@ def build(graph: OpGraph, strategy: Strategy, costs: CostModel,
     than any patch). Otherwise ``parent``'s task graph patched when ``parent`` (the simulated
     strategy this one was derived from) is given and differs from it in what a patch can
     express, else the cached skeleton of the split configuration (`skeleton_for`) filled in
-    for this strategy's placement and priorities. Every path gives the same arrays."""
-    if not strategy.splits and not strategy.recompute:
+    for this strategy's placement and priorities (and, with micro-batches, ordered by its
+    schedule: `pipeline_order`). Every path gives the same arrays."""
+    if not strategy.splits and not strategy.recompute and not strategy.pipelined:
         return unsplit_task_graph(graph, strategy, costs), UNSPLIT
-    if parent is not None:
+    if parent is not None and not strategy.pipelined:
         tg = patched_task_graph(parent, strategy, graph, costs)
         if tg is not None:
             return tg, PATCHED
@@ -75,13 +78,15 @@ def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> Ta
 
 def split_key(strategy: Strategy) -> bytes:
     """What a task graph's shape depends on: the split ops, their parts, dimensions and the
-    devices of the parts, the gradient bucket size, the ZeRO stage and the recomputed groups."""
+    devices of the parts, the gradient bucket size, the ZeRO stage, the recomputed groups and
+    the micro-batches (not their schedule, applied to each instance)."""
     t = strategy.split_table
     return b"|".join([np.ascontiguousarray(a, np.int64).tobytes()
                       for a in (t.ops, t.parts, t.dims, t.devices,
                                 np.asarray(strategy.recompute, np.int64))]
                      + [repr(strategy.bucket_bytes).encode(),
-                        repr(strategy.zero_stage).encode()])
+                        repr(strategy.zero_stage).encode(),
+                        repr(strategy.micro_batches).encode()])
 
 
 def skeleton_for(graph, strategy: Strategy, costs) -> "Skeleton":
@@ -120,7 +125,7 @@ class Skeleton:
     """A task graph built for one strategy, with what changes with placement and order."""
 
     def __init__(self, graph, strategy: Strategy, costs):
-        tg, moved_bytes = build_split_task_graph(graph, strategy, costs)
+        tg, moved_bytes = build_split_task_graph(graph, strategy, costs, ordered=False)
         for value in vars(tg).values():
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
@@ -129,6 +134,15 @@ class Skeleton:
         #: tasks of unsplit ops: the placement decides their device and duration
         self.free = np.flatnonzero(np.diff(tg.op_ptr)[tg.task_op[:nc]] == 1)
         self.free_op = tg.task_op[self.free]
+        #: each free task's row of its compute table: a micro-batch copy's after the ops'
+        self.m = int(strategy.micro_batches)
+        copy = np.zeros(self.free.size, bool)
+        if strategy.pipelined:
+            vop = np.repeat(np.arange(tg.op_ptr.size - 1), np.diff(tg.op_ptr))[self.free]
+            copy = microbatch_plan(graph, strategy.recompute, self.m).in_time[vop] > 1
+        self.free_row = self.free_op + np.where(copy, len(graph.ops), 0)
+        self.moved_bytes = moved_bytes
+        self.shape = None  # made by the first micro-batched instance
         #: edges from an all-reduce to an update op
         self.gated = np.flatnonzero((tg.e_src >= nc) & (tg.e_dst < nc))
         self.gated_c = tg.e_src[self.gated] - nc
@@ -151,16 +165,25 @@ class Skeleton:
         dev, dur, prio = np.empty_like(tg.dev), np.empty_like(tg.dur), np.empty(tg.n_tasks)
         e_bytes, e_srcdev = np.empty_like(tg.e_bytes), np.empty_like(tg.e_srcdev)
         e_local = np.empty(tg.e_src.size, bool)
-        fill_instance(tg.dev, tg.dur, self.free, self.free_op, strategy.placement, costs.compute,
-                      strategy.priority, tg.task_op, tg.n_compute, tg.e_src, tg.e_dst, tg.e_bytes,
-                      self.gated, self.gated_c, self.gated_dst, self.gated_bytes, self.member,
-                      self.first, dev, dur, prio, e_bytes, e_srcdev, e_local)
+        table = costs.with_parts(self.m) if self.m > 1 else costs.compute
+        fill_instance(tg.dev, tg.dur, self.free, self.free_op, self.free_row, strategy.placement,
+                      table, strategy.priority, tg.task_op, tg.n_compute, tg.e_src, tg.e_dst,
+                      tg.e_bytes, self.gated, self.gated_c, self.gated_dst, self.gated_bytes,
+                      self.member, self.first, dev, dur, prio, e_bytes, e_srcdev, e_local)
         nc = tg.n_compute
-        return TaskGraph(
+        out = TaskGraph(
             n_compute=nc, task_op=tg.task_op, dev=dev, dur=dur, prio=prio,
             out_bytes=tg.out_bytes, param_bytes=tg.param_bytes, e_src=tg.e_src, e_dst=tg.e_dst,
             e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local, out_ptr=tg.out_ptr,
             in_ptr=tg.in_ptr, in_edge=tg.in_edge, coll_ptr=tg.coll_ptr, coll_dev=tg.coll_dev,
             coll_res_ptr=tg.coll_res_ptr, coll_res=tg.coll_res, coll_dur=tg.coll_dur,
             coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind,
-            ip_src=tg.ip_src, coll_mask=tg.coll_mask)
+            ip_src=tg.ip_src, coll_mask=tg.coll_mask, task_mb=tg.task_mb,
+            n_recomputed=tg.n_recomputed)
+        if self.m > 1:
+            if self.shape is None:
+                plan = microbatch_plan(self.graph, strategy.recompute, self.m)
+                self.shape = ScheduleShape(self.tg, plan)
+            out = pipeline_order(out, self.moved_bytes, self.graph, strategy, costs,
+                                 self.shape)[0]
+        return out

@@ -89,7 +89,7 @@ def patched_task_graph(base: SimulationBase, strategy: Strategy, graph, costs) -
 
 def _same_splits(a: Strategy, b: Strategy) -> bool:
     # a recomputed op's clone moves with it: such task graphs are filled from their skeleton
-    return (a.options == b.options and not a.recompute and not b.recompute
+    return (a.options == b.options and not a.recompute and not b.recompute and not a.pipelined
             and (a.splits is b.splits or dict(a.splits) == dict(b.splits)))
 
 

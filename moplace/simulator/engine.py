@@ -53,7 +53,11 @@ class Trace:
     of which runs on devices ``collective_dev[collective_ptr[c]:collective_ptr[c + 1]]``
     and is of kind ``KINDS[collective_kind[c]]`` (`moplace.simulator.collectives`). The last
     ``n_recomputed`` compute tasks (just before the collectives) run recomputed forward ops a
-    second time (`moplace.simulator.recompute`); ``recomputed`` marks them.
+    second time (`moplace.simulator.recompute`); ``recomputed`` marks them. With
+    micro-batches, ``task_micro_batch`` is each task's micro-batch (-1 for a collective; empty
+    without micro-batches), ``stage`` each device's pipeline stage (1 first, 0 for a device
+    running no forward copy; empty without micro-batches), and an op's ``op_start``/``op_end``
+    span its first micro-batch's start to its last's end.
     """
 
     makespan: float
@@ -76,6 +80,8 @@ class Trace:
     collective_dev: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     collective_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     n_recomputed: int = 0
+    task_micro_batch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     transfers: np.ndarray = field(default_factory=lambda: np.empty((0, 6)))
     memory: np.ndarray = field(default_factory=lambda: np.empty((0, 3)))
 
@@ -83,7 +89,7 @@ class Trace:
     #: per-op and recorded arrays, which only a figure of one chosen strategy reads, and
     #: which re-simulating that strategy gives again; the per-device figures stay
     PER_TASK = ("task_op", "task_device", "task_start", "task_end", "op_start", "op_end",
-                "transfers", "memory")
+                "task_micro_batch", "transfers", "memory")
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -95,6 +101,8 @@ class Trace:
     def __setstate__(self, state: dict) -> None:
         state.setdefault("collective_kind", np.zeros(0, np.int64))  # pickled before kinds
         state.setdefault("n_recomputed", 0)  # pickled before recomputation
+        state.setdefault("task_micro_batch", np.zeros(0, np.int64))  # before micro-batches
+        state.setdefault("stage", np.zeros(0, np.int64))
         self.__dict__.update(state)
 
     @property
@@ -172,8 +180,16 @@ def trace_from_outputs(tg: TaskGraph, cluster, n_ops: int, static, start, end, s
     if n_done != tg.n_tasks:  # cannot happen for an acyclic graph; guard against kernel bugs
         raise RuntimeError(f"simulator finished {n_done} of {tg.n_tasks} tasks")
     comp = slice(0, tg.n_compute)
+    n_recomputed = tg.n_recomputed if tg.n_recomputed >= 0 else tg.n_compute - tg.op_ptr[n_ops]
     if tg.n_tasks == n_ops:  # no splits: tasks are ops
         op_start, op_end = start, end
+    elif tg.task_mb.size:  # micro-batches: an op spans its first copy's start to its last's end
+        own = np.arange(tg.n_compute - n_recomputed)
+        op_start, op_end = np.full(n_ops, np.inf), np.zeros(n_ops)
+        np.minimum.at(op_start, tg.task_op[own], start[own])
+        np.maximum.at(op_end, tg.task_op[own], end[own])
+        colls = slice(tg.n_compute, tg.n_tasks)
+        op_end[tg.task_op[colls]] = np.maximum(op_end[tg.task_op[colls]], end[colls])
     else:  # an op spans its first part's start to its last part's (or all-reduce's) end;
         first = tg.op_ptr[:n_ops]  # its recomputation (tasks after op_ptr[n_ops]) not counted
         own = slice(0, tg.op_ptr[n_ops])
@@ -189,5 +205,6 @@ def trace_from_outputs(tg: TaskGraph, cluster, n_ops: int, static, start, end, s
         busy=np.bincount(tg.dev[comp], weights=tg.dur[comp], minlength=cluster.n_devices),
         n_transfers=int(n_x), device_names=cluster.device_names, device_kinds=cluster.kinds,
         static_memory=static, collective_ptr=tg.coll_ptr, collective_dev=tg.coll_dev,
-        collective_kind=tg.coll_kind, n_recomputed=int(tg.n_compute - tg.op_ptr[n_ops]),
+        collective_kind=tg.coll_kind, n_recomputed=int(n_recomputed), task_micro_batch=tg.task_mb,
+        stage=tg.stage,
         transfers=transfers, memory=memory)

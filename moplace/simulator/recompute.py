@@ -28,10 +28,6 @@ graph built on the plan's arrays has the recomputed tasks after all others' comp
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import OrderedDict
-
 import numpy as np
 from numba import njit
 
@@ -39,13 +35,13 @@ from ..arrays import csr_ptr, segment_ranks
 from ..core.graph import ROLES, CompiledGraph, OpGraph, lexicographic_topo_order
 from ..core.recompute import can_run_again
 from ..errors import StrategyError
+from .plancache import PlanCache
 
 _FORWARD = ROLES.index("forward")
 #: plans kept per graph (the oldest go first)
 MAX_PLANS = 64
 
-_CACHE: "weakref.WeakKeyDictionary[OpGraph, OrderedDict]" = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
+_PLANS = PlanCache(MAX_PLANS)
 
 
 class RecomputePlan:
@@ -93,19 +89,7 @@ def recompute_plan(graph: OpGraph, heads: tuple[int, ...]) -> RecomputePlan:
     """The plan of recomputing ``heads``' groups of ``graph`` (validated), kept per graph (the
     last `MAX_PLANS`) since a search meets the same sets again."""
     key = tuple(heads)
-    with _LOCK:
-        kept = _CACHE.get(graph)
-        plan = None if kept is None else kept.get(key)
-        if plan is not None:
-            kept.move_to_end(key)
-            return plan
-    plan = RecomputePlan(graph, key)
-    with _LOCK:
-        kept = _CACHE.setdefault(graph, OrderedDict())
-        kept[key] = plan
-        while len(kept) > MAX_PLANS:
-            kept.popitem(last=False)
-    return plan
+    return _PLANS.get(graph, key, lambda: RecomputePlan(graph, key))
 
 
 @njit(cache=True)

@@ -23,7 +23,7 @@ rings, not over ops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -36,7 +36,10 @@ from ._edgebuild import build_edges
 from ._fill import fill_unsplit
 from .buckets import BucketedCollectives
 from .gathers import held_while_gathered
+from .microbatch import microbatch_plan
 from .recompute import recompute_plan
+from .schedule import (ScheduleShape, one_f_one_b_waits, stage_limits, task_priorities,
+                       with_waits)
 
 _UPDATE = ROLES.index("update")
 _DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1
@@ -57,7 +60,11 @@ class TaskGraph:
     device (-1: none; `moplace.core.graph.inplace_sources`). ``coll_mask``: per collective,
     the bitmask of the devices that read its result locally (its bucket's devices, for the
     bucket's last task; they may be more than the task's own, whose last phase can run on a
-    part of them).
+    part of them). With micro-batches (`moplace.simulator.microbatch`): ``task_mb``, per
+    task its micro-batch (-1 for a collective; empty without micro-batches), ``n_recomputed``,
+    how many compute tasks (the last) run recomputed ops (-1: those after ``op_ptr[n_ops]``),
+    and ``stage``, per device its pipeline stage (1 first, 0: none;
+    `moplace.simulator.schedule.stage_limits`).
     """
 
     n_compute: int
@@ -85,6 +92,9 @@ class TaskGraph:
     coll_kind: np.ndarray
     ip_src: np.ndarray
     coll_mask: np.ndarray
+    task_mb: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    n_recomputed: int = -1
+    stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_tasks(self) -> int:
@@ -96,17 +106,23 @@ class TaskGraph:
                            minlength=n_dev).astype(np.float64)
 
 
-def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
-                           ) -> tuple[TaskGraph, np.ndarray]:
+def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel, *,
+                           ordered: bool = True) -> tuple[TaskGraph, np.ndarray]:
     """The task graph of a strategy with splits or recomputation, built in full, and the bytes
     each edge moves when it does move data (they differ from ``e_bytes`` only on an edge from
     an all-reduce to an update that runs on one of the ring's devices, which reads the
     gradient locally). Recomputed groups run on the graph of `recompute_plan`: their clones'
-    tasks come after every other compute task, with ``task_op`` the op they run again."""
+    tasks come after every other compute task, with ``task_op`` the op they run again. With
+    micro-batches it runs on the graph of `microbatch_plan`, ordered by the strategy's schedule
+    (`pipeline_order`) unless ``ordered`` is False (a skeleton orders each instance)."""
     n_ops = len(graph.ops)
-    plan = recompute_plan(graph, strategy.recompute) if strategy.recompute else None
+    if strategy.pipelined:
+        plan = microbatch_plan(graph, strategy.recompute, int(strategy.micro_batches))
+    else:
+        plan = recompute_plan(graph, strategy.recompute) if strategy.recompute else None
     a = graph.arrays if plan is None else plan.arrays
     orig = np.arange(n_ops) if plan is None else plan.orig
+    in_time = plan.in_time if strategy.pipelined else np.ones(orig.size, np.int64)
     parts, dims, split_dev = _split_arrays(strategy, orig)
     ptr = np.zeros(orig.size + 1, np.int64)
     np.cumsum(parts, out=ptr[1:])
@@ -115,8 +131,10 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
     dev = strategy.placement[task_op].copy()
     dev[parts[vop] > 1] = split_dev  # split ops' parts in op order, so they line up
     colls = BucketedCollectives(a, costs, ptr, parts, dims, dev, strategy.bucket_bytes,
-                                int(strategy.zero_stage), n_ops)
-    dur = _durations(a, costs, ptr, vop, orig, dev, parts, dims, colls.sharded_update)
+                                int(strategy.zero_stage), n_ops,
+                                plan.partial if strategy.pipelined else None)
+    dur = _durations(a, costs, ptr, vop, orig, dev, parts * in_time, dims,
+                     colls.sharded_update)
     out_b, par_b = _memory(a, vop, parts, dims, colls.sharded_update | colls.weighted)
     par_b = par_b + held_while_gathered(ptr, parts, dev, colls.weighted, a.param_bytes,
                                         vop.size)
@@ -128,7 +146,7 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
                              edges["in_edge"], capable, n_compute)
     tg = TaskGraph(
         n_compute=n_compute,
-        task_op=np.concatenate([task_op, colls.ops]),
+        task_op=np.concatenate([task_op, orig[colls.ops]]),
         dev=np.concatenate([dev, np.full(n_coll, -1, np.int64)]),
         dur=np.concatenate([dur, colls.dur]),
         prio=np.concatenate([strategy.priority[task_op], np.zeros(n_coll)]),
@@ -137,7 +155,51 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel
         coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
         coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr,
         coll_kind=colls.kind, ip_src=ip_src, coll_mask=colls.task_mask)
+    if strategy.pipelined:
+        tg.task_mb = np.concatenate([plan.mb[vop], np.full(n_coll, -1, np.int64)])
+        tg.n_recomputed = int(ptr[-1] - ptr[orig.size - plan.n_clone_ops])
+        if ordered:
+            tg, moved_bytes = pipeline_order(tg, moved_bytes, graph, strategy, costs)
     return tg, moved_bytes
+
+
+def pipeline_order(tg: TaskGraph, moved_bytes: np.ndarray, graph: OpGraph, strategy: Strategy,
+                   costs: CostModel, shape: ScheduleShape | None = None
+                   ) -> tuple[TaskGraph, np.ndarray]:
+    """A micro-batched task graph (``tg``, filled in for ``strategy``'s placement) ordered by
+    its schedule (`moplace.simulator.schedule`): its compute tasks' priorities by slot and,
+    under 1F1B, the waits (the in-place sources made again where a wait leaves a buffer
+    another task writes into); and the bytes each edge moves (``moved_bytes``, as
+    `build_split_task_graph` gives them) with the waits'. ``shape``: `ScheduleShape` of
+    ``tg``'s skeleton, when kept."""
+    plan = microbatch_plan(graph, strategy.recompute, int(strategy.micro_batches))
+    shape = ScheduleShape(tg, plan) if shape is None else shape
+    nc, n_dev = tg.n_compute, costs.cluster.n_devices
+    task_op, dev = tg.task_op[:nc], tg.dev[:nc]
+    gpipe = strategy.schedule_name == "gpipe"
+    limit = stage_limits(dev, tg.dur[:nc], task_op, shape.phase, graph.depth, n_dev)
+    prio = np.concatenate([task_priorities(strategy.priority, task_op, shape.phase, shape.mb,
+                                           plan.m, None if gpipe else limit[dev]),
+                           np.zeros(tg.n_tasks - nc)])
+    changes = {"prio": prio, "stage": np.where(limit > 0, limit.max() + 1 - limit, 0)}
+    if not gpipe:
+        src, dst = one_f_one_b_waits(dev, limit, shape, n_dev)
+        if src.size:
+            edges = with_waits({name: getattr(tg, name) for name in _EDGE_FIELDS} |
+                               {"moved_bytes": moved_bytes}, tg.dev, src, dst, tg.n_tasks)
+            moved_bytes = edges.pop("moved_bytes")
+            changes.update(edges)
+            if np.isin(src, tg.ip_src).any():  # a buffer written into gains a reader
+                capable = np.concatenate([plan.arrays.inplace[shape.vop] & costs.inplace,
+                                          np.zeros(tg.n_tasks - nc, bool)])
+                changes["ip_src"] = inplace_sources(
+                    edges["e_src"], edges["e_dst"], edges["e_bytes"], edges["out_ptr"],
+                    edges["in_edge"], capable, nc)
+    return replace(tg, **changes), moved_bytes
+
+
+_EDGE_FIELDS = ("e_src", "e_dst", "e_bytes", "e_srcdev", "e_local", "out_ptr", "in_ptr",
+                "in_edge")
 
 
 def _split_arrays(strategy: Strategy, orig: np.ndarray):

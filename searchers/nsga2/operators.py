@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from moplace.core.baselines import group_order
-from moplace.core.genome import GenomeSpace, sample_genomes, sparse_recompute
+from moplace.core.genome import (GenomeSpace, sample_genomes, sparse_micro_batches,
+                                 sparse_recompute)
 
 
 def _csr_undirected(a: np.ndarray, b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -119,12 +120,15 @@ class GenomeStructure:
 
 def repair(s: GenomeStructure, X: np.ndarray) -> np.ndarray:
     """Rows of ``X`` made valid (in place when ``X`` is a float array): integer genes rounded
-    and clipped to their bounds, priorities clipped to [0, 1]."""
+    and clipped to their bounds, priorities clipped to [0, 1], ZeRO-3 with micro-batches
+    made the ZeRO-1 it runs as (`GenomeSpace.one_decoding`)."""
     X = np.asarray(X, dtype=np.float64).reshape(-1, s.size)
     k, p = 2 * s.G, slice(2 * s.G, 2 * s.G + s.N)
     X[:, :k] = np.clip(np.rint(X[:, :k]), s.lo[:k], s.hi[:k])
     X[:, p] = np.clip(np.nan_to_num(X[:, p], nan=0.5), 0.0, 1.0)
     X[:, p.stop:] = np.clip(np.rint(np.nan_to_num(X[:, p.stop:])), s.lo[p.stop:], s.hi[p.stop:])
+    if s.space is not None:
+        s.space.one_decoding(X)
     return X
 
 
@@ -142,11 +146,14 @@ def normalized_priority(priority: np.ndarray) -> np.ndarray:
 
 def random_genomes(s: GenomeStructure, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` genomes uniform over the space (integer genes uniform over their values), the
-    recompute genes sparse (`sparse_recompute`)."""
+    recompute genes sparse (`sparse_recompute`) and half of them on one micro-batch
+    (`sparse_micro_batches`)."""
     ints = np.ones(s.size, bool)
     ints[2 * s.G:2 * s.G + s.N] = False
     X = sample_genomes(s.lo, s.hi, ints, n, rng)
-    return sparse_recompute(X, slice(2 * s.G + s.N + 2, s.size), rng)
+    P = 2 * s.G + s.N
+    return sparse_micro_batches(sparse_recompute(X, slice(P + 4, s.size), rng), P + 2,
+                                int(s.hi[P + 2]) + 1, rng)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,6 +199,8 @@ class MutationRates:
     #                             devices the whole strategy uses, splits scaled with it)
     bucket: float = 0.1         # probability of another gradient bucket size
     zero: float = 0.05          # probability of another ZeRO stage
+    micro_batches: float = 0.1  # probability of the next micro-batch count up or down
+    schedule: float = 0.05      # probability of the other pipeline schedule
     recompute: float = 0.5      # recompute-gene changes: one group flipped, or a run of
     #                             groups (in the order of their first ops) set alike
 
@@ -254,7 +263,11 @@ def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
         y[P + N] = rng.integers(int(s.hi[P + N]) + 1)
     if y.size > P + N + 1 and s.hi[P + N + 1] > 0 and rng.random() < rates.zero:
         y[P + N + 1] = rng.integers(int(s.hi[P + N + 1]) + 1)
-    rec = y[P + N + 2:]  # the recompute genes (a view; `GenomeSpace`'s layout)
+    if y.size > P + N + 2 and s.hi[P + N + 2] > 0 and rng.random() < rates.micro_batches:
+        y[P + N + 2] = np.clip(np.rint(y[P + N + 2]) + rng.choice((-1, 1)), 0, s.hi[P + N + 2])
+    if y.size > P + N + 3 and s.hi[P + N + 3] > 0 and rng.random() < rates.schedule:
+        y[P + N + 3] = 1.0 - np.rint(y[P + N + 3])
+    rec = y[P + N + 4:]  # the recompute genes (a view; `GenomeSpace`'s layout)
     if rec.size:
         for _ in range(rng.poisson(rates.recompute)):
             i = int(rng.integers(rec.size))

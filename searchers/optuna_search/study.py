@@ -27,7 +27,9 @@ class TrialSpace:
     priority of op i in [0, 1] (only with ``priorities``; without, every strategy runs the ops
     in ``fixed_priority``); ``bucket``: the gradient bucket size's index into the genome's
     ``bucket_choices`` (only when it has more than one); ``zero``: the ZeRO stage's index into
-    ``zero_choices`` (likewise); ``r{g}``: 1 when co-location group g
+    ``zero_choices`` (likewise); ``micro``: the micro-batch count's index into
+    ``micro_batch_choices``; ``schedule``: 0 (1F1B) or 1 (GPipe); ``r{g}``: 1 when co-location
+    group g
     is recomputed (only for groups that can be, `GenomeSpace.recompute_heads`).
     """
 
@@ -47,7 +49,7 @@ class TrialSpace:
     def n_params(self) -> int:
         """Parameters of a trial."""
         return len(self.devices) + len(self.splits) + int(self.buckets) + int(self.zero) + \
-            len(self.recompute) + \
+            2 + len(self.recompute) + \
             (self.genome.n_ops if self.priorities else 0)
 
     def strategy(self, trial) -> Strategy:
@@ -68,6 +70,9 @@ class TrialSpace:
             x[space.bucket_gene] = trial.suggest_int("bucket", 0, len(space.bucket_choices) - 1)
         if self.zero:
             x[space.zero_gene] = trial.suggest_int("zero", 0, len(space.zero_choices) - 1)
+        x[space.micro_batch_gene] = trial.suggest_int("micro", 0,
+                                                      len(space.micro_batch_choices) - 1)
+        x[space.schedule_gene] = trial.suggest_int("schedule", 0, 1)
         x[space.recompute_genes] = [trial.suggest_int(f"r{g}", 0, 1) for g in self.recompute]
         return space.decode(x)
 
@@ -83,6 +88,8 @@ class TrialSpace:
             params["bucket"] = int(x[self.genome.bucket_gene])
         if self.zero:
             params["zero"] = int(x[self.genome.zero_gene])
+        params["micro"] = int(x[self.genome.micro_batch_gene])
+        params["schedule"] = int(x[self.genome.schedule_gene])
         params.update({f"r{g}": int(v) for g, v in
                        zip(self.recompute, x[self.genome.recompute_genes].tolist())})
         return params

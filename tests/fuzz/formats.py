@@ -208,6 +208,11 @@ class StrategyJson(FileFormat):
         save_strategy(path, graph, baseline("data-parallel", graph, cluster.n_devices)
                       .with_recompute(recomputable_heads(graph)[::2]), cluster)
         seeds.append(("data-parallel, every other group recomputed", path.read_bytes()))
+        # a pipeline: 4 micro-batches under GPipe (version 4, issue 33)
+        path = self.workdir / "seeds" / "pipeline.strategy.json"
+        save_strategy(path, graph, baseline("layer-split", graph, cluster.n_devices)
+                      .with_options(micro_batches=4, schedule=1), cluster)
+        seeds.append(("layer-split, 4 micro-batches under GPipe", path.read_bytes()))
         front = json.loads(_search(self.workdir, "random", "strategy-search").read_text())
         point = max(front["points"], key=lambda p: len(p["strategy"]["splits"]))
         seeds.append(("random-search point with splits",

@@ -33,8 +33,10 @@ def draw_search(data: dict, problem, out_dir, *, point: int | None = None,
     when nothing fits); ``html`` the interactive 3-D front too. The baselines, HEFT and DPOS
     are marked; a comparison's front.json (`moplace.review.comparison`) colours points by
     searcher and draws one progress line per searcher."""
+    from ...core.graph import ROLES
     from ...io.strategies import strategy_from_json
     from ...simulator.engine import simulate
+    from ..units import SCHEDULE_NAMES
     from ..marks import front_knee, reference_marks
     from . import fronts, timeline
 
@@ -68,11 +70,16 @@ def draw_search(data: dict, problem, out_dir, *, point: int | None = None,
         strategy = strategy_from_json(chosen["strategy"], problem.graph, problem.cluster)
         trace = simulate(problem.graph, problem.cluster, strategy, costs=problem.costs,
                          record=True)
-        timed("gantt.png", timeline.gantt, trace, title=f"{title}: {label}")
+        backward = problem.graph.arrays.role == ROLES.index("backward")
+        timed("gantt.png", timeline.gantt, trace, title=f"{title}: {label}", backward=backward)
         without = {}
         plain, levers = _without_levers(strategy)
+        if strategy.pipelined:  # the stash under each schedule: the other one dotted
+            plain = strategy.with_options(schedule=1 - strategy.schedule)
+            levers = SCHEDULE_NAMES[strategy.schedule_name]
+            without = dict(other=SCHEDULE_NAMES[plain.schedule_name])
         if levers:  # what recomputation and sharding free: the same strategy without them
-            without = dict(lever=levers, without=simulate(
+            without.update(lever=levers, without=simulate(
                 problem.graph, problem.cluster, plain, costs=problem.costs, record=True))
         timed("memory.png", timeline.memory_over_time, trace, title=f"{title}: {label}",
               **without)

@@ -1,7 +1,9 @@
 """Figures of one strategy's simulated step: a Gantt chart (devices by time, compute and
-transfers apart, split parts, recomputed ops and collectives visible) and the memory each
-device holds over time against its capacity, beside what it would hold without the memory
-levers the strategy pulls (recomputation, ZeRO).
+transfers apart, split parts, recomputed ops and collectives visible; with micro-batches,
+each micro-batch in its colour, backward hatched, and each device's pipeline stage) and the
+memory each device holds over time against its capacity, beside what it would hold without
+the memory levers the strategy pulls (recomputation, ZeRO) or under the other pipeline
+schedule (the stash of in-flight micro-batches).
 
 Both take a `Trace` simulated with ``record=True``. Past ``max_bars`` tasks and transfers (a
 10,000-op graph), the Gantt chart stops drawing one bar per task, which would be an unreadable
@@ -55,6 +57,39 @@ def _lanes(trace):
             yield d, 1, name, trace.task_start[idx], trace.task_end[idx]
 
 
+#: the micro-batches' colours, in turn
+BATCH_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                 "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def _micro_batch_bars(ax, trace, n_dev: int, scale: float, backward) -> None:
+    """Compute bars by micro-batch (its colour; backward tasks hatched), with a legend of the
+    first micro-batches' colours."""
+    mb, dev = trace.task_micro_batch, trace.task_device
+    back = (np.zeros(dev.size, bool) if backward is None
+            else np.asarray(backward, bool)[trace.task_op])
+    m = int(mb.max(initial=0)) + 1
+    for d in range(n_dev):
+        y = 2 * (n_dev - 1 - d) + 1
+        for i in range(-1, m):
+            for hatch in (False, True):
+                k = np.flatnonzero((dev == d) & (mb == i) & (back == hatch))
+                if not k.size:
+                    continue
+                colour = "#bbbbbb" if i < 0 else BATCH_COLOURS[i % len(BATCH_COLOURS)]
+                ax.broken_barh(list(zip(trace.task_start[k] / scale,
+                                        (trace.task_end[k] - trace.task_start[k]) / scale)),
+                               (y - 0.4, 0.8), facecolors=colour, edgecolors="white",
+                               linewidths=0.2, hatch="////" if hatch else None)
+    for i in range(min(m, len(BATCH_COLOURS))):
+        ax.bar(0, 0, color=BATCH_COLOURS[i], label=f"micro-batch {i}")
+    if m > len(BATCH_COLOURS):
+        ax.bar(0, 0, color="white", label=f"(colours repeat; {m} micro-batches)")
+    if backward is not None:
+        ax.bar(0, 0, color="white", edgecolor="black", hatch="////", label="backward")
+    ax.bar(0, 0, color="#bbbbbb", label="run once (updates)")
+
+
 def busy_fraction(starts, ends, edges) -> np.ndarray:
     """For each slice [edges[i], edges[i+1]), the busy time of the intervals (start, end)
     inside it divided by its width (overlapping intervals add up, so it can exceed 1)."""
@@ -71,11 +106,13 @@ def _require_record(trace) -> None:
                          "or memory changes to draw")
 
 
-def gantt(trace, path, *, title="", max_bars=4000) -> None:
+def gantt(trace, path, *, title="", max_bars=10_000, backward=None) -> None:
     """Devices by time: per device a compute lane (ops; parts of split ops and ops run again
     by recomputation in their own colours) and a link lane (transfers arriving at it, and the
     collectives it takes part in: all-reduces, reduce-scatters and all-gathers, each in its
-    own colour)."""
+    own colour). With micro-batches, compute bars take their micro-batch's colour (tasks of
+    ops that ``backward``, per op, marks hatched) and each device is labelled with its
+    pipeline stage (`Trace.stage`)."""
     _require_record(trace)
     n_dev = len(trace.capacity)
     lanes = list(_lanes(trace))
@@ -83,13 +120,14 @@ def gantt(trace, path, *, title="", max_bars=4000) -> None:
     end = max(trace.makespan, float(trace.transfers[:, 5].max(initial=0.0)), 1e-12)
     unit = unit_for("time", end)
     aggregate = n_bars > max_bars
+    by_batch = trace.task_micro_batch.size > 0 and not aggregate
     edges = np.linspace(0.0, end, BINS + 1)
     fig = new_figure(12.0, 1.0 + 0.75 * n_dev)
     ax = fig.add_subplot(1, 1, 1)
     used, stacked = set(), {}
     for d, lane, category, starts, ends in lanes:
         y = 2 * (n_dev - 1 - d) + (1 - lane)
-        if not len(starts):
+        if not len(starts) or (by_batch and lane == 0):
             continue
         used.add(category)
         colour = COLOURS[category]
@@ -104,7 +142,11 @@ def gantt(trace, path, *, title="", max_bars=4000) -> None:
         else:
             ax.broken_barh(list(zip(starts / unit[1], (ends - starts) / unit[1])), (y - 0.4, 0.8),
                            facecolors=colour, edgecolors="white", linewidths=0.2)
+    if by_batch:
+        _micro_batch_bars(ax, trace, n_dev, unit[1], backward)
     names = trace.device_names or tuple(f"device {d}" for d in range(n_dev))
+    if trace.stage.size:
+        names = [f"{n} (stage {k})" if k else n for n, k in zip(names, trace.stage.tolist())]
     ticks = [(2 * (n_dev - 1 - d) + 1 - lane, f"{names[d]} {'compute' if lane == 0 else 'links'}")
              for d in range(n_dev) for lane in (0, 1)]
     ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
@@ -125,11 +167,12 @@ def gantt(trace, path, *, title="", max_bars=4000) -> None:
 
 
 def memory_over_time(trace, path, *, title="", max_points=5000, without=None,
-                     lever="") -> None:
+                     lever="", other="") -> None:
     """Bytes resident on each device over the step (parameters included), with each device's
     capacity as a dashed line and its peak marked. ``without``: the trace of the same strategy
-    without its memory ``lever`` (e.g. "recomputation"), drawn dotted in each device's
-    colour, so what the lever frees shows as the gap between the two."""
+    without its memory ``lever`` (e.g. "recomputation"), or with ``other`` instead of it (e.g.
+    "GPipe", for a 1F1B pipeline: the stash each schedule keeps), drawn dotted in each
+    device's colour, so what the lever frees shows as the gap between the two."""
     _require_record(trace)
     n_dev = len(trace.capacity)
     end = max(trace.makespan, 1e-12)
@@ -163,11 +206,13 @@ def memory_over_time(trace, path, *, title="", max_points=5000, without=None,
     if without is not None:
         before, after = without.peak_memory.max(), trace.peak_memory.max()
         ax.plot([], [], color="grey", ls=":", lw=0.9,
-                label=f"dotted: without {lever} (peak {fmt(before, 'bytes')})")
+                label=f"dotted: {other or 'without ' + lever} (peak {fmt(before, 'bytes')})")
+        dt = trace.makespan - without.makespan
+        took = f"{fmt(abs(dt), 'time')} {'more' if dt >= 0 else 'less'} time"
         title = (title + "\n" if title else "") + (
-            f"{lever} frees {fmt(before - after, 'bytes')} of the peak "
-            f"({fmt(before, 'bytes')} -> {fmt(after, 'bytes')}) for "
-            f"{fmt(trace.makespan - without.makespan, 'time')} more time")
+            f"{lever} {'frees' if before >= after else 'holds'} "
+            f"{fmt(abs(before - after), 'bytes')} {'of' if before >= after else 'more at'} "
+            f"the peak ({fmt(before, 'bytes')} -> {fmt(after, 'bytes')}) for {took}")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(alpha=0.3)
     if title:

@@ -1,0 +1,127 @@
+"""How close the best plan comes to the compute limit (issue 33), per graph and cluster.
+
+    python3 experiments/compute_limit.py [--budget 3000] [--graphs NAME ...]
+                                         [--clusters PRESET ...] [--searchers ...] [--json FILE]
+
+The compute limit of a graph on D devices is the larger of its total compute divided by D
+and its heaviest co-location group that cannot be split on batch (it runs whole on one
+device), on the cluster's device 0 kind. For each (graph, cluster) it runs PipeDream's
+partitioner (`pipedream`: every pipeline it proposes), OS-DPOS and NSGA-II (``--budget``
+evaluations; both start from every seed, the partitioner's pipelines included), and prints
+the best feasible runtime of each, the best of all and its ratio to the limit, with the
+plan that reached it. Deterministic for a seed. Without ``--graphs``: every bundled PipeDream
+graph and the dnn-partitioning LayerGraphs and OperatorGraphs training graphs, on
+8xV100-16GB-NVLink and 2x4xV100-IB100 (the dnn ones on 4 and 8 V100s: 4xV100-NVLink and
+8xV100-16GB-NVLink). Hours at the default budget on 2 cores: pass fewer graphs or a smaller
+budget for a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import moplace  # noqa: E402
+from moplace.core.levers import plan_of  # noqa: E402
+from moplace.review.units import plan_text  # noqa: E402
+
+SEARCHERS = ("pipedream", "os-dpos", "nsga2")
+#: (graph prefix, clusters) of the default runs
+DEFAULTS = (("pipedream:", ("8xV100-16GB-NVLink", "2x4xV100-IB100")),
+            ("dnn:LayerGraphs/", ("4xV100-NVLink", "8xV100-16GB-NVLink")),
+            ("dnn:OperatorGraphs/", ("4xV100-NVLink", "8xV100-16GB-NVLink")))
+
+
+def compute_limit(problem) -> tuple[float, float, float]:
+    """(limit, total compute / devices, heaviest group that cannot be split) in seconds."""
+    a = problem.graph.arrays
+    t = problem.costs.compute[:, 0]
+    work = np.bincount(a.group, weights=t, minlength=a.n_groups)
+    whole = np.bincount(a.group, weights=(a.split_mask & 1) == 0, minlength=a.n_groups) > 0
+    heavy = float(work[whole].max(initial=0.0))
+    share = float(t.sum()) / problem.n_devices
+    return max(share, heavy), share, heavy
+
+
+def best_feasible(result, problem):
+    k = problem.objectives.index("runtime")
+    fits = [p for p in result.front if p.feasible]
+    return min(fits, key=lambda p: p.values[k]) if fits else None
+
+
+def run(graph: str, cluster: str, budget: int, searchers, seed: int) -> dict:
+    g, c = moplace.load_graph(graph), moplace.load_cluster(cluster)
+    problem = moplace.Problem(g, c)
+    limit, share, heavy = compute_limit(problem)
+    row = {"graph": graph, "cluster": cluster, "ops": len(g.ops), "limit_ms": limit * 1e3,
+           "share_ms": share * 1e3, "heaviest_group_ms": heavy * 1e3, "searchers": {}}
+    k = problem.objectives.index("runtime")
+    best = None
+    for name in searchers:
+        t0 = time.perf_counter()
+        result = moplace.search(problem, moplace.make_searcher(name),
+                                budget=budget if name == "nsga2" else max(budget, 64),
+                                seed=seed)
+        point = best_feasible(result, problem)
+        entry = {"seconds": time.perf_counter() - t0, "evaluations": result.n_evaluations}
+        if point is not None:
+            entry.update(runtime_ms=point.values[k] * 1e3,
+                         plan=plan_of(point.strategy, g))
+            if best is None or point.values[k] < best[0]:
+                best = (point.values[k], name, entry["plan"])
+        row["searchers"][name] = entry
+        print(f"  {name:<10} {entry.get('runtime_ms', float('nan')):>10.2f} ms "
+              f"({entry['evaluations']} evaluations, {entry['seconds']:.0f} s)", flush=True)
+    if best is not None:
+        row.update(best_ms=best[0] * 1e3, ratio=best[0] / limit, best_searcher=best[1],
+                   best_plan=best[2])
+    return row
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--budget", type=int, default=3000, help="NSGA-II's evaluations")
+    p.add_argument("--graphs", nargs="+", help="graph names (default: see the docstring)")
+    p.add_argument("--clusters", nargs="+", help="cluster presets (default: per graph family)")
+    p.add_argument("--searchers", nargs="+", default=list(SEARCHERS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
+    args = p.parse_args(argv)
+    runs = []
+    if args.graphs:
+        runs = [(g, c) for g in args.graphs for c in (args.clusters or ["8xV100-16GB-NVLink"])]
+    else:
+        for prefix, clusters in DEFAULTS:
+            names = [n for n in moplace.list_bundled() if n.startswith(prefix)
+                     and (prefix == "pipedream:" or n.endswith("_training"))]
+            runs += [(g, c) for g in names for c in (args.clusters or clusters)]
+    rows = []
+    for graph, cluster in runs:
+        print(f"{graph} on {cluster}", flush=True)
+        rows.append(run(graph, cluster, args.budget, args.searchers, args.seed))
+        r = rows[-1]
+        if "ratio" in r:
+            print(f"  limit {r['limit_ms']:.2f} ms (compute / devices {r['share_ms']:.2f}, "
+                  f"heaviest whole group {r['heaviest_group_ms']:.2f}); best {r['best_ms']:.2f} "
+                  f"ms = {r['ratio']:.2f}x the limit, by {r['best_searcher']}: "
+                  f"{plan_text(r['best_plan'])}", flush=True)
+    print(f"\n{'graph':<40} {'cluster':<20} {'ops':>6} {'limit ms':>9} {'best ms':>9} "
+          f"{'x limit':>8}  by")
+    for r in rows:
+        print(f"{r['graph']:<40} {r['cluster']:<20} {r['ops']:>6} {r['limit_ms']:>9.2f} "
+              f"{r.get('best_ms', float('nan')):>9.2f} {r.get('ratio', float('nan')):>8.2f}  "
+              f"{r.get('best_searcher', '-')}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""PipeDream's partitioner as a searcher (``pipedream``) and a seed source.
+
+`searchers.pipeline.partition` chooses contiguous stages and how many devices replicate each
+(the slowest stage as fast as it can be); `pipeline_candidates` runs that partition as
+micro-batched pipelines: 1F1B with each micro-batch count of `MICRO_BATCHES`, and GPipe with 8
+(the GPipe paper's count), on every device and, where the partitioner finds a faster slowest
+stage on fewer, on those. A replicated stage is its groups split on batch over its devices,
+their gradients in DDP's 25 MiB buckets. The searcher asks for every candidate in one batch
+and is done: the simulator scores them (the micro-batch count trades time, as the bubble
+shrinks and per-task overheads grow, against the stash). Three of each partition's
+(`SEEDED`) are seeds, so every seeded search (OS-DPOS, NSGA-II, MCMC, ...) starts from
+them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moplace.core.baselines import DDP_BUCKET_BYTES, topological_priority
+from moplace.core.graph import ROLES
+from moplace.core.strategy import Split, Strategy
+from moplace.optimize.searcher import Searcher
+from moplace.optimize.seeds import Seed
+
+from .partition import Partition, partition
+
+#: the micro-batch counts each partition runs with under 1F1B
+MICRO_BATCHES = (4, 8, 16, 32)
+#: GPipe's micro-batch count in its paper's experiments
+GPIPE_MICRO_BATCHES = 8
+
+
+def pipeline_strategy(graph, part: Partition, micro_batches: int, schedule: int) -> Strategy:
+    """``part``'s stages as a strategy: each stage's groups on its first device, split on
+    batch over its devices when it has several; ``micro_batches`` under ``schedule``."""
+    group = graph.arrays.group
+    device = np.zeros(graph.arrays.n_groups, np.int64)
+    splits, replicated = {}, False
+    for stage in part.stages:
+        device[stage.groups] = stage.first
+        if stage.n > 1:
+            replicated = True
+            split = Split("batch", tuple(range(stage.first, stage.first + stage.n)))
+            for op in np.flatnonzero(np.isin(group, stage.groups)).tolist():
+                splits[op] = split
+    return Strategy(device[group], topological_priority(graph), splits,
+                    bucket_bytes=DDP_BUCKET_BYTES if replicated else 0.0,
+                    micro_batches=micro_batches, schedule=schedule)
+
+
+def partitions(problem) -> list[Partition]:
+    """The partition over every device and, when the partitioner's slowest stage is faster
+    on fewer (the first ones), that one too."""
+    p = problem
+    compute = p.costs.compute[:, 0]
+    every = partition(p.graph, p.cluster, compute, p.n_devices)
+    out = [every]
+    fewer = min((partition(p.graph, p.cluster, compute, d) for d in range(1, p.n_devices)),
+                key=lambda q: q.slowest_s, default=every)
+    if fewer.slowest_s < every.slowest_s:
+        out.append(fewer)
+    return out
+
+
+def pipeline_candidates(problem) -> list[Seed]:
+    """The pipelines of the partitions (see the module docstring), labelled."""
+    role = problem.graph.arrays.role
+    batched = np.any((role == ROLES.index("forward")) | (role == ROLES.index("backward")))
+    out = []
+    for part in partitions(problem):
+        where = f"{len(part.stages)} stages on {part.n_devices} devices"
+        if not batched:  # nothing to micro-batch: the stages as a placement
+            out.append(Seed(f"pipedream: {where}", pipeline_strategy(problem.graph, part, 1, 0)))
+            continue
+        for m in MICRO_BATCHES:
+            out.append(Seed(f"pipedream: {where}, 1F1B x{m}",
+                            pipeline_strategy(problem.graph, part, m, 0)))
+        out.append(Seed(f"pipedream: {where}, GPipe x{GPIPE_MICRO_BATCHES}",
+                        pipeline_strategy(problem.graph, part, GPIPE_MICRO_BATCHES, 1)))
+    return out
+
+
+#: the pipelines a seeded search starts from (by label's end): fewer than the searcher's own,
+#: since every seed costs an evaluation of every seeded search
+SEEDED = ("1F1B x8", "1F1B x32", f"GPipe x{GPIPE_MICRO_BATCHES}")
+
+
+def pipeline_seeds(problem) -> list[Seed]:
+    """The partitioner's pipelines a seeded search starts from (`SEEDED`), as seeds
+    (entry-point group ``moplace.seeds``)."""
+    return [s for s in pipeline_candidates(problem)
+            if s.label.endswith(SEEDED) or "x" not in s.label]
+
+
+class PipelineSearcher(Searcher):
+    """PipeDream's partitioner: stages by dynamic programming, run as 1F1B and GPipe pipelines.
+
+    It asks for its pipelines (`pipeline_candidates`) in one batch and is then done; on one
+    device they are gradient accumulation. For a graph without forward or backward ops
+    (nothing to micro-batch) it asks for the stages as a placement."""
+
+    name = "pipedream"
+
+    def _setup(self) -> None:
+        self._asked = False
+        self._labels: list[str] = []
+
+    def ask(self) -> list[Strategy]:
+        if self._asked:
+            return []
+        self._asked = True
+        seeds = pipeline_candidates(self.problem)
+        self._labels = [s.label for s in seeds]
+        return [s.strategy for s in seeds]
+
+    def notes(self) -> list[str]:
+        return [f"pipedream: {len(self._labels)} pipelines asked"] if self._labels else []
