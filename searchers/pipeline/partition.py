@@ -18,7 +18,9 @@ compute divided among them plus its weight gradients' ring all-reduce on those d
 the run; a stage can be replicated only where every op of it can be split on batch), and
 ``C(i, e)`` the transfer of what crosses the cut before block i, forward activations and
 backward gradients, over the link from device e - 1 to e. ``A(j, d)`` with a single stage
-(``i = 0``) needs ``d' = d``. Times are the whole minibatch's, on device 0's kind.
+(``i = 0``) needs ``d' = d``. The program also counts stages, so that a partition of at most
+S stages can be asked for (fewer stages, a smaller bubble: ``(S - 1) / (m + S - 1)`` of a
+flushed pipeline of m micro-batches is idle). Times are the whole minibatch's, on device 0's kind.
 """
 
 from __future__ import annotations
@@ -121,9 +123,11 @@ def blocks(work: np.ndarray, n_max: int = MAX_BLOCKS) -> np.ndarray:
     return np.unique(np.concatenate([[0], ends, np.arange(0, n + 1, max(1, n // n_max)), [n]]))
 
 
-def partition(graph, cluster, compute: np.ndarray, n_devices: int) -> Partition:
+def partition(graph, cluster, compute: np.ndarray, n_devices: int,
+              n_stages: int | None = None, sync_weight: float = 1.0) -> Partition:
     """The partition of ``graph`` onto devices ``0 .. n_devices - 1`` of ``cluster`` whose
-    slowest stage is fastest (see the module docstring); ``compute``: seconds per op."""
+    slowest stage is fastest (see the module docstring), of at most ``n_stages`` stages (any
+    number when None); ``compute``: seconds per op."""
     order, work, grad, replicable, cut = chain(graph, compute)
     b = blocks(work)
     nb = b.size - 1
@@ -135,48 +139,62 @@ def partition(graph, cluster, compute: np.ndarray, n_devices: int) -> Partition:
     nxt = (d + 1) % max(n_devices, 1)
     bw = np.asarray(cluster.bandwidth, np.float64)[d, nxt]
     lat = np.asarray(cluster.latency, np.float64)[d, nxt]
-    best, choice_i, choice_n = _dp(nb, n_devices, cw, cg, bad, cuts, bw, lat)
-    j, e, stages = nb, n_devices, []
+    ns = n_devices if n_stages is None else max(1, min(n_stages, n_devices))
+    best, choice_i, choice_n = _dp(nb, n_devices, ns, cw, cg * sync_weight, bad, cuts, bw, lat)
+    j, e, s, stages = nb, n_devices, ns, []
     while j > 0:
-        i, k = int(choice_i[j, e]), int(choice_n[j, e])
+        i, k = int(choice_i[j, e, s]), int(choice_n[j, e, s])
         if k == 0:  # device e - 1 left idle
             e -= 1
             continue
+        if k < 0:  # fewer stages do as well
+            s -= 1
+            continue
         stages.append(Stage(order[b[i]:b[j]], e - k, k))
-        j, e = i, e - k
-    return Partition(tuple(reversed(stages)), float(best[nb, n_devices]))
+        j, e, s = i, e - k, s - 1
+    return Partition(tuple(reversed(stages)), float(best[nb, n_devices, ns]))
 
 
 @njit(cache=True)
-def _dp(nb, nd, cw, cg, bad, cuts, bw, lat):
+def _dp(nb, nd, ns, cw, cg, bad, cuts, bw, lat):
+    """``best[j, d, s]``: the slowest stage of blocks 0..j-1 on devices 0..d-1 in at most s
+    stages; the choice (first block i and devices k of the last stage; k = 0: device d - 1
+    idle; k = -1: at most s - 1 stages)."""
     inf = np.inf
-    best = np.full((nb + 1, nd + 1), inf)
-    ci = np.zeros((nb + 1, nd + 1), np.int64)
-    cn = np.zeros((nb + 1, nd + 1), np.int64)
-    for j in range(1, nb + 1):
-        for d in range(1, nd + 1):
-            for k in range(1, d + 1):  # devices of the last stage: d - k .. d - 1
-                lo = d - k
-                slow_bw, slow_lat = inf, 0.0
-                for q in range(lo, d - 1):
-                    if bw[q] < slow_bw:
-                        slow_bw = bw[q]
-                    if lat[q] > slow_lat:
-                        slow_lat = lat[q]
-                for i in range(j - 1, -1, -1):
-                    if i == 0 and k != d:
-                        continue
-                    if k > 1 and bad[j] - bad[i] > 0:
-                        break  # a group that cannot be replicated: so do longer stages
-                    t = (cw[j] - cw[i]) / k
-                    if k > 1:
-                        t += 2.0 * (k - 1) / k * (cg[j] - cg[i]) / slow_bw + 2.0 * (k - 1) * slow_lat
-                    if i > 0:
-                        prev = best[i, lo]
-                        comm = lat[lo - 1] + 2.0 * cuts[i] / bw[lo - 1]
-                        t = max(t, max(prev, comm))
-                    if t < best[j, d]:
-                        best[j, d], ci[j, d], cn[j, d] = t, i, k
-            if d > 1 and best[j, d - 1] <= best[j, d]:  # leave device d - 1 idle
-                best[j, d], ci[j, d], cn[j, d] = best[j, d - 1], j, 0
+    best = np.full((nb + 1, nd + 1, ns + 1), inf)
+    best[0] = 0.0  # nothing to place: no stage
+    ci = np.zeros((nb + 1, nd + 1, ns + 1), np.int64)
+    cn = np.zeros((nb + 1, nd + 1, ns + 1), np.int64)
+    for s in range(1, ns + 1):
+        for j in range(1, nb + 1):
+            for d in range(1, nd + 1):
+                for k in range(1, d + 1):  # devices of the last stage: d - k .. d - 1
+                    lo = d - k
+                    slow_bw, slow_lat = inf, 0.0
+                    for q in range(lo, d - 1):
+                        if bw[q] < slow_bw:
+                            slow_bw = bw[q]
+                        if lat[q] > slow_lat:
+                            slow_lat = lat[q]
+                    for i in range(j - 1, -1, -1):
+                        if i == 0 and k != d:
+                            continue
+                        if i > 0 and s == 1:
+                            continue
+                        if k > 1 and bad[j] - bad[i] > 0:
+                            break  # a group that cannot be replicated: so do longer stages
+                        t = (cw[j] - cw[i]) / k
+                        if k > 1:
+                            t += (2.0 * (k - 1) / k * (cg[j] - cg[i]) / slow_bw
+                                  + 2.0 * (k - 1) * slow_lat)
+                        if i > 0:
+                            prev = best[i, lo, s - 1]
+                            comm = lat[lo - 1] + 2.0 * cuts[i] / bw[lo - 1]
+                            t = max(t, max(prev, comm))
+                        if t < best[j, d, s]:
+                            best[j, d, s], ci[j, d, s], cn[j, d, s] = t, i, k
+                if d > 1 and best[j, d - 1, s] <= best[j, d, s]:  # leave device d - 1 idle
+                    best[j, d, s], ci[j, d, s], cn[j, d, s] = best[j, d - 1, s], j, 0
+                if s > 1 and best[j, d, s - 1] <= best[j, d, s]:  # fewer stages do as well
+                    best[j, d, s], ci[j, d, s], cn[j, d, s] = best[j, d, s - 1], j, -1
     return best, ci, cn

@@ -48,18 +48,43 @@ def pipeline_strategy(graph, part: Partition, micro_batches: int, schedule: int)
                     micro_batches=micro_batches, schedule=schedule)
 
 
+#: how much of a replicated stage's gradient all-reduce the partitioner counts in its time:
+#: all of it, as PipeDream does (it synchronises every minibatch), and half (a flushed
+#: pipeline reduces once per step, after the last micro-batch, while earlier stages still run)
+SYNC_WEIGHTS = (1.0, 0.5)
+#: partitions kept per problem (PipeDream's own two, then the best by `flushed_estimate`)
+KEEP = 4
+
+
+def flushed_estimate(part: Partition, ops_per_device: float, overhead_s: float) -> float:
+    """A flushed pipeline's step, estimated for its best micro-batch count of `MICRO_BATCHES`:
+    the slowest stage times ``(m + S - 1) / m`` (the bubble), plus ``m`` times each device's
+    per-task overhead (``ops_per_device`` tasks of ``overhead_s``)."""
+    S = len(part.stages)
+    return min(part.slowest_s * (m + S - 1) / m + m * ops_per_device * overhead_s
+               for m in MICRO_BATCHES)
+
+
 def partitions(problem) -> list[Partition]:
-    """The partition over every device and, when the partitioner's slowest stage is faster
-    on fewer (the first ones), that one too."""
+    """The partitions worth running: over every device, of at most S stages for every S,
+    counting all and half the replicated stages' all-reduce (`SYNC_WEIGHTS`), and over fewer
+    devices (the first ones); each once: the two of any number of stages first, then the best
+    by `flushed_estimate`, `KEEP` in all."""
     p = problem
     compute = p.costs.compute[:, 0]
-    every = partition(p.graph, p.cluster, compute, p.n_devices)
-    out = [every]
-    fewer = min((partition(p.graph, p.cluster, compute, d) for d in range(1, p.n_devices)),
-                key=lambda q: q.slowest_s, default=every)
-    if fewer.slowest_s < every.slowest_s:
-        out.append(fewer)
-    return out
+    found = [partition(p.graph, p.cluster, compute, p.n_devices, n_stages=S, sync_weight=w)
+             for w in SYNC_WEIGHTS for S in range(p.n_devices, 0, -1)]
+    found += [partition(p.graph, p.cluster, compute, d) for d in range(1, p.n_devices)]
+    per_device = len(p.graph.ops) / max(p.n_devices, 1)
+    seen, kept = set(), []
+    plain = [found[0], found[p.n_devices]]  # every stage count, all and half the all-reduce
+    for part in plain + sorted(found, key=lambda q: flushed_estimate(
+            q, per_device, p.costs.split_overhead_s)):
+        key = tuple((tuple(s.groups.tolist()), s.first, s.n) for s in part.stages)
+        if key not in seen and np.isfinite(part.slowest_s):
+            seen.add(key)
+            kept.append(part)
+    return kept[:KEEP]
 
 
 def pipeline_candidates(problem) -> list[Seed]:
@@ -86,10 +111,13 @@ SEEDED = ("1F1B x8", "1F1B x32", f"GPipe x{GPIPE_MICRO_BATCHES}")
 
 
 def pipeline_seeds(problem) -> list[Seed]:
-    """The partitioner's pipelines a seeded search starts from (`SEEDED`), as seeds
-    (entry-point group ``moplace.seeds``)."""
-    return [s for s in pipeline_candidates(problem)
-            if s.label.endswith(SEEDED) or "x" not in s.label]
+    """The partitioner's pipelines a seeded search starts from (`SEEDED`; of the first
+    partition only, the rest being the searcher's), as seeds (entry-point group
+    ``moplace.seeds``)."""
+    seeds = pipeline_candidates(problem)
+    first = seeds[0].label.rsplit(",", 1)[0] if seeds else ""
+    return [s for s in seeds if s.label.startswith(first)
+            and (s.label.endswith(SEEDED) or " x" not in s.label)]
 
 
 class PipelineSearcher(Searcher):
