@@ -7,9 +7,8 @@ micro-batched pipelines: 1F1B with each micro-batch count of `MICRO_BATCHES`, an
 stage on fewer, on those. A replicated stage is its groups split on batch over its devices,
 their gradients in DDP's 25 MiB buckets. The searcher asks for every candidate in one batch
 and is done: the simulator scores them (the micro-batch count trades time, as the bubble
-shrinks and per-task overheads grow, against the stash). Three of each partition's
-(`SEEDED`) are seeds, so every seeded search (OS-DPOS, NSGA-II, MCMC, ...) starts from
-them.
+shrinks and per-task overheads grow, against the stash). The three fastest are seeds, so
+every seeded search (OS-DPOS, NSGA-II, MCMC, ...) starts from them.
 """
 
 from __future__ import annotations
@@ -105,19 +104,22 @@ def pipeline_candidates(problem) -> list[Seed]:
     return out
 
 
-#: the pipelines a seeded search starts from (by label's end): fewer than the searcher's own,
-#: since every seed costs an evaluation of every seeded search
-SEEDED = ("1F1B x8", "1F1B x32", f"GPipe x{GPIPE_MICRO_BATCHES}")
+#: the pipelines a seeded search starts from: every seed costs each seeded search an
+#: evaluation, so fewer than the searcher asks for
+N_SEEDS = 3
 
 
 def pipeline_seeds(problem) -> list[Seed]:
-    """The partitioner's pipelines a seeded search starts from (`SEEDED`; of the first
-    partition only, the rest being the searcher's), as seeds (entry-point group
-    ``moplace.seeds``)."""
-    seeds = pipeline_candidates(problem)
-    first = seeds[0].label.rsplit(",", 1)[0] if seeds else ""
-    return [s for s in seeds if s.label.startswith(first)
-            and (s.label.endswith(SEEDED) or " x" not in s.label)]
+    """The partitioner's `N_SEEDS` fastest pipelines (simulated here, fitting first), as seeds
+    (entry-point group ``moplace.seeds``)."""
+    from moplace.simulator.engine import simulate
+
+    p = problem
+    scored = []
+    for seed in pipeline_candidates(p):
+        trace = simulate(p.graph, p.cluster, seed.strategy, costs=p.costs)
+        scored.append((not trace.feasible, trace.makespan, len(scored), seed))
+    return [seed for *_, seed in sorted(scored)[:N_SEEDS]]
 
 
 class PipelineSearcher(Searcher):
