@@ -6,7 +6,8 @@ For every op type the genome may split (tests/models/splitops.py holds all ten) 
 on channel, and for each zoo model with every splittable op split on batch, on channel, and
 data parallelism (and with the optimizer state partitioned over the devices), and with
 recomputed groups (every other, every one; on one device and
-layer-split on two): one training step of the rewritten graph against the original step on
+layer-split on two), and with micro-batches (2 on one device, 2 and 3 layer-split on two;
+BatchNorm then normalises each micro-batch on its own, as in GPipe): one training step of the rewritten graph against the original step on
 one device. Prints the largest absolute difference of the loss and of the updated
 weights (every variable: weights and optimizer state), and the largest difference of a
 weight's update relative to the largest update of that variable.
@@ -81,6 +82,15 @@ def main(argv=None) -> int:
                       ("every group recomputed", one.with_recompute(heads)),
                       ("layer-split, every other recomputed",
                        layer_split(graph, 2).with_recompute(heads[1::2]))]
+        if args.batch % 2 == 0:  # micro-batches (issue 33): copies per micro-batch, accumulated
+            one = Strategy(np.zeros(len(graph.ops), np.int64), topological_priority(graph))
+            cases += [("2 micro-batches, 1F1B (gradient accumulation)",
+                       one.with_options(micro_batches=2)),
+                      ("layer-split, 2 micro-batches, GPipe",
+                       layer_split(graph, 2).with_options(micro_batches=2, schedule=1))]
+            if args.batch % 3 == 0:
+                cases.append(("layer-split, 3 micro-batches, 1F1B",
+                              layer_split(graph, 2).with_options(micro_batches=3)))
         for label, s in cases:
             gd, _ = placed_graph_def(traced, graph, s, simulate(graph, cluster, s), devices)
             with StepRunner(traced, gd) as runner:

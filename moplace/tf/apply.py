@@ -3,8 +3,10 @@
 Each node of the traced step is put on its op's device (folded constants follow the op they
 were folded into). The order is enforced with control dependencies between consecutive ops
 on each device, in the order the simulator started them (a split op's parts are ordered as its
-tasks). Split ops are rewritten into parts first (`moplace.tf.rewrite`), then recomputed ops
-cloned (`moplace.tf.recompute`; their clones ordered like every task); an op that cannot be
+tasks). A micro-batched strategy's forward and backward run once per micro-batch
+(`moplace.tf.microbatch`; each copy ordered like every task, so the schedule is the
+simulator's). Split ops are rewritten into parts first (`moplace.tf.rewrite`), then recomputed
+ops cloned (`moplace.tf.recompute`; their clones ordered like every task); an op that cannot be
 cut or recomputed as asked makes the strategy not expressible, with a reason naming that op,
 and so does a ZeRO stage (not applied here yet). The simulated
 order is a linear extension of the task graph, and the rewritten graph's dependencies are the
@@ -26,6 +28,7 @@ from ..errors import MoplaceError
 from ..progress import Report, Ticker
 from ..simulator.engine import Trace
 from .memory import device_peaks, largest_scratch
+from .microbatch import copied_ops, copy_name, rewrite_micro_batches
 from .profile import quiet_stderr
 from .recompute import recompute_name, rewrite_recompute
 from .rewrite import SplitRefused, part_name, plan_split_ops, rewrite_splits
@@ -125,6 +128,8 @@ def placed_graph_def(traced: TracedStep, graph: OpGraph, strategy: Strategy, tra
         device = devices[int(strategy.placement[i])]
         for name in [op.name, *folded.get(op.name, ())]:
             by_name[name].device = device
+    if strategy.pipelined:
+        rewrite_micro_batches(out, traced, graph, strategy)
     if plans:
         rewrite_splits(out, traced, graph, strategy, devices, plans)
     if strategy.zero_stage:
@@ -146,6 +151,9 @@ def _enforce_order(graph_def, graph: OpGraph, strategy: Strategy, trace: Trace, 
     first = np.cumsum(parts) - parts
     n = int(parts.sum())
     m = n + trace.n_recomputed  # the recomputed ops' clones come after every op's tasks
+    copied = copied_ops(graph) if strategy.pipelined else None
+    if strategy.pipelined:  # no split or recomputation: a task per op and micro-batch
+        n = m = int(np.count_nonzero(trace.task_device >= 0))
     task_op = trace.task_op[:m]
     order = np.lexsort((np.arange(m), graph.arrays.topo.argsort()[task_op], trace.task_start[:m]))
     last: dict[int, str] = {}
@@ -153,7 +161,9 @@ def _enforce_order(graph_def, graph: OpGraph, strategy: Strategy, trace: Trace, 
     for task in order.tolist():
         i = int(task_op[task])
         name = graph.ops[i].name
-        if task >= n:  # a clone (unsplit: `rewrite_recompute` refuses split ones)
+        if copied is not None:
+            name = copy_name(name, int(trace.task_micro_batch[task])) if copied[i] else name
+        elif task >= n:  # a clone (unsplit: `rewrite_recompute` refuses split ones)
             name = recompute_name(name)
         elif parts[i] > 1:
             name = part_name(name, task - int(first[i]))

@@ -38,6 +38,8 @@ from .calibration import (calibration_strategies, corrected, corrected_peaks, fi
 
 #: the list schedulers run for every model (FastT's and HEFT)
 HEURISTICS = ("heft", "dpos", "m-etf", "os-dpos")
+#: the micro-batches of the pipelined candidates (and a batch part the profile measures)
+MICRO_BATCHES = 4
 
 
 @dataclass
@@ -146,7 +148,8 @@ def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int =
                          seed: int = 0) -> list[tuple[str, str, object]]:
     """``(label, source, strategy)``: every baseline, data parallelism with the optimizer state
     partitioned over the devices (`partition_optimizer_state`), single and layer-split with
-    every other group recomputed (when any can be), each list scheduler's result, and up to
+    every other group recomputed (when any can be), single with `MICRO_BATCHES` micro-batches
+    and layer-split with as many under 1F1B and GPipe, each list scheduler's result, and up to
     ``front_points`` points spread along an NSGA-II front (fastest to least memory)."""
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
@@ -162,6 +165,14 @@ def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int =
         out += [(f"{name}, every other group recomputed", "baseline",
                  baseline(name, graph, n).with_recompute(every_other))
                 for name in ("single", "layer-split")]
+    if np.any(np.isin(graph.arrays.role, (ROLES.index("forward"), ROLES.index("backward")))):
+        # micro-batches run for real (unsplit plans: the testbed's reach)
+        out += [("single, 4 micro-batches (gradient accumulation)", "baseline",
+                 baseline("single", graph, n).with_options(micro_batches=MICRO_BATCHES))]
+        out += [(f"layer-split, 4 micro-batches {label}", "baseline",
+                 baseline("layer-split", graph, n).with_options(micro_batches=MICRO_BATCHES,
+                                                                schedule=k))
+                for k, label in enumerate(("1F1B", "GPipe")) if n > 1]
     problem = Problem(graph, cluster)
     for name in HEURISTICS:
         result = search(problem, make_searcher(name), budget=50, seed=seed)
@@ -186,7 +197,8 @@ def run_fidelity(model: str, batch: int, testbed, *, steps: int = 20, warmup: in
     t0 = time.perf_counter()
     say = progress or (lambda *a: None)
     k = testbed.count
-    parts = (k,) if k > 1 and batch % k == 0 else ()
+    # batch parts measured: each device's share, and a micro-batch of the candidates'
+    parts = tuple(p for p in sorted({k, MICRO_BATCHES}) if p > 1 and batch % p == 0)
     say("profiling", 0, 1)
     pm = profile_model(model, batch, testbed=testbed, steps=profile_steps, part_counts=parts)
     graph, cluster = pm.graph, pm.cluster

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..core.graph import OpGraph
 from ..core.strategy import Strategy
@@ -20,11 +19,11 @@ from ..progress import Report, Ticker
 from ..simulator.engine import simulate
 from .apply import ApplyResult, apply_strategy
 from .devices import available_devices, device_kind, host_cluster
-from .modelfile import load_setup
+from .modelfile import trace_model
 from .profile import profile_step
 from .session import session_config
 from .source import profiled_source
-from .trace import TracedStep, trace_training_step
+from .trace import TracedStep
 
 
 @dataclass
@@ -37,17 +36,6 @@ class ProfiledModel:
     traced: TracedStep
     trace_seconds: float
     profile_seconds: float
-
-
-def trace_model(model_or_path: str, batch_size: int) -> TracedStep:
-    """Build ``model_or_path`` (zoo name or model file) at ``batch_size`` and trace its step."""
-    import keras
-
-    # Keras numbers layer and optimizer names per process ("sgd_4"); a fresh session makes a
-    # rebuilt model's node names match the ones it was profiled with
-    keras.backend.clear_session()
-    source = {"model": _source_name(model_or_path), "batch_size": int(batch_size)}
-    return trace_training_step(load_setup(model_or_path, batch_size), source=source)
 
 
 def profile_model(model_or_path: str, batch_size: int, *, device_count: int = 1, steps: int = 5,
@@ -156,11 +144,6 @@ def on_device(graph_def, device: str):
 def rebuild_traced(graph: OpGraph) -> TracedStep:
     """Trace again the model that ``graph`` was profiled from (zoo name or file, batch)."""
     return trace_model(*profiled_source(graph))
-
-
-def _source_name(model_or_path: str) -> str:
-    path = Path(model_or_path)
-    return str(path.resolve()) if path.suffix == ".py" or path.exists() else model_or_path
 
 
 def _estimates(traced: TracedStep, kinds) -> dict[str, dict[str, float]]:

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import FormatError, MoplaceError
 from .source import check_model_file
+from .trace import TracedStep, trace_training_step
 from .zoo import ZOO, TrainingSetup, _start
 
 _RETURNS = "build(batch_size) must return (model, loss, optimizer, (x, y))"
@@ -183,3 +184,17 @@ def _same(filename: str, target: str) -> bool:
         return str(Path(filename).resolve()) == target
     except (OSError, ValueError):
         return False
+
+
+def trace_model(model_or_path: str, batch_size: int) -> TracedStep:
+    """Build ``model_or_path`` (zoo name or model file) at ``batch_size`` and trace its step."""
+    # Keras numbers layer and optimizer names per process ("sgd_4"); a fresh session makes a
+    # rebuilt model's node names match the ones it was profiled with
+    keras.backend.clear_session()
+    source = {"model": _source_name(model_or_path), "batch_size": int(batch_size)}
+    return trace_training_step(load_setup(model_or_path, batch_size), source=source)
+
+
+def _source_name(model_or_path: str) -> str:
+    path = Path(model_or_path)
+    return str(path.resolve()) if path.suffix == ".py" or path.exists() else model_or_path

@@ -1,0 +1,197 @@
+"""Micro-batches on the testbed: the step rewritten to run its forward and backward once per
+micro-batch, gradients accumulated, the updates once, as the simulator has them
+(`moplace.simulator.microbatch`).
+
+The traced step has static shapes, so the forward and backward are traced again at the
+micro-batch size (`moplace.tf.modelfile.trace_model` at batch / m, whose node names are the
+step's). Into the placed step:
+
+- every forward and backward op of the graph (and every constant of the micro-batch trace
+  outside the graph, such as folded shapes) is put m times, as ``moplace_mb<i>/<name>``, from
+  the micro-batch trace, on its op's device; copy i reads copy i of the ops it reads, the
+  variables of the step, and micro-batch i of each batch input (a ``Slice`` of the fed
+  placeholder on its device);
+- the original forward and backward nodes are removed; a node that stays (an update, an
+  optimizer or statistics op) and read one of them reads the mean of its m copies instead
+  (``moplace_acc/<name>/<k>``: the sum times 1/m; the first copy's value for a tensor that is
+  not floating point). With a loss averaged over the batch, the mean of the micro-batches'
+  gradients is the batch's gradient: the updates are the original step's, to float
+  reassociation. A batch-statistics op (BatchNorm) normalises each micro-batch by its own
+  statistics, as in GPipe;
+- the fetched loss is the mean of the micro-batches' losses, under its own name.
+
+The micro-batches are equal: m must divide the batch size. Split ops and recomputation with
+micro-batches are refused (not applied here yet), naming the reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.graph import ROLES, OpGraph
+from ..core.strategy import Strategy
+from ._tf import tf
+from .modelfile import trace_model
+from .splitrules import SplitRefused
+from .trace import TracedStep
+
+_COPIED = (ROLES.index("forward"), ROLES.index("backward"))
+_MICRO_TRACES: dict[tuple, TracedStep] = {}
+
+
+def copy_name(op_name: str, mb: int) -> str:
+    """The node name of micro-batch ``mb``'s copy of an op."""
+    return f"moplace_mb{mb}/{op_name}"
+
+
+def copied_ops(graph: OpGraph) -> np.ndarray:
+    """Per op of ``graph``: does it run once per micro-batch (a forward or backward op)?"""
+    return np.isin(graph.arrays.role, _COPIED)
+
+
+def micro_trace(traced: TracedStep, m: int) -> TracedStep:
+    """The step traced again at batch / ``m`` (kept per model and size)."""
+    model = traced.source.get("model")
+    if model is None:
+        raise SplitRefused("micro-batches: the traced step does not say which model it is, so "
+                           "it cannot be traced again at the micro-batch size")
+    if traced.batch_size % m:
+        raise SplitRefused(f"micro-batches: the testbed cuts the batch into equal micro-batches, "
+                           f"and a batch of {traced.batch_size} cannot be cut into {m}")
+    key = (model, traced.batch_size // m)
+    if key not in _MICRO_TRACES:
+        _MICRO_TRACES[key] = trace_model(model, traced.batch_size // m)
+    return _MICRO_TRACES[key]
+
+
+def rewrite_micro_batches(graph_def, traced: TracedStep, graph: OpGraph,
+                          strategy: Strategy) -> None:
+    """Rewrite the placed ``graph_def`` (in place) to run ``strategy``'s micro-batches (see
+    the module docstring)."""
+    m = int(strategy.micro_batches)
+    if strategy.splits:
+        raise SplitRefused("micro-batches of split ops are not applied on the testbed yet")
+    if strategy.recompute:
+        raise SplitRefused("recomputation with micro-batches is not applied on the testbed yet")
+    micro = micro_trace(traced, m)
+    nodes = {n.name: n for n in graph_def.node}
+    micro_nodes = {n.name: n for n in micro.graph_def.node}
+    index = graph.index
+    copied = copied_ops(graph)
+    clone = {name for name, n in micro_nodes.items()
+             if (name in index and copied[index[name]]) or (name not in index and n.op == "Const")}
+    missing = [op.name for op, c in zip(graph.ops, copied) if c and op.name not in micro_nodes]
+    if missing:
+        raise SplitRefused(f"micro-batches: op {missing[0]!r} is not in the step traced at "
+                           f"the micro-batch size")
+    feeds = set(traced.feeds) & clone
+    device = {name: n.device for name, n in nodes.items()}
+    new = []
+    for i in range(m):
+        for name in feeds:
+            new += _slice_feed(name, nodes[name], traced.feeds[name], i, m)
+        for name in clone - feeds:
+            node = type(graph_def.node[0])()
+            node.CopyFrom(micro_nodes[name])
+            node.name = copy_name(name, i)
+            node.device = device.get(name, "")
+            node.input[:] = [_renamed(x, clone, i) for x in node.input]
+            new.append(node)
+    removed = (clone - feeds) & set(nodes)  # the fed inputs stay: their slices read them
+    kept = [n for n in graph_def.node if n.name not in removed]
+    dtypes = _dtypes(micro)
+    acc: dict[tuple[str, int], str] = {}
+    for node in kept:
+        inputs = []
+        for x in node.input:
+            base, k, control = _parse(x)
+            if base not in removed:
+                inputs.append(x)
+            elif control:
+                inputs += [f"^{copy_name(base, i)}" for i in range(m)]
+            else:
+                if (base, k) not in acc:
+                    acc[(base, k)], made = _mean_of_copies(base, k, m, dtypes[(base, k)],
+                                                           node.device)
+                    new += made
+                inputs.append(acc[(base, k)])
+        node.input[:] = inputs
+    for fetch in traced.fetches:  # the loss, under its own name
+        base, k, _ = _parse(fetch)
+        if base in removed:
+            if (base, k) not in acc:
+                acc[(base, k)], made = _mean_of_copies(base, k, m, dtypes[(base, k)], "")
+                new += made
+            new.append(_node("Identity", base, [acc[(base, k)]], "", T=dtypes[(base, k)]))
+    for target in traced.targets:
+        if target in removed:
+            new.append(_node("NoOp", target, [f"^{copy_name(target, i)}" for i in range(m)], ""))
+    del graph_def.node[:]
+    graph_def.node.extend(kept + new)
+
+
+def _parse(x: str) -> tuple[str, int, bool]:
+    control = x.startswith("^")
+    name, _, k = x.lstrip("^").partition(":")
+    return name, int(k) if k else 0, control
+
+
+def _renamed(x: str, clone: set, i: int) -> str:
+    base, k, control = _parse(x)
+    if base not in clone:
+        return x
+    return ("^" if control else "") + copy_name(base, i) + (f":{k}" if k else "")
+
+
+def _dtypes(micro: TracedStep) -> dict[tuple[str, int], object]:
+    out = {}
+    for op in micro.func_graph.get_operations():
+        for k, t in enumerate(op.outputs):
+            out[(op.name, k)] = t.dtype
+    return out
+
+
+def _node(op: str, name: str, inputs, device: str, **attrs):
+    node = tf.compat.v1.NodeDef(name=name, op=op, device=device)
+    node.input.extend(inputs)
+    for key, value in attrs.items():
+        if isinstance(value, tf.DType):
+            node.attr[key].type = value.as_datatype_enum
+        elif isinstance(value, int):
+            node.attr[key].i = value
+        else:
+            node.attr[key].tensor.CopyFrom(value)
+    return node
+
+
+def _const(name: str, value, device: str):
+    value = np.asarray(value)
+    return _node("Const", name, [], device, dtype=tf.as_dtype(value.dtype),
+                 value=tf.make_tensor_proto(value))
+
+
+def _slice_feed(name: str, node, value: np.ndarray, i: int, m: int) -> list:
+    """Micro-batch ``i`` of fed input ``name`` (rows along its first axis), on its device."""
+    rows = value.shape[0] // m
+    begin = np.zeros(value.ndim, np.int32)
+    begin[0] = i * rows
+    size = np.full(value.ndim, -1, np.int32)
+    size[0] = rows
+    out = copy_name(name, i)
+    return [_const(f"{out}/moplace_begin", begin, node.device),
+            _const(f"{out}/moplace_size", size, node.device),
+            _node("Slice", out, [name, f"{out}/moplace_begin", f"{out}/moplace_size"],
+                  node.device, T=tf.as_dtype(value.dtype), Index=tf.int32)]
+
+
+def _mean_of_copies(base: str, k: int, m: int, dtype, device: str) -> tuple[str, list]:
+    """The mean of output ``k`` of ``base``'s m copies (the first copy's value when it is
+    not floating point): its tensor name and the nodes that make it."""
+    name = f"moplace_acc/{base}/{k}"
+    parts = [copy_name(base, i) + (f":{k}" if k else "") for i in range(m)]
+    if not dtype.is_floating:
+        return name, [_node("Identity", name, parts[:1], device, T=dtype)]
+    scale = _const(f"{name}/scale", np.asarray(1.0 / m, dtype.as_numpy_dtype), device)
+    total = _node("AddN", f"{name}/sum", parts, device, N=m, T=dtype)
+    return name, [scale, total, _node("Mul", name, [f"{name}/sum", f"{name}/scale"], device,
+                                      T=dtype)]

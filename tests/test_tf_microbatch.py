@@ -1,0 +1,87 @@
+"""Micro-batches run for real (issue 33): the testbed's step with the forward and backward
+once per micro-batch, gradients accumulated and the updates once gives the original step's
+loss and updates (to float reassociation), under both schedules, on one device and on two
+stages; a batch-statistics op normalises each micro-batch on its own, as in GPipe."""
+
+import numpy as np
+import pytest
+
+import moplace.tf  # noqa: F401  (sets TensorFlow's environment before keras loads)
+from moplace import simulate
+from moplace.core.baselines import layer_split, topological_priority
+from moplace.core.strategy import Split, Strategy
+from moplace.tf.apply import apply_strategy
+from moplace.tf.microbatch import copy_name
+from test_tf_split import Model
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return Model("mlp", 8)
+
+
+def _one_device(g, m, schedule=0):
+    return Strategy(np.zeros(len(g.ops), np.int64), topological_priority(g), micro_batches=m,
+                    schedule=schedule).validate(g, 2)
+
+
+@pytest.mark.parametrize("m, schedule", [(2, 0), (4, 1)])
+def test_micro_batches_give_the_same_step(mlp, m, schedule):
+    g = mlp.graph
+    gd, _ = mlp.assert_same_step(_one_device(g, m, schedule))  # gradient accumulation
+    names = {n.name for n in gd.node}
+    outside = set(mlp.traced.feeds) | set(mlp.traced.targets)  # (a target stays, as a NoOp)
+    forward = [op.name for op in g.ops if op.role == "forward" and op.name not in outside]
+    assert all(copy_name(forward[0], i) in names for i in range(m))
+    assert forward[0] not in names  # the whole-batch op is gone
+    two = layer_split(g, 2).with_options(micro_batches=m, schedule=schedule).validate(g, 2)
+    _, ran_on = mlp.assert_same_step(two)  # a two-stage pipeline
+    assert ran_on >= {"device:CPU:0", "device:CPU:1"}
+
+
+def test_the_copies_run_in_the_schedules_order(mlp):
+    """Each device runs its copies in the order the simulator started them (control edges
+    between copies): on one device, GPipe starts micro-batch 1's forward before micro-batch
+    0's backward, 1F1B (one stage: one micro-batch in flight) after it."""
+    g = mlp.graph
+    for schedule in (0, 1):
+        s = _one_device(g, 2, schedule)
+        gd, *_ = mlp.run(s)
+        assert any(x.startswith("^moplace_mb") for n in gd.node for x in n.input)
+        trace = simulate(g, mlp.cluster, s)
+        role = np.array([g.ops[o].role for o in trace.task_op])
+        first = {(r, b): trace.task_start[(role == r) & (trace.task_micro_batch == b)].min()
+                 for r in ("forward", "backward") for b in (0, 1)}
+        if schedule == 1:  # GPipe
+            assert first[("forward", 1)] < first[("backward", 0)]
+        else:
+            assert first[("forward", 1)] >= first[("backward", 0)]
+
+
+def test_batch_statistics_are_the_micro_batches(cnn_model):
+    """cnn has a BatchNorm: each micro-batch is normalised by its own statistics (GPipe's
+    semantics), so the step trains but its loss is not the whole batch's."""
+    g = cnn_model.graph
+    s = _one_device(g, 2)
+    result = apply_strategy(cnn_model.traced, g, s, simulate(g, cnn_model.cluster, s),
+                            cnn_model.devices, steps=2, warmup=1)
+    assert result.expressible and result.trained
+    assert abs(result.losses[0] - cnn_model.loss) > 1e-7
+
+
+@pytest.fixture(scope="module")
+def cnn_model():
+    return Model("cnn", 6)
+
+
+def test_what_the_testbed_cannot_run_is_refused_with_a_reason(mlp):
+    g = mlp.graph
+    for strategy, reason in [
+            (_one_device(g, 3), "a batch of 8 cannot be cut into 3"),
+            (Strategy(np.zeros(len(g.ops), np.int64), topological_priority(g),
+                      {i: Split("batch", (0, 1)) for i, op in enumerate(g.ops)
+                       if "batch" in op.splittable}, micro_batches=2),
+             "micro-batches of split ops are not applied")]:
+        result = apply_strategy(mlp.traced, g, strategy, simulate(g, mlp.cluster, strategy),
+                                mlp.devices, steps=1)
+        assert not result.expressible and reason in result.reason
