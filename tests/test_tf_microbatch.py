@@ -85,3 +85,21 @@ def test_what_the_testbed_cannot_run_is_refused_with_a_reason(mlp):
         result = apply_strategy(mlp.traced, g, strategy, simulate(g, mlp.cluster, strategy),
                                 mlp.devices, steps=1)
         assert not result.expressible and reason in result.reason
+
+
+@pytest.mark.slow  # traces the transformer twice: keeps the default suite short
+def test_sparse_gradients_are_joined_not_averaged():
+    """The transformer's embedding gradient is sparse (rows and their token indices, a
+    different set per micro-batch): the copies' rows are joined, scaled by 1/m, and the
+    indices joined, so the embedding's update is the original one. (Adam normalises each
+    update, so a gradient near zero reassociated can move its weight by up to a learning
+    rate: the bound is relative to the largest update, 1%.)"""
+    model = Model("transformer", 6)
+    g = model.graph
+    _, loss, values, _, _ = model.run(_one_device(g, 2))
+    assert abs(loss - model.loss) <= 1e-5 * max(1.0, abs(model.loss))
+    for name, after in model.after.items():
+        want, got = after - model.before[name], values[name] - model.before[name]
+        scale = max(float(np.max(np.abs(want))), 1e-12)
+        assert float(np.max(np.abs(got - want))) <= 1e-2 * scale + 1e-6, \
+            model.traced.variables[name].name

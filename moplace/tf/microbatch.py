@@ -12,9 +12,12 @@ step's). Into the placed step:
   variables of the step, and micro-batch i of each batch input (a ``Slice`` of the fed
   placeholder on its device);
 - the original forward and backward nodes are removed; a node that stays (an update, an
-  optimizer or statistics op) and read one of them reads the mean of its m copies instead
-  (``moplace_acc/<name>/<k>``: the sum times 1/m; the first copy's value for a tensor that is
-  not floating point). With a loss averaged over the batch, the mean of the micro-batches'
+  optimizer or statistics op) and read one of them reads the copies combined instead
+  (``moplace_acc/<name>/<k>``): a tensor whose shape does not depend on the batch (a dense
+  weight gradient, the loss) as the mean of its m copies (the first copy's value when it is
+  not floating point); one whose shape does (the rows and indices of a sparse gradient, an
+  activation) as its copies joined along the batch's axis, a backward op's floating-point
+  values times 1/m. With a loss averaged over the batch, the mean of the micro-batches'
   gradients is the batch's gradient: the updates are the original step's, to float
   reassociation. A batch-statistics op (BatchNorm) normalises each micro-batch by its own
   statistics, as in GPipe;
@@ -99,8 +102,16 @@ def rewrite_micro_batches(graph_def, traced: TracedStep, graph: OpGraph,
             new.append(node)
     removed = (clone - feeds) & set(nodes)  # the fed inputs stay: their slices read them
     kept = [n for n in graph_def.node if n.name not in removed]
-    dtypes = _dtypes(micro)
+    shapes = _Shapes(traced, micro)
     acc: dict[tuple[str, int], str] = {}
+
+    def combined(base: str, k: int, dev: str) -> str:
+        if (base, k) not in acc:
+            backward = base in index and graph.ops[index[base]].role == "backward"
+            acc[(base, k)], made = _combine(base, k, m, shapes, backward, dev)
+            new.extend(made)
+        return acc[(base, k)]
+
     for node in kept:
         inputs = []
         for x in node.input:
@@ -110,19 +121,13 @@ def rewrite_micro_batches(graph_def, traced: TracedStep, graph: OpGraph,
             elif control:
                 inputs += [f"^{copy_name(base, i)}" for i in range(m)]
             else:
-                if (base, k) not in acc:
-                    acc[(base, k)], made = _mean_of_copies(base, k, m, dtypes[(base, k)],
-                                                           node.device)
-                    new += made
-                inputs.append(acc[(base, k)])
+                inputs.append(combined(base, k, node.device))
         node.input[:] = inputs
     for fetch in traced.fetches:  # the loss, under its own name
         base, k, _ = _parse(fetch)
         if base in removed:
-            if (base, k) not in acc:
-                acc[(base, k)], made = _mean_of_copies(base, k, m, dtypes[(base, k)], "")
-                new += made
-            new.append(_node("Identity", base, [acc[(base, k)]], "", T=dtypes[(base, k)]))
+            new.append(_node("Identity", base, [combined(base, k, "")], "",
+                             T=shapes.dtype(base, k)))
     for target in traced.targets:
         if target in removed:
             new.append(_node("NoOp", target, [f"^{copy_name(target, i)}" for i in range(m)], ""))
@@ -143,12 +148,26 @@ def _renamed(x: str, clone: set, i: int) -> str:
     return ("^" if control else "") + copy_name(base, i) + (f":{k}" if k else "")
 
 
-def _dtypes(micro: TracedStep) -> dict[tuple[str, int], object]:
-    out = {}
-    for op in micro.func_graph.get_operations():
-        for k, t in enumerate(op.outputs):
-            out[(op.name, k)] = t.dtype
-    return out
+class _Shapes:
+    """Each output's dtype, and along which axis its shape grows with the batch (None: it
+    does not), from the step traced at the whole batch and at the micro-batch size."""
+
+    def __init__(self, traced: TracedStep, micro: TracedStep):
+        self._full = {op.name: op for op in traced.func_graph.get_operations()}
+        self._micro = {op.name: op for op in micro.func_graph.get_operations()}
+
+    def dtype(self, name: str, k: int):
+        return self._micro[name].outputs[k].dtype
+
+    def batch_axis(self, name: str, k: int) -> int | None:
+        small = self._micro[name].outputs[k].shape
+        whole = self._full[name].outputs[k].shape if name in self._full else small
+        if small.rank is None or whole.rank is None or small.rank != whole.rank:
+            return None
+        for axis, (a, b) in enumerate(zip(small.as_list(), whole.as_list())):
+            if a != b:
+                return axis
+        return None
 
 
 def _node(op: str, name: str, inputs, device: str, **attrs):
@@ -184,14 +203,27 @@ def _slice_feed(name: str, node, value: np.ndarray, i: int, m: int) -> list:
                   node.device, T=tf.as_dtype(value.dtype), Index=tf.int32)]
 
 
-def _mean_of_copies(base: str, k: int, m: int, dtype, device: str) -> tuple[str, list]:
-    """The mean of output ``k`` of ``base``'s m copies (the first copy's value when it is
-    not floating point): its tensor name and the nodes that make it."""
+def _combine(base: str, k: int, m: int, shapes: _Shapes, backward: bool,
+             device: str) -> tuple[str, list]:
+    """Output ``k`` of ``base``'s m copies combined as the module docstring says: its tensor
+    name and the nodes that make it."""
     name = f"moplace_acc/{base}/{k}"
+    dtype, axis = shapes.dtype(base, k), shapes.batch_axis(base, k)
     parts = [copy_name(base, i) + (f":{k}" if k else "") for i in range(m)]
-    if not dtype.is_floating:
+    scaled = dtype.is_floating and (axis is None or backward)
+    made = []
+    if scaled:
+        made.append(_const(f"{name}/scale", np.asarray(1.0 / m, dtype.as_numpy_dtype), device))
+    if axis is not None:  # joined along the batch's axis
+        made += [_const(f"{name}/axis", np.asarray(axis, np.int32), device),
+                 _node("ConcatV2", f"{name}/join" if scaled else name,
+                       parts + [f"{name}/axis"], device, N=m, T=dtype, Tidx=tf.int32)]
+        joined = f"{name}/join"
+    elif not dtype.is_floating:
         return name, [_node("Identity", name, parts[:1], device, T=dtype)]
-    scale = _const(f"{name}/scale", np.asarray(1.0 / m, dtype.as_numpy_dtype), device)
-    total = _node("AddN", f"{name}/sum", parts, device, N=m, T=dtype)
-    return name, [scale, total, _node("Mul", name, [f"{name}/sum", f"{name}/scale"], device,
-                                      T=dtype)]
+    else:
+        made.append(_node("AddN", f"{name}/sum", parts, device, N=m, T=dtype))
+        joined = f"{name}/sum"
+    if scaled:
+        made.append(_node("Mul", name, [joined, f"{name}/scale"], device, T=dtype))
+    return name, made
