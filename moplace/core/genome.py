@@ -366,14 +366,16 @@ def sparse_recompute(X: np.ndarray, genes: slice, rng: np.random.Generator) -> n
 
 def sparse_micro_batches(X: np.ndarray, gene: int, n_choices: int,
                          rng: np.random.Generator) -> np.ndarray:
-    """``X`` (genomes, rows) with its micro-batch ``gene`` (of ``n_choices`` values) redrawn:
-    half the genomes run the whole batch at once, the others a count drawn uniformly among the
-    rest. (A uniform gene would micro-batch nearly every genome, each costing its count in
-    simulation time.)"""
+    """``X`` (genomes, rows) with its micro-batch ``gene`` (of ``n_choices`` values, counts
+    doubling from 1) redrawn: half the genomes run the whole batch at once, the others a count
+    drawn with a chance inverse to it. (A uniform gene would micro-batch nearly every genome,
+    each costing its count in simulation time: 6.7 times a step's on average over 1 to 32,
+    3.1 times so drawn; searches reach larger counts by mutation when they pay.)"""
     if X.shape[0] == 0 or n_choices < 2:
         return X
-    X[:, gene] = np.where(rng.random(X.shape[0]) < 0.5, 0,
-                          rng.integers(1, n_choices, X.shape[0]))
+    weight = 0.5 ** np.arange(1, n_choices)
+    draw = rng.choice(np.arange(1, n_choices), size=X.shape[0], p=weight / weight.sum())
+    X[:, gene] = np.where(rng.random(X.shape[0]) < 0.5, 0, draw)
     return X
 
 
