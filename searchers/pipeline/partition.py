@@ -123,36 +123,55 @@ def blocks(work: np.ndarray, n_max: int = MAX_BLOCKS) -> np.ndarray:
     return np.unique(np.concatenate([[0], ends, np.arange(0, n + 1, max(1, n // n_max)), [n]]))
 
 
+class PartitionTable:
+    """The dynamic program's table for ``graph`` on devices ``0 .. n_devices - 1`` (see the
+    module docstring), counting ``sync_weight`` of a replicated stage's all-reduce: the best
+    partition on the first d devices in at most s stages, for every d and s, by `best`."""
+
+    def __init__(self, graph, cluster, compute: np.ndarray, n_devices: int,
+                 sync_weight: float = 1.0):
+        order, work, grad, replicable, cut = chain(graph, compute)
+        b = blocks(work)
+        nb = b.size - 1
+        cw = np.concatenate([[0.0], np.cumsum(work)])[b]
+        cg = np.concatenate([[0.0], np.cumsum(grad)])[b]
+        bad = np.concatenate([[0], np.cumsum(~replicable)])[b]
+        cuts = np.concatenate([[0.0], cut[b[1:-1] - 1]])  # cuts[i]: before block i
+        d = np.arange(n_devices)
+        nxt = (d + 1) % max(n_devices, 1)
+        bw = np.asarray(cluster.bandwidth, np.float64)[d, nxt]
+        lat = np.asarray(cluster.latency, np.float64)[d, nxt]
+        self.order, self.bounds, self.n_devices = order, b, n_devices
+        self.value, self.first, self.width = _dp(nb, n_devices, max(n_devices, 1), cw,
+                                                 cg * sync_weight, bad, cuts, bw, lat)
+
+    def best(self, n_devices: int | None = None, n_stages: int | None = None) -> Partition:
+        """The partition on the first ``n_devices`` (default: all) in at most ``n_stages``
+        stages (default: any number)."""
+        e = self.n_devices if n_devices is None else n_devices
+        s = e if n_stages is None else max(1, min(n_stages, self.n_devices))
+        b, j, stages = self.bounds, self.bounds.size - 1, []
+        value = float(self.value[j, e, s])
+        while j > 0:
+            i, k = int(self.first[j, e, s]), int(self.width[j, e, s])
+            if k == 0:  # device e - 1 left idle
+                e -= 1
+                continue
+            if k < 0:  # fewer stages do as well
+                s -= 1
+                continue
+            stages.append(Stage(self.order[b[i]:b[j]], e - k, k))
+            j, e, s = i, e - k, s - 1
+        return Partition(tuple(reversed(stages)), value)
+
+
 def partition(graph, cluster, compute: np.ndarray, n_devices: int,
               n_stages: int | None = None, sync_weight: float = 1.0) -> Partition:
     """The partition of ``graph`` onto devices ``0 .. n_devices - 1`` of ``cluster`` whose
     slowest stage is fastest (see the module docstring), of at most ``n_stages`` stages (any
     number when None); ``compute``: seconds per op."""
-    order, work, grad, replicable, cut = chain(graph, compute)
-    b = blocks(work)
-    nb = b.size - 1
-    cw = np.concatenate([[0.0], np.cumsum(work)])[b]
-    cg = np.concatenate([[0.0], np.cumsum(grad)])[b]
-    bad = np.concatenate([[0], np.cumsum(~replicable)])[b]
-    cuts = np.concatenate([[0.0], cut[b[1:-1] - 1]])  # cuts[i]: before block i
-    d = np.arange(n_devices)
-    nxt = (d + 1) % max(n_devices, 1)
-    bw = np.asarray(cluster.bandwidth, np.float64)[d, nxt]
-    lat = np.asarray(cluster.latency, np.float64)[d, nxt]
-    ns = n_devices if n_stages is None else max(1, min(n_stages, n_devices))
-    best, choice_i, choice_n = _dp(nb, n_devices, ns, cw, cg * sync_weight, bad, cuts, bw, lat)
-    j, e, s, stages = nb, n_devices, ns, []
-    while j > 0:
-        i, k = int(choice_i[j, e, s]), int(choice_n[j, e, s])
-        if k == 0:  # device e - 1 left idle
-            e -= 1
-            continue
-        if k < 0:  # fewer stages do as well
-            s -= 1
-            continue
-        stages.append(Stage(order[b[i]:b[j]], e - k, k))
-        j, e, s = i, e - k, s - 1
-    return Partition(tuple(reversed(stages)), float(best[nb, n_devices, ns]))
+    return PartitionTable(graph, cluster, compute, n_devices, sync_weight).best(
+        n_stages=n_stages)
 
 
 @njit(cache=True)

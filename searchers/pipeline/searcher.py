@@ -21,7 +21,7 @@ from moplace.core.strategy import Split, Strategy
 from moplace.optimize.searcher import Searcher
 from moplace.optimize.seeds import Seed
 
-from .partition import Partition, partition
+from .partition import Partition, PartitionTable
 
 #: the micro-batch counts each partition runs with under 1F1B
 MICRO_BATCHES = (4, 8, 16, 32)
@@ -71,9 +71,9 @@ def partitions(problem) -> list[Partition]:
     by `flushed_estimate`, `KEEP` in all."""
     p = problem
     compute = p.costs.compute[:, 0]
-    found = [partition(p.graph, p.cluster, compute, p.n_devices, n_stages=S, sync_weight=w)
-             for w in SYNC_WEIGHTS for S in range(p.n_devices, 0, -1)]
-    found += [partition(p.graph, p.cluster, compute, d) for d in range(1, p.n_devices)]
+    tables = [PartitionTable(p.graph, p.cluster, compute, p.n_devices, w) for w in SYNC_WEIGHTS]
+    found = [t.best(n_stages=S) for t in tables for S in range(p.n_devices, 0, -1)]
+    found += [tables[0].best(d) for d in range(1, p.n_devices)]
     per_device = len(p.graph.ops) / max(p.n_devices, 1)
     seen, kept = set(), []
     plain = [found[0], found[p.n_devices]]  # every stage count, all and half the all-reduce
@@ -86,12 +86,13 @@ def partitions(problem) -> list[Partition]:
     return kept[:KEEP]
 
 
-def pipeline_candidates(problem) -> list[Seed]:
-    """The pipelines of the partitions (see the module docstring), labelled."""
+def pipeline_candidates(problem, parts: list[Partition] | None = None) -> list[Seed]:
+    """The pipelines of the partitions (``parts``, default `partitions`; see the module
+    docstring), labelled."""
     role = problem.graph.arrays.role
     batched = np.any((role == ROLES.index("forward")) | (role == ROLES.index("backward")))
     out = []
-    for part in partitions(problem):
+    for part in partitions(problem) if parts is None else parts:
         where = f"{len(part.stages)} stages on {part.n_devices} devices"
         if not batched:  # nothing to micro-batch: the stages as a placement
             out.append(Seed(f"pipedream: {where}", pipeline_strategy(problem.graph, part, 1, 0)))
@@ -109,14 +110,21 @@ def pipeline_candidates(problem) -> list[Seed]:
 N_SEEDS = 3
 
 
+#: the most micro-batches a seed is simulated with (each costs its count in simulation time)
+SEED_MICRO_BATCHES = 16
+
+
 def pipeline_seeds(problem) -> list[Seed]:
-    """The partitioner's `N_SEEDS` fastest pipelines (simulated here, fitting first), as seeds
+    """The partitioner's `N_SEEDS` fastest pipelines (simulated here, fitting first) of its
+    first two partitions with at most `SEED_MICRO_BATCHES` micro-batches, as seeds
     (entry-point group ``moplace.seeds``)."""
     from moplace.simulator.engine import simulate
 
     p = problem
     scored = []
-    for seed in pipeline_candidates(p):
+    for seed in pipeline_candidates(p, partitions(p)[:2]):
+        if seed.strategy.micro_batches > SEED_MICRO_BATCHES:
+            continue
         trace = simulate(p.graph, p.cluster, seed.strategy, costs=p.costs)
         scored.append((not trace.feasible, trace.makespan, len(scored), seed))
     return [seed for *_, seed in sorted(scored)[:N_SEEDS]]
