@@ -67,7 +67,8 @@ class TestEvaluate:
         # the same figures as the Python API
         g, c = load_graph(GRAPH), load_cluster(CLUSTER)
         ev = evaluate(g, c, baseline("data-parallel", g, c.n_devices))
-        context = {"graph", "cluster", "strategy"}  # what the CLI adds around the evaluation
+        # what the CLI adds around the evaluation: its context and the strategy's plan
+        context = {"graph", "cluster", "strategy", "plan"}
         assert set(obj) - context == set(ev.as_dict())
         assert obj["runtime_s"] == ev.as_dict()["runtime_s"]
         assert obj["peak_comm_bytes"] == ev.as_dict()["peak_comm_bytes"]

@@ -237,3 +237,20 @@ def test_the_figures_tell_micro_batches_and_stages_apart(tmp_path):
                               other="GPipe")
     assert (tmp_path / "gantt.png").stat().st_size > 10_000
     assert (tmp_path / "memory.png").stat().st_size > 10_000
+
+
+def test_evaluate_runs_strategies_as_micro_batches(capsys):
+    import json
+
+    from moplace.cli import main
+    assert main(["evaluate", "pipedream:gnmt", "--cluster", "4xV100-NVLink", "--baseline",
+                 "layer-split", "--micro-batches", "8", "--schedule", "gpipe", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["strategy"] == "layer-split, 8 micro-batches GPipe"
+    assert out["plan"]["micro_batches"] == 8 and out["plan"]["schedule"] == "gpipe"
+    plain = simulate(load_graph("pipedream:gnmt"), load_cluster("4xV100-NVLink"),
+                     baseline("layer-split", load_graph("pipedream:gnmt"), 4)).makespan
+    assert out["runtime_s"] < plain
+    assert main(["evaluate", "pipedream:gnmt", "--cluster", "4xV100-NVLink", "--baseline",
+                 "single", "--micro-batches", "0"]) == 2
+    assert "--micro-batches: must be from 1 to 1024" in capsys.readouterr().err

@@ -131,7 +131,9 @@ def _evaluate(args) -> int:
     for note in origin.get("notes", ()):
         print(f"moplace: note: {note}", file=sys.stderr)
     if args.json:
-        objs = {name: ev.as_dict() for name, ev in results.items()}
+        from ..core.levers import plan_of
+        objs = {name: {**ev.as_dict(), "plan": plan_of(runs[name], graph)}
+                for name, ev in results.items()}
         out = ({"graph": graph.name, "cluster": cluster.name, "results": objs}
                if len(objs) > 1 else {"graph": graph.name, "cluster": cluster.name,
                                       "strategy": next(iter(objs)),

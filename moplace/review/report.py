@@ -53,11 +53,13 @@ def summary_table(results: dict) -> str:
     names = list(dict.fromkeys(n for ev in results.values() for n in ev.names))
     units = {n: _unit(n, [ev.objectives().get(n) for ev in results.values()]) for n in names}
     heads = {n: f"{_label(n, 'column')} {units[n][0]}".rstrip() for n in names}
-    lines = [f"{'strategy':<16} " + " ".join(f"{heads[n]:>{len(heads[n]) + 1}}" for n in names)
-             + "  feasible"]
+    width = max([16, *map(len, results)])  # the names column fits the longest name
+    lines = [f"{'strategy':<{width}} " + " ".join(f"{heads[n]:>{len(heads[n]) + 1}}"
+                                                   for n in names) + "  feasible"]
     for name, ev in results.items():
         v = ev.objectives()
         cells = [_value(v[n], n, units[n], len(heads[n]) + 1) if n in v
                  else f"{'-':>{len(heads[n]) + 1}}" for n in names]
-        lines.append(f"{name:<16} " + " ".join(cells) + f"  {'yes' if ev.feasible else 'NO'}")
+        lines.append(f"{name:<{width}} " + " ".join(cells)
+                     + f"  {'yes' if ev.feasible else 'NO'}")
     return "\n".join(lines)

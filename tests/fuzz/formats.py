@@ -416,6 +416,13 @@ class Arguments:
         n.append(("evaluate --optimizer lion", b["evaluate"] + ["--optimizer", "lion"]))
         n.append(("evaluate --optimizer adam-mixed --json",
                   b["evaluate"] + ["--optimizer", "adam-mixed", "--json"]))
+        # micro-batches (issue 33): none, too many, a fraction, a schedule that does not exist
+        for value in ("0", "2000", "2.5", "-1"):
+            n.append((f"evaluate --micro-batches {value}",
+                      b["evaluate"] + ["--micro-batches", value]))
+        n.append(("evaluate --micro-batches 4 --schedule gpipe --json",
+                  b["evaluate"] + ["--micro-batches", "4", "--schedule", "gpipe", "--json"]))
+        n.append(("evaluate --schedule interleaved", b["evaluate"] + ["--schedule", "interleaved"]))
         for name, argv in b.items():  # an empty string for every value
             for k in range(1, len(argv)):
                 if not argv[k].startswith("--"):
