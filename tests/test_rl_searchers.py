@@ -50,7 +50,8 @@ class Rewards(Callback):
 
 
 @pytest.mark.parametrize("name, settings", [
-    ("hierarchical", dict(samples=8, learning_rate=0.01)),
+    pytest.param("hierarchical", dict(samples=8, learning_rate=0.01),
+                 marks=pytest.mark.slow),  # a learning curve: a quality check
     pytest.param("trinity", dict(samples=8, genome="placement", learning_rate=0.01),
                  marks=pytest.mark.slow),
 ])

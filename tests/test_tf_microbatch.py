@@ -58,6 +58,7 @@ def test_the_copies_run_in_the_schedules_order(mlp):
             assert first[("forward", 1)] >= first[("backward", 0)]
 
 
+@pytest.mark.slow  # traces cnn twice: keeps the default suite short
 def test_batch_statistics_are_the_micro_batches(cnn_model):
     """cnn has a BatchNorm: each micro-batch is normalised by its own statistics (GPipe's
     semantics), so the step trains but its loss is not the whole batch's."""
