@@ -4,10 +4,10 @@
 
 For every op type the genome may split (tests/models/splitops.py holds all ten) on batch and
 on channel, and for each zoo model with every splittable op split on batch, on channel, and
-data parallelism (and with the optimizer state partitioned over the devices), and with
-recomputed groups (every other, every one; on one device and
-layer-split on two), and with micro-batches (2 on one device, 2 and 3 layer-split on two;
-BatchNorm then normalises each micro-batch on its own, as in GPipe): one training step of the rewritten graph against the original step on
+data parallelism (and with the optimizer state partitioned over the devices), with recomputed
+groups (every other, every one; on one device and layer-split on two), and with micro-batches
+(2 on one device, 2 and 3 layer-split on two; BatchNorm then normalises each micro-batch on
+its own, as in GPipe): one training step of the rewritten graph against the original step on
 one device. Prints the largest absolute difference of the loss and of the updated
 weights (every variable: weights and optimizer state), and the largest difference of a
 weight's update relative to the largest update of that variable.

@@ -17,9 +17,9 @@ def fill_instance(base_dev, base_dur, free, free_op, free_row, placement, comput
 
     Tasks of unsplit ops (``free``, of ops ``free_op``) take the placement's device and their
     duration there (row ``free_row`` of ``compute``: the op's, or a micro-batch copy's,
-    `CostModel.with_parts`); split parts keep the skeleton's. An edge from an all-reduce to an update
-    (``gated``) is read on the ring when the update runs on one of the ring's devices (no
-    bytes) and otherwise leaves from the ring's first device. An edge is local when its data
+    `CostModel.with_parts`); split parts keep the skeleton's. An edge from an all-reduce to an
+    update (``gated``) is read on the ring when the update runs on one of the ring's devices
+    (no bytes) and otherwise leaves from the ring's first device. An edge is local when its data
     stays on its device, moves nothing, or goes into a collective."""
     n = base_dev.shape[0]
     for t in range(n):

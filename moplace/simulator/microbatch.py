@@ -83,7 +83,8 @@ class MicrobatchPlan:
         out = a.output_bytes[b]
         accumulating = np.zeros(nb, bool)
         accumulating[acc_ops] = True
-        out_v = np.where(copied[b], np.where(accumulating[b], (out - g[b]) / m + g[b], out / m), out)
+        per_copy = np.where(accumulating[b], (out - g[b]) / m + g[b], out / m)
+        out_v = np.where(copied[b], per_copy, out)
         self.n_ops, self.m = n, m
         self.orig = base_orig[b]
         self.mb = vmb
