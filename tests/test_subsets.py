@@ -92,10 +92,18 @@ def test_the_seeds_hold_the_best_data_parallel_plan_over_any_subset(cluster):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, moves_off", [
     ("nsga2", {"rates": {"devices": 0.0}}), ("mcmc", {"move_weights": (0.4, 0.3, 0.3)})])
-def test_searches_reach_a_subset_plan_through_device_set_moves(name, moves_off):
+def test_searches_reach_a_subset_plan_through_device_set_moves(name, moves_off, monkeypatch):
     """GNMT on two 4-GPU servers joined by InfiniBand: data parallelism on one server (34 ms)
-    is far faster than anything on all eight. With the subset seeds withheld, the device-set
-    moves find it (or better); without them the search does not come near."""
+    is far faster than any plan without pipelines on all eight. With the subset seeds and
+    pipelines withheld (the partitioner's, and micro-batches in the genome: 21 ms,
+    tests/test_pipeline_partition.py), the device-set moves find it (or better); without them
+    the search does not come near."""
+    from moplace.core import genome
+    from moplace.optimize import seeds
+
+    monkeypatch.setattr(seeds, "_SOURCES", [(n, f) for n, f in seeds.seed_sources()
+                                            if n != "pipedream"])
+    monkeypatch.setattr(genome, "MICRO_BATCH_CHOICES", (1.0,))
     p = _problem("pipedream:gnmt", "2x4xV100-IB100")
     target = p.evaluate(on_devices("data-parallel", p.graph, (0, 1, 2, 3))).values[0]
     best = {}

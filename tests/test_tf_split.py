@@ -19,6 +19,7 @@ from moplace.tf.apply import apply_strategy, placed_graph_def
 from moplace.tf.convert import SPLITTABLE_TYPES, to_op_graph
 from moplace.tf.devices import available_devices, host_cluster
 from moplace.tf.frontend import trace_model
+from moplace.tf.recompute import RecomputeRefused
 from moplace.tf.rewrite import SplitRefused
 from moplace.tf.session import StepRunner
 from moplace.tf.splitrules import CHANNEL_SPLITTABLE, plan_parts
@@ -129,10 +130,18 @@ def test_random_genome_strategies_give_the_same_step(cnn):
     seen = 0
     for x in genome.sample(12, rng):
         s = genome.decode(x)
-        # the testbed recomputes unsplit groups only (a split one is refused, tested below)
+        # the testbed recomputes unsplit groups for unsplit readers only (the rest is refused,
+        # tested below), and runs micro-batches of unsplit plans only
+        # (tests/test_tf_microbatch.py)
         s = s.with_recompute([h for h in s.recompute if h not in s.splits])
+        s = s.with_options(micro_batches=1) if s.splits else s
         if s.splits:
             seen += 1
+            try:
+                placed_graph_def(cnn.traced, cnn.graph, s, simulate(cnn.graph, cnn.cluster, s),
+                                 cnn.devices)
+            except RecomputeRefused:
+                s = s.with_recompute(())
             cnn.assert_same_step(s)
     assert seen >= 6
 

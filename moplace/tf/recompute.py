@@ -21,6 +21,7 @@ from ..core.graph import OpGraph
 from ..core.strategy import Strategy
 from ..simulator.recompute import recompute_plan
 from ._tf import tf  # noqa: F401  (TensorFlow's environment first)
+from .rewrite import part_name
 from .splitrules import SplitRefused
 
 
@@ -77,7 +78,9 @@ def rewrite_recompute(graph_def, graph: OpGraph, strategy: Strategy) -> int:
         for e in range(a.in_ptr[v], a.in_ptr[v + 1]):
             src = int(a.src[a.in_edge[e]])
             if src < n and names[src] not in have:  # waits for the backward to reach it
-                clone.input.append(f"^{names[src]}")
+                split = strategy.splits.get(src)  # a split op waited for: all its parts
+                clone.input.extend([f"^{part_name(names[src], k)}" for k in range(split.parts)]
+                                   if split else [f"^{names[src]}"])
                 have.add(names[src])
     for dst, ops in moved.items():
         node = nodes[names[dst]]
