@@ -56,14 +56,12 @@ def best_feasible(result, problem):
     return min(fits, key=lambda p: p.values[k]) if fits else None
 
 
-def run(graph: str, cluster: str, budget: int, searchers, seed: int) -> dict:
-    g, c = moplace.load_graph(graph), moplace.load_cluster(cluster)
-    problem = moplace.Problem(g, c)
-    limit, share, heavy = compute_limit(problem)
-    row = {"graph": graph, "cluster": cluster, "ops": len(g.ops), "limit_ms": limit * 1e3,
-           "share_ms": share * 1e3, "heaviest_group_ms": heavy * 1e3, "searchers": {}}
+def best_plans(problem, searchers, budget: int, seed: int) -> tuple[dict, tuple | None]:
+    """Each searcher's best feasible runtime on ``problem`` (NSGA-II at ``budget``
+    evaluations, the one-shot searchers to their end), printed as it comes, and the best of
+    all: (seconds, searcher, plan), None when nothing fits."""
     k = problem.objectives.index("runtime")
-    best = None
+    entries, best = {}, None
     for name in searchers:
         t0 = time.perf_counter()
         result = moplace.search(problem, moplace.make_searcher(name),
@@ -73,12 +71,22 @@ def run(graph: str, cluster: str, budget: int, searchers, seed: int) -> dict:
         entry = {"seconds": time.perf_counter() - t0, "evaluations": result.n_evaluations}
         if point is not None:
             entry.update(runtime_ms=point.values[k] * 1e3,
-                         plan=plan_of(point.strategy, g))
+                         plan=plan_of(point.strategy, problem.graph))
             if best is None or point.values[k] < best[0]:
                 best = (point.values[k], name, entry["plan"])
-        row["searchers"][name] = entry
+        entries[name] = entry
         print(f"  {name:<10} {entry.get('runtime_ms', float('nan')):>10.2f} ms "
               f"({entry['evaluations']} evaluations, {entry['seconds']:.0f} s)", flush=True)
+    return entries, best
+
+
+def run(graph: str, cluster: str, budget: int, searchers, seed: int) -> dict:
+    g, c = moplace.load_graph(graph), moplace.load_cluster(cluster)
+    problem = moplace.Problem(g, c)
+    limit, share, heavy = compute_limit(problem)
+    entries, best = best_plans(problem, searchers, budget, seed)
+    row = {"graph": graph, "cluster": cluster, "ops": len(g.ops), "limit_ms": limit * 1e3,
+           "share_ms": share * 1e3, "heaviest_group_ms": heavy * 1e3, "searchers": entries}
     if best is not None:
         row.update(best_ms=best[0] * 1e3, ratio=best[0] / limit, best_searcher=best[1],
                    best_plan=best[2])

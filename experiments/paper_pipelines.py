@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import moplace  # noqa: E402
-from moplace.core.levers import plan_of  # noqa: E402
+from compute_limit import best_plans  # noqa: E402  (beside this file)
 from moplace.review.units import plan_text  # noqa: E402
 
 GIB = 2**30
@@ -58,21 +57,10 @@ def main(argv=None) -> int:
         g = moplace.load_graph(name)
         c = six_v100("resnet50" in name)
         problem = moplace.Problem(g, c)
-        k = problem.objectives.index("runtime")
         print(f"{name} on {c.name}", flush=True)
-        best = None
-        for searcher in args.searchers:
-            t0 = time.perf_counter()
-            result = moplace.search(problem, moplace.make_searcher(searcher),
-                                    budget=args.budget if searcher == "nsga2" else 64,
-                                    seed=args.seed)
-            fits = [q for q in result.front if q.feasible]
-            point = min(fits, key=lambda q: q.values[k]) if fits else None
-            ms = point.values[k] * 1e3 if point else float("nan")
-            print(f"  {searcher:<10} {ms:>9.2f} ms ({result.n_evaluations} evaluations, "
-                  f"{time.perf_counter() - t0:.0f} s)", flush=True)
-            if point is not None and (best is None or ms < best[0]):
-                best = (ms, searcher, plan_of(point.strategy, g))
+        _, best = best_plans(problem, args.searchers, args.budget, args.seed)
+        if best is not None:
+            best = (best[0] * 1e3, *best[1:])
         row = {"graph": name, "cluster": c.name, "paper_1f1b_ms": steady,
                "paper_gpipe8_ms": gpipe}
         if best:
