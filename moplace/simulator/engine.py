@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from ..core.graph import OpGraph
 from ..core.strategy import Strategy
@@ -184,10 +185,8 @@ def trace_from_outputs(tg: TaskGraph, cluster, n_ops: int, static, start, end, s
     if tg.n_tasks == n_ops:  # no splits: tasks are ops
         op_start, op_end = start, end
     elif tg.task_mb.size:  # micro-batches: an op spans its first copy's start to its last's end
-        own = np.arange(tg.n_compute - n_recomputed)
-        op_start, op_end = np.full(n_ops, np.inf), np.zeros(n_ops)
-        np.minimum.at(op_start, tg.task_op[own], start[own])
-        np.maximum.at(op_end, tg.task_op[own], end[own])
+        op_start, op_end = _op_spans(tg.task_op, start, end, tg.n_compute - n_recomputed,
+                                     n_ops)
         colls = slice(tg.n_compute, tg.n_tasks)
         op_end[tg.task_op[colls]] = np.maximum(op_end[tg.task_op[colls]], end[colls])
     else:  # an op spans its first part's start to its last part's (or all-reduce's) end;
@@ -208,3 +207,14 @@ def trace_from_outputs(tg: TaskGraph, cluster, n_ops: int, static, start, end, s
         collective_kind=tg.coll_kind, n_recomputed=int(n_recomputed), task_micro_batch=tg.task_mb,
         stage=tg.stage,
         transfers=transfers, memory=memory)
+
+
+@njit(cache=True, nogil=True)
+def _op_spans(task_op, start, end, n_own, n_ops):
+    """Per op, the first start and the last end of its tasks among the first ``n_own``."""
+    op_start, op_end = np.full(n_ops, np.inf), np.zeros(n_ops)
+    for t in range(n_own):
+        o = task_op[t]
+        op_start[o] = min(op_start[o], start[t])
+        op_end[o] = max(op_end[o], end[t])
+    return op_start, op_end

@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..arrays import csr_ptr
 from ..core.graph import ROLES
 from .microbatch import FORWARD, ONCE, MicrobatchPlan
 
@@ -33,35 +32,24 @@ _BACKWARD_ROLE = ROLES.index("backward")
 
 
 def stage_limits(dev, dur, task_op, phase, depth, n_dev: int) -> np.ndarray:
-    """Per device, the micro-batches 1F1B keeps in flight on it (0: it runs no forward copy).
-    ``depth``: per op of the graph, `OpGraph.depth`."""
-    fwd = phase == FORWARD
-    w = np.where(fwd, dur + 1e-12, 0.0)
-    wsum = np.bincount(dev, weights=w, minlength=n_dev)
-    staged = wsum > 0
-    limit = np.zeros(n_dev, np.int64)
-    if staged.any():
-        key = np.bincount(dev, weights=w * depth[task_op], minlength=n_dev)[staged] / wsum[staged]
-        ranks = np.unique(key, return_inverse=True)[1]
-        limit[staged] = int(ranks.max()) + 1 - ranks
-    return limit
+    """Per device, the micro-batches 1F1B keeps in flight on it (0: it runs no forward copy):
+    the devices running forward tasks ranked by the mean ``depth`` (per op of the graph,
+    `OpGraph.depth`) of their forward tasks' ops, weighted by the tasks' durations ``dur``."""
+    return _stage_limits(dev, dur, task_op, phase, depth, n_dev)
 
 
 def task_priorities(priority: np.ndarray, task_op: np.ndarray, phase: np.ndarray,
-                    mb: np.ndarray, m: int, limit: np.ndarray | None) -> np.ndarray:
-    """Per compute task its priority: its slot in the schedule (see the module docstring;
-    ``limit``, per task the micro-batches in flight on its device under 1F1B; None for
-    GPipe), then its op's priority (``priority``, per op of the graph)."""
+                    mb: np.ndarray, m: int, dev: np.ndarray, limit: np.ndarray | None,
+                    n_tasks: int) -> np.ndarray:
+    """Per task its priority: for a compute task (the first ``phase.size``), its slot in the
+    schedule (see the module docstring; ``limit``, per device the micro-batches in flight on
+    it under 1F1B; None for GPipe), then its op's priority (``priority``, per op of the
+    graph); 0 for the collectives after them."""
     rank = np.unique(priority, return_inverse=True)[1].astype(np.float64)
     n = rank.max() + 1 if rank.size else 1.0
-    if limit is None:  # GPipe
-        slot = np.where(phase == FORWARD, mb, m + mb)
-    else:
-        L = np.maximum(limit, 1)
-        slot = np.where(phase == FORWARD, np.where(mb < L, mb, L + 2 * (mb - L) + 1),
-                        L + 2 * mb)
-    slot = np.where(phase == ONCE, -1, slot)
-    return (2 * m + 1 - slot) * n + rank[task_op]
+    gpipe = limit is None
+    limit = np.zeros(1, np.int64) if gpipe else limit
+    return _slot_priorities(rank, n, task_op, phase, mb, m, dev, limit, gpipe, n_tasks)
 
 
 class ScheduleShape:
@@ -115,13 +103,10 @@ def with_waits(edges: dict, dev: np.ndarray, src: np.ndarray, dst: np.ndarray,
         return edges
     order = np.argsort(src, kind="stable")
     src, dst = src[order].astype(np.int64), dst[order].astype(np.int64)
-    merged = _merge_by_source(edges["e_src"], edges["e_dst"], edges["e_bytes"],
-                              edges["e_srcdev"], edges["e_local"], edges["moved_bytes"],
-                              src, dst, dev[src])
-    out = dict(zip(("e_src", "e_dst", "e_bytes", "e_srcdev", "e_local", "moved_bytes"), merged))
-    out["out_ptr"] = csr_ptr(out["e_src"], n_tasks)
-    out["in_ptr"], out["in_edge"] = _in_csr(out["e_dst"], n_tasks)
-    return out
+    merged = _merge_waits(edges["e_src"], edges["e_dst"], edges["e_bytes"], edges["e_srcdev"],
+                          edges["e_local"], edges["moved_bytes"], src, dst, dev[src], n_tasks)
+    return dict(zip(("e_src", "e_dst", "e_bytes", "e_srcdev", "e_local", "moved_bytes",
+                     "out_ptr", "in_ptr", "in_edge"), merged))
 
 
 @njit(cache=True)
@@ -136,14 +121,66 @@ def _last_of(key, position, task, n_keys):
     return where
 
 
-@njit(cache=True)
-def _merge_by_source(e_src, e_dst, e_bytes, e_srcdev, e_local, moved, w_src, w_dst, w_dev):
+@njit(cache=True, nogil=True)
+def _stage_limits(dev, dur, task_op, phase, depth, n_dev):
+    """What `stage_limits` returns, compiled."""
+    wsum = np.zeros(n_dev)
+    key = np.zeros(n_dev)
+    for t in range(dev.shape[0]):
+        if phase[t] == FORWARD:
+            w = dur[t] + 1e-12
+            wsum[dev[t]] += w
+            key[dev[t]] += w * depth[task_op[t]]
+    limit = np.zeros(n_dev, np.int64)
+    staged = np.flatnonzero(wsum > 0)
+    if staged.size == 0:
+        return limit
+    k = key[staged] / wsum[staged]
+    order = np.argsort(k, kind="mergesort")
+    rank = np.empty(staged.size, np.int64)
+    r = 0
+    for i in range(order.size):
+        if i > 0 and k[order[i]] != k[order[i - 1]]:
+            r += 1
+        rank[order[i]] = r
+    for i in range(staged.size):
+        limit[staged[i]] = r + 1 - rank[i]
+    return limit
+
+
+@njit(cache=True, nogil=True)
+def _slot_priorities(rank, n_rank, task_op, phase, mb, m, dev, limit, gpipe, n_tasks):
+    """Per task its priority (`task_priorities`; 0 for the
+    collectives after the ``phase.size`` compute tasks): ``rank`` of each op's priority among
+    ``n_rank`` values; ``limit`` per device (`_stage_limits`), unused under GPipe."""
+    prio = np.zeros(n_tasks)
+    for t in range(phase.shape[0]):
+        if phase[t] == ONCE:
+            slot = -1
+        elif gpipe:
+            slot = mb[t] if phase[t] == FORWARD else m + mb[t]
+        else:
+            L = max(limit[dev[t]], 1)
+            if phase[t] == FORWARD:
+                slot = mb[t] if mb[t] < L else L + 2 * (mb[t] - L) + 1
+            else:
+                slot = L + 2 * mb[t]
+        prio[t] = (2 * m + 1 - slot) * n_rank + rank[task_op[t]]
+    return prio
+
+
+@njit(cache=True, nogil=True)
+def _merge_waits(e_src, e_dst, e_bytes, e_srcdev, e_local, moved, w_src, w_dst, w_dev,
+                 n_tasks):
     """The edges (sorted by source) and the waits (sorted by source: no bytes, local) merged,
-    each wait after its source's edges."""
+    each wait after its source's edges, with the CSR indexes: ``out_ptr`` and each task's
+    in-edges in edge order (``in_ptr``, ``in_edge``, a counting sort)."""
     n, k = e_src.shape[0], w_src.shape[0]
     src, dst = np.empty(n + k, np.int64), np.empty(n + k, np.int64)
     nbytes, srcdev = np.empty(n + k), np.empty(n + k, np.int64)
     local, mv = np.empty(n + k, np.bool_), np.empty(n + k)
+    out_ptr = np.zeros(n_tasks + 1, np.int64)
+    in_ptr = np.zeros(n_tasks + 1, np.int64)
     i = j = 0
     for q in range(n + k):
         if j < k and (i == n or w_src[j] < e_src[i]):
@@ -154,20 +191,14 @@ def _merge_by_source(e_src, e_dst, e_bytes, e_srcdev, e_local, moved, w_src, w_d
             src[q], dst[q], nbytes[q], srcdev[q] = e_src[i], e_dst[i], e_bytes[i], e_srcdev[i]
             local[q], mv[q] = e_local[i], moved[i]
             i += 1
-    return src, dst, nbytes, srcdev, local, mv
-
-
-@njit(cache=True)
-def _in_csr(e_dst, n_tasks):
-    """Each task's in-edges in edge order: the CSR ``in_ptr``, ``in_edge`` (a counting sort)."""
-    in_ptr = np.zeros(n_tasks + 1, np.int64)
-    for e in range(e_dst.shape[0]):
-        in_ptr[e_dst[e] + 1] += 1
+        out_ptr[src[q] + 1] += 1
+        in_ptr[dst[q] + 1] += 1
     for t in range(n_tasks):
+        out_ptr[t + 1] += out_ptr[t]
         in_ptr[t + 1] += in_ptr[t]
     fill = in_ptr[:-1].copy()
-    in_edge = np.empty(e_dst.shape[0], np.int64)
-    for e in range(e_dst.shape[0]):
-        in_edge[fill[e_dst[e]]] = e
-        fill[e_dst[e]] += 1
-    return in_ptr, in_edge
+    in_edge = np.empty(n + k, np.int64)
+    for q in range(n + k):
+        in_edge[fill[dst[q]]] = q
+        fill[dst[q]] += 1
+    return src, dst, nbytes, srcdev, local, mv, out_ptr, in_ptr, in_edge

@@ -178,9 +178,8 @@ def pipeline_order(tg: TaskGraph, moved_bytes: np.ndarray, graph: OpGraph, strat
     task_op, dev = tg.task_op[:nc], tg.dev[:nc]
     gpipe = strategy.schedule_name == "gpipe"
     limit = stage_limits(dev, tg.dur[:nc], task_op, shape.phase, graph.depth, n_dev)
-    prio = np.concatenate([task_priorities(strategy.priority, task_op, shape.phase, shape.mb,
-                                           plan.m, None if gpipe else limit[dev]),
-                           np.zeros(tg.n_tasks - nc)])
+    prio = task_priorities(strategy.priority, task_op, shape.phase, shape.mb, plan.m, dev,
+                           None if gpipe else limit, tg.n_tasks)
     changes = {"prio": prio, "stage": np.where(limit > 0, limit.max() + 1 - limit, 0)}
     if not gpipe:
         src, dst = one_f_one_b_waits(dev, limit, shape, n_dev)
