@@ -12,7 +12,7 @@ import moplace
 from moplace import OpGraph, load_cluster, load_graph, simulate
 from moplace.core.graph import Edge, Op
 from moplace.optimize.problem import Problem
-from searchers.pipeline.partition import chain_order, partition
+from searchers.pipeline.partition import chain, chain_order, device_path, partition
 from searchers.pipeline.searcher import pipeline_candidates, pipeline_seeds, pipeline_strategy
 
 
@@ -82,7 +82,10 @@ def test_groups_follow_the_data_flow_not_the_topological_order():
     s = pipeline_strategy(g, part, 1, 0)
     a = g.arrays
     fwd = (a.role[a.src] == 0) & (a.role[a.dst] == 0)
-    assert not np.any(fwd & (s.placement[a.src] > s.placement[a.dst]))  # forward goes forward
+    stage = np.empty(8, np.int64)
+    stage[[st.devices[0] for st in part.stages]] = np.arange(len(part.stages))
+    rank = stage[s.placement]
+    assert not np.any(fwd & (rank[a.src] > rank[a.dst]))  # forward goes forward
     assert sorted(chain_order(g, moplace.CostModel(g, c).compute[:, 0]).tolist()) == \
         list(range(a.n_groups))
 
@@ -107,3 +110,25 @@ def test_one_device_is_gradient_accumulation():
     p = Problem(g, moplace.Cluster.single())
     for seed in pipeline_candidates(p):
         assert set(seed.strategy.placement.tolist()) == {0} and seed.strategy.pipelined
+
+
+def test_the_device_path_follows_the_fastest_links():
+    """On a DGX-1 the cluster's numbering crosses PCIe between GPUs 3 and 4 and takes the
+    single NVLink between 0 and 1; the path takes only double NVLinks (48 GB/s)."""
+    c = load_cluster("8xV100-16GB-NVLink")
+    path = device_path(c, 8)
+    assert sorted(path.tolist()) == list(range(8))
+    assert np.all(c.bandwidth[path[:-1], path[1:]] == 48e9)
+    # where the cluster's order is as fast, it is kept (servers stay in runs)
+    assert device_path(load_cluster("2x4xV100-IB100"), 8).tolist() == list(range(8))
+    assert device_path(moplace.Cluster.uniform(3, bandwidth=1e9, latency=0.0), 3).tolist() == \
+        [0, 1, 2]
+
+
+def test_a_cut_carries_each_output_once_each_way():
+    """L0/f's output is read by L1/f and by L1/b beyond the cut after L0: one transfer
+    forward (not two), and L1/b's gradient one transfer back."""
+    base = _chain([1e-3, 1e-3], act=1000)
+    g = OpGraph(base.ops, [*base.edges, Edge("L0/f", "L1/b", 1000)], name="chain")
+    order, work, grad, replicable, forward, backward = chain(g, np.full(4, 1e-3))
+    assert forward[0] == 1000.0 and backward[0] == 1000.0  # the cut after L0

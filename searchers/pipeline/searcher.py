@@ -1,10 +1,11 @@
 """PipeDream's partitioner as a searcher (``pipedream``) and a seed source.
 
 `searchers.pipeline.partition` chooses contiguous stages and how many devices replicate each
-(the slowest stage as fast as it can be); `pipeline_candidates` runs that partition as
-micro-batched pipelines: 1F1B with each micro-batch count of `MICRO_BATCHES`, and GPipe with 8
-(the GPipe paper's count), on every device and, where the partitioner finds a faster slowest
-stage on fewer, on those. A replicated stage is its groups split on batch over its devices,
+(the slowest stage as fast as it can be); `pipeline_candidates` runs its partitions as
+micro-batched pipelines, for each micro-batch count m of `MICRO_BATCHES` (GPipe's paper ran 8)
+the partitions made for m (each copy of an op pays its overhead, so the stages balance the
+time they take at m) under 1F1B and GPipe, on every device and, where the partitioner finds a
+faster flushed pipeline on fewer, on those. A replicated stage is its groups split on batch over its devices,
 their gradients in DDP's 25 MiB buckets. The searcher asks for every candidate in one batch
 and is done: the simulator scores them (the micro-batch count trades time, as the bubble
 shrinks and per-task overheads grow, against the stash). The three fastest are seeds, so
@@ -21,12 +22,10 @@ from moplace.core.strategy import Split, Strategy
 from moplace.optimize.searcher import Searcher
 from moplace.optimize.seeds import Seed
 
-from .partition import Partition, PartitionTable
+from .partition import Partition, PartitionTable, device_path
 
-#: the micro-batch counts each partition runs with under 1F1B
+#: the micro-batch counts the partitioner makes pipelines for
 MICRO_BATCHES = (4, 8, 16, 32)
-#: GPipe's micro-batch count in its paper's experiments
-GPIPE_MICRO_BATCHES = 8
 
 
 def pipeline_strategy(graph, part: Partition, micro_batches: int, schedule: int) -> Strategy:
@@ -36,10 +35,10 @@ def pipeline_strategy(graph, part: Partition, micro_batches: int, schedule: int)
     device = np.zeros(graph.arrays.n_groups, np.int64)
     splits, replicated = {}, False
     for stage in part.stages:
-        device[stage.groups] = stage.first
+        device[stage.groups] = stage.devices[0]
         if stage.n > 1:
             replicated = True
-            split = Split("batch", tuple(range(stage.first, stage.first + stage.n)))
+            split = Split("batch", stage.devices)
             for op in np.flatnonzero(np.isin(group, stage.groups)).tolist():
                 splits[op] = split
     return Strategy(device[group], topological_priority(graph), splits,
@@ -51,57 +50,68 @@ def pipeline_strategy(graph, part: Partition, micro_batches: int, schedule: int)
 #: all of it, as PipeDream does (it synchronises every minibatch), and half (a flushed
 #: pipeline reduces once per step, after the last micro-batch, while earlier stages still run)
 SYNC_WEIGHTS = (1.0, 0.5)
-#: partitions kept per problem (PipeDream's own two, then the best by `flushed_estimate`)
-KEEP = 4
+#: partitions kept per micro-batch count (the best by `flushed_estimate`)
+KEEP = 2
 
 
-def flushed_estimate(part: Partition, ops_per_device: float, overhead_s: float) -> float:
-    """A flushed pipeline's step, estimated for its best micro-batch count of `MICRO_BATCHES`:
-    the slowest stage times ``(m + S - 1) / m`` (the bubble), plus ``m`` times each device's
-    per-task overhead (``ops_per_device`` tasks of ``overhead_s``)."""
-    S = len(part.stages)
-    return min(part.slowest_s * (m + S - 1) / m + m * ops_per_device * overhead_s
-               for m in MICRO_BATCHES)
+def flushed_estimate(part: Partition, m: int) -> float:
+    """A flushed pipeline's step with ``m`` micro-batches: the slowest stage (its time at m)
+    times ``(m + S - 1) / m`` (the bubble)."""
+    return part.slowest_s * (m + len(part.stages) - 1) / m
 
 
-def partitions(problem) -> list[Partition]:
-    """The partitions worth running: over every device, of at most S stages for every S,
-    counting all and half the replicated stages' all-reduce (`SYNC_WEIGHTS`), and over fewer
-    devices (the first ones); each once: the two of any number of stages first, then the best
-    by `flushed_estimate`, `KEEP` in all."""
+def micro_batch_extra(problem, m: int) -> np.ndarray:
+    """Per op, the seconds ``m`` micro-batches add on its device: m copies, each a part's time
+    (`CostModel.with_parts`), instead of the op once; 0 for ops run once (not forward or
+    backward)."""
+    costs, role = problem.costs, problem.graph.arrays.role
+    copied = (role == ROLES.index("forward")) | (role == ROLES.index("backward"))
+    if m == 1:
+        return np.zeros(role.size)
+    part = costs.with_parts(m)[role.size:, 0]
+    return np.where(copied, m * part - costs.compute[:, 0], 0.0)
+
+
+def partitions(problem) -> list[tuple[Partition, int]]:
+    """The (partition, micro-batch count) pairs worth running: for each m of `MICRO_BATCHES`
+    (only 1 for a graph with nothing to micro-batch), the partitions over the device path of
+    at most S stages for every S, counting all and half the replicated stages' all-reduce
+    (`SYNC_WEIGHTS`), and over fewer devices; the `KEEP` best by `flushed_estimate`, each
+    once."""
     p = problem
     compute = p.costs.compute[:, 0]
-    tables = [PartitionTable(p.graph, p.cluster, compute, p.n_devices, w) for w in SYNC_WEIGHTS]
-    found = [t.best(n_stages=S) for t in tables for S in range(p.n_devices, 0, -1)]
-    found += [tables[0].best(d) for d in range(1, p.n_devices)]
-    per_device = len(p.graph.ops) / max(p.n_devices, 1)
-    seen, kept = set(), []
-    plain = [found[0], found[p.n_devices]]  # every stage count, all and half the all-reduce
-    for part in plain + sorted(found, key=lambda q: flushed_estimate(
-            q, per_device, p.costs.split_overhead_s)):
-        key = tuple((tuple(s.groups.tolist()), s.first, s.n) for s in part.stages)
-        if key not in seen and np.isfinite(part.slowest_s):
-            seen.add(key)
-            kept.append(part)
-    return kept[:KEEP]
-
-
-def pipeline_candidates(problem, parts: list[Partition] | None = None) -> list[Seed]:
-    """The pipelines of the partitions (``parts``, default `partitions`; see the module
-    docstring), labelled."""
-    role = problem.graph.arrays.role
+    role = p.graph.arrays.role
     batched = np.any((role == ROLES.index("forward")) | (role == ROLES.index("backward")))
+    path = device_path(p.cluster, p.n_devices)
     out = []
-    for part in partitions(problem) if parts is None else parts:
+    for m in MICRO_BATCHES if batched else (1,):
+        extra = micro_batch_extra(p, m)
+        tables = [PartitionTable(p.graph, p.cluster, compute, p.n_devices, w, extra, path)
+                  for w in SYNC_WEIGHTS]
+        found = [t.best(n_stages=S) for t in tables for S in range(p.n_devices, 0, -1)]
+        found += [tables[0].best(d) for d in range(1, p.n_devices)]
+        seen, kept = set(), []
+        for part in sorted(found, key=lambda q: flushed_estimate(q, m)):
+            if part.key not in seen and np.isfinite(part.slowest_s):
+                seen.add(part.key)
+                kept.append((part, m))
+        out += kept[:KEEP]
+    return out
+
+
+def pipeline_candidates(problem, parts: list[tuple[Partition, int]] | None = None
+                        ) -> list[Seed]:
+    """The pipelines of the (partition, micro-batch count) pairs (``parts``, default
+    `partitions`; see the module docstring) under 1F1B and GPipe, labelled."""
+    out = []
+    for part, m in partitions(problem) if parts is None else parts:
         where = f"{len(part.stages)} stages on {part.n_devices} devices"
-        if not batched:  # nothing to micro-batch: the stages as a placement
+        if m == 1:  # nothing to micro-batch: the stages as a placement
             out.append(Seed(f"pipedream: {where}", pipeline_strategy(problem.graph, part, 1, 0)))
             continue
-        for m in MICRO_BATCHES:
-            out.append(Seed(f"pipedream: {where}, 1F1B x{m}",
-                            pipeline_strategy(problem.graph, part, m, 0)))
-        out.append(Seed(f"pipedream: {where}, GPipe x{GPIPE_MICRO_BATCHES}",
-                        pipeline_strategy(problem.graph, part, GPIPE_MICRO_BATCHES, 1)))
+        for schedule, name in ((0, "1F1B"), (1, "GPipe")):
+            out.append(Seed(f"pipedream: {where}, {name} x{m}",
+                            pipeline_strategy(problem.graph, part, m, schedule)))
     return out
 
 
@@ -115,16 +125,14 @@ SEED_MICRO_BATCHES = 16
 
 
 def pipeline_seeds(problem) -> list[Seed]:
-    """The partitioner's `N_SEEDS` fastest pipelines (simulated here, fitting first) of its
-    first two partitions with at most `SEED_MICRO_BATCHES` micro-batches, as seeds
-    (entry-point group ``moplace.seeds``)."""
+    """The partitioner's `N_SEEDS` fastest pipelines (simulated here, fitting first) with at
+    most `SEED_MICRO_BATCHES` micro-batches, as seeds (entry-point group ``moplace.seeds``)."""
     from moplace.simulator.engine import simulate
 
     p = problem
     scored = []
-    for seed in pipeline_candidates(p, partitions(p)[:2]):
-        if seed.strategy.micro_batches > SEED_MICRO_BATCHES:
-            continue
+    kept = [(part, m) for part, m in partitions(p) if m <= SEED_MICRO_BATCHES]
+    for seed in pipeline_candidates(p, kept):
         trace = simulate(p.graph, p.cluster, seed.strategy, costs=p.costs)
         scored.append((not trace.feasible, trace.makespan, len(scored), seed))
     return [seed for *_, seed in sorted(scored)[:N_SEEDS]]
