@@ -9,7 +9,13 @@ device), on the cluster's device 0 kind. For each (graph, cluster) it runs PipeD
 partitioner (`pipedream`: every pipeline it proposes), OS-DPOS and NSGA-II (``--budget``
 evaluations; both start from every seed, the partitioner's pipelines included), and prints
 the best feasible runtime of each, the best of all and its ratio to the limit, with the
-plan that reached it. Deterministic for a seed. Without ``--graphs``: every bundled PipeDream
+plan that reached it. On a graph where nothing can be split (the dnn-partitioning ones), where
+pipelines are the only parallelism, it also prints what a balanced flushed pipeline would take
+in the cost model (`balanced_pipeline`): S stages of equal time (no communication, every cut
+where it is wanted, none lighter than the heaviest group), m micro-batches whose copies each
+pay the documented per-copy overhead, ``(work at m) / S * (m + S - 1) / m`` at its best S and
+m. It is an estimate of what the bubble and the overheads cost, not a bound: stages of unequal
+time can do a little better. Deterministic for a seed. Without ``--graphs``: every bundled PipeDream
 graph and the dnn-partitioning LayerGraphs and OperatorGraphs training graphs, on
 8xV100-16GB-NVLink and 2x4xV100-IB100 (the dnn ones on 4 and 8 V100s: 4xV100-NVLink and
 8xV100-16GB-NVLink). Hours at the default budget on 2 cores: pass fewer graphs or a smaller
@@ -50,6 +56,27 @@ def compute_limit(problem) -> tuple[float, float, float]:
     return max(share, heavy), share, heavy
 
 
+def balanced_pipeline(problem) -> tuple[float, int, int] | None:
+    """(seconds, stages, micro-batches) of the balanced flushed pipeline (see the module
+    docstring) over m = 1, 2, 4, .. 1024 and S <= devices; None where some op can be split (a
+    plan need not be a pipeline there)."""
+    from searchers.pipeline.searcher import micro_batch_extra
+
+    a = problem.graph.arrays
+    if np.any(a.split_mask != 0):
+        return None
+    t = problem.costs.compute[:, 0]
+    best = None
+    for m in (2 ** k for k in range(11)):
+        extra = micro_batch_extra(problem, m)
+        heavy = np.bincount(a.group, weights=t + extra, minlength=a.n_groups).max()
+        for S in range(1, problem.n_devices + 1):
+            step = max(float((t + extra).sum()) / S, heavy) * (m + S - 1) / m
+            if best is None or step < best[0]:
+                best = (step, S, m)
+    return best
+
+
 def best_feasible(result, problem):
     k = problem.objectives.index("runtime")
     fits = [p for p in result.front if p.feasible]
@@ -87,6 +114,10 @@ def run(graph: str, cluster: str, budget: int, searchers, seed: int) -> dict:
     entries, best = best_plans(problem, searchers, budget, seed)
     row = {"graph": graph, "cluster": cluster, "ops": len(g.ops), "limit_ms": limit * 1e3,
            "share_ms": share * 1e3, "heaviest_group_ms": heavy * 1e3, "searchers": entries}
+    balanced = balanced_pipeline(problem)
+    if balanced is not None:
+        row.update(balanced_pipeline_ms=balanced[0] * 1e3, balanced_pipeline_stages=balanced[1],
+                   balanced_pipeline_micro_batches=balanced[2])
     if best is not None:
         row.update(best_ms=best[0] * 1e3, ratio=best[0] / limit, best_searcher=best[1],
                    best_plan=best[2])
@@ -120,11 +151,17 @@ def main(argv=None) -> int:
                   f"heaviest whole group {r['heaviest_group_ms']:.2f}); best {r['best_ms']:.2f} "
                   f"ms = {r['ratio']:.2f}x the limit, by {r['best_searcher']}: "
                   f"{plan_text(r['best_plan'])}", flush=True)
+        if "balanced_pipeline_ms" in r:
+            print(f"  a balanced pipeline: {r['balanced_pipeline_ms']:.2f} ms = "
+                  f"{r['balanced_pipeline_ms'] / r['limit_ms']:.2f}x the limit "
+                  f"({r['balanced_pipeline_stages']} stages, "
+                  f"{r['balanced_pipeline_micro_batches']} micro-batches)", flush=True)
     print(f"\n{'graph':<40} {'cluster':<20} {'ops':>6} {'limit ms':>9} {'best ms':>9} "
-          f"{'x limit':>8}  by")
+          f"{'x limit':>8} {'balanced':>8}  by")
     for r in rows:
         print(f"{r['graph']:<40} {r['cluster']:<20} {r['ops']:>6} {r['limit_ms']:>9.2f} "
-              f"{r.get('best_ms', float('nan')):>9.2f} {r.get('ratio', float('nan')):>8.2f}  "
+              f"{r.get('best_ms', float('nan')):>9.2f} {r.get('ratio', float('nan')):>8.2f} "
+              f"{r.get('balanced_pipeline_ms', float('nan')) / r['limit_ms']:>8.2f}  "
               f"{r.get('best_searcher', '-')}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

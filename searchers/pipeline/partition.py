@@ -16,13 +16,13 @@ of them, when that is not slower: ``A(j, d - 1)``), where
 ``T(i..j, d')`` is the stage of blocks i..j-1 replicated over the d' devices before d: its
 compute divided among them, plus what micro-batching adds to each device (``m`` times a copy's
 overhead per copied op, for m micro-batches), plus its weight gradients' ring all-reduce on
-those devices, ``2 (d'-1)/d' * W / B + 2 (d'-1) * latency`` (B the slowest link between
-neighbours of the run; a stage can be replicated only where every op of it can be split on
-batch), and ``C(i, e)`` the transfers crossing the cut before block i over the link between
-the path's devices e - 1 and e: the larger of the forward bytes (each output once, however many
-ops read it beyond the cut) and the backward bytes, as a link carries each direction on its
-own. ``A(j, d)`` with a single stage (``i = 0``) needs ``d' = d``. The program also counts
-stages, so that a partition of at most S stages can be asked for (fewer stages, a smaller
+those devices, ``2 (d'-1)/d' * W / B + 2 (d'-1) * latency`` (B the slowest link of the ring
+over the run, closed from its last device to its first; a stage can be replicated only where
+every op of it can be split on batch), and ``C(i, e)`` the transfers crossing the cut before
+block i over the slowest link from the path's device e - 1 into the run: the larger of the
+forward bytes (each output once, however many ops read it beyond the cut) and the backward
+bytes, as a link carries each direction on its own. ``A(j, d)`` with a single stage
+(``i = 0``) needs ``d' = d``. The program also counts stages, so that a partition of at most S stages can be asked for (fewer stages, a smaller
 bubble: ``(S - 1) / (m + S - 1)`` of a flushed pipeline of m micro-batches is idle). Times are
 the whole minibatch's, on device 0's kind.
 """
@@ -232,9 +232,8 @@ class PartitionTable:
         bad = np.concatenate([[0], np.cumsum(~replicable)])[b]
         cuts = np.concatenate([[0.0], np.maximum(forward, backward)[b[1:-1] - 1]])
         path = device_path(cluster, n_devices) if path is None else np.asarray(path)
-        nxt = np.roll(path, -1)
-        bw = np.asarray(cluster.bandwidth, np.float64)[path, nxt]
-        lat = np.asarray(cluster.latency, np.float64)[path, nxt]
+        bw = np.asarray(cluster.bandwidth, np.float64)[np.ix_(path, path)]
+        lat = np.asarray(cluster.latency, np.float64)[np.ix_(path, path)]
         self.order, self.bounds, self.n_devices, self.path = order, b, n_devices, path
         self.value, self.first, self.width = _dp(nb, n_devices, max(n_devices, 1), cw, co,
                                                  cg * sync_weight, bad, cuts, bw, lat)
@@ -283,12 +282,20 @@ def _dp(nb, nd, ns, cw, co, cg, bad, cuts, bw, lat):
             for d in range(1, nd + 1):
                 for k in range(1, d + 1):  # devices of the last stage: d - k .. d - 1
                     lo = d - k
+                    # the ring over the run (closed by d - 1 -> lo), and the slowest link
+                    # from the previous stage's last device into the run
                     slow_bw, slow_lat = inf, 0.0
-                    for q in range(lo, d - 1):
-                        if bw[q] < slow_bw:
-                            slow_bw = bw[q]
-                        if lat[q] > slow_lat:
-                            slow_lat = lat[q]
+                    for q in range(lo, d):
+                        nq = q + 1 if q < d - 1 else lo
+                        if k > 1 and bw[q, nq] < slow_bw:
+                            slow_bw = bw[q, nq]
+                        if k > 1 and lat[q, nq] > slow_lat:
+                            slow_lat = lat[q, nq]
+                    in_bw, in_lat = inf, 0.0
+                    if lo > 0:
+                        for q in range(lo, d):
+                            in_bw = min(in_bw, bw[lo - 1, q])
+                            in_lat = max(in_lat, lat[lo - 1, q])
                     for i in range(j - 1, -1, -1):
                         if i == 0 and k != d:
                             continue
@@ -302,7 +309,7 @@ def _dp(nb, nd, ns, cw, co, cg, bad, cuts, bw, lat):
                                   + 2.0 * (k - 1) * slow_lat)
                         if i > 0:
                             prev = best[i, lo, s - 1]
-                            comm = lat[lo - 1] + cuts[i] / bw[lo - 1]
+                            comm = in_lat + cuts[i] / in_bw
                             t = max(t, max(prev, comm))
                         if t < best[j, d, s]:
                             best[j, d, s], ci[j, d, s], cn[j, d, s] = t, i, k

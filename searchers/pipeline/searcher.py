@@ -5,8 +5,8 @@
 micro-batched pipelines, for each micro-batch count m of `MICRO_BATCHES` (GPipe's paper ran 8)
 the partitions made for m (each copy of an op pays its overhead, so the stages balance the
 time they take at m) under 1F1B and GPipe, on every device and, where the partitioner finds a
-faster flushed pipeline on fewer, on those. A replicated stage is its groups split on batch over its devices,
-their gradients in DDP's 25 MiB buckets. The searcher asks for every candidate in one batch
+faster flushed pipeline on fewer, on those. A replicated stage is its groups split on batch
+over its devices, their gradients in DDP's 25 MiB buckets. The searcher asks for every candidate in one batch
 and is done: the simulator scores them (the micro-batch count trades time, as the bubble
 shrinks and per-task overheads grow, against the stash). The three fastest are seeds, so
 every seeded search (OS-DPOS, NSGA-II, MCMC, ...) starts from them.
