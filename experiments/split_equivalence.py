@@ -6,9 +6,10 @@ For every op type the genome may split (tests/models/splitops.py holds all ten) 
 on channel, and for each zoo model with every splittable op split on batch, on channel, and
 data parallelism (and with the optimizer state partitioned over the devices), with recomputed
 groups (every other, every one; on one device and layer-split on two), and with micro-batches
-(2 on one device, 2 and 3 layer-split on two; BatchNorm then normalises each micro-batch on
-its own, as in GPipe): one training step of the rewritten graph against the original step on
-one device. Prints the largest absolute difference of the loss and of the updated
+(2 on one device, 2 and 3 layer-split on two, 2 with data parallelism or every op split on
+channel, 2 layer-split with every other group recomputed; BatchNorm then normalises each
+micro-batch on its own, as in GPipe): one training step of the rewritten graph against the
+original step on one device. Prints the largest absolute difference of the loss and of the updated
 weights (every variable: weights and optimizer state), and the largest difference of a
 weight's update relative to the largest update of that variable.
 """
@@ -91,6 +92,14 @@ def main(argv=None) -> int:
             if args.batch % 3 == 0:
                 cases.append(("layer-split, 3 micro-batches, 1F1B",
                               layer_split(graph, 2).with_options(micro_batches=3)))
+            cases += [("data parallel, 2 micro-batches (hybrid)",
+                       data_parallel(graph, 2).with_options(micro_batches=2)),
+                      ("every op on channel, 2 micro-batches, GPipe",
+                       every("channel").with_options(micro_batches=2, schedule=1))]
+            if heads.size:
+                cases.append(("layer-split, 2 micro-batches, every other rec.",
+                              layer_split(graph, 2).with_options(micro_batches=2)
+                              .with_recompute(heads[1::2])))
         for label, s in cases:
             gd, _ = placed_graph_def(traced, graph, s, simulate(graph, cluster, s), devices)
             with StepRunner(traced, gd) as runner:

@@ -9,6 +9,7 @@ import pytest
 import moplace.tf  # noqa: F401  (sets TensorFlow's environment before keras loads)
 from moplace import simulate
 from moplace.core.baselines import layer_split, topological_priority
+from moplace.core.recompute import recomputable_heads
 from moplace.core.strategy import Split, Strategy
 from moplace.tf.apply import apply_strategy
 from moplace.tf.microbatch import copy_name
@@ -77,15 +78,42 @@ def cnn_model():
 
 def test_what_the_testbed_cannot_run_is_refused_with_a_reason(mlp):
     g = mlp.graph
-    for strategy, reason in [
-            (_one_device(g, 3), "a batch of 8 cannot be cut into 3"),
-            (Strategy(np.zeros(len(g.ops), np.int64), topological_priority(g),
-                      {i: Split("batch", (0, 1)) for i, op in enumerate(g.ops)
-                       if "batch" in op.splittable}, micro_batches=2),
-             "micro-batches of split ops are not applied")]:
+    for strategy, reason in [(_one_device(g, 3), "a batch of 8 cannot be cut into 3")]:
         result = apply_strategy(mlp.traced, g, strategy, simulate(g, mlp.cluster, strategy),
                                 mlp.devices, steps=1)
         assert not result.expressible and reason in result.reason
+
+
+def test_recomputation_with_micro_batches_gives_the_same_step(mlp):
+    """Each micro-batch's copy of a recomputed op gets its own clone, read by that
+    micro-batch's backward copies, on one device and on a two-stage pipeline."""
+    g = mlp.graph
+    heads = tuple(int(h) for h in recomputable_heads(g))
+    assert heads
+    for s in (_one_device(g, 2).with_recompute(heads),
+              layer_split(g, 2).with_options(micro_batches=4, schedule=1).with_recompute(heads)):
+        s.validate(g, 2)
+        gd, _ = mlp.assert_same_step(s)
+        clones = [n.name for n in gd.node if n.name.endswith("/moplace_recompute")]
+        m = int(s.micro_batches)
+        assert {c.split("/")[0] for c in clones} == {f"moplace_mb{i}" for i in range(m)}
+
+
+@pytest.mark.parametrize("dim", ["batch", "channel"])
+def test_hybrid_pipelines_give_the_same_step(mlp, dim):
+    """Split ops with micro-batches (a stage replicated over two devices, PipeDream's hybrid
+    plans): every copy of a split op is cut into parts of its micro-batch, the updates into
+    parts of the whole batch's; the step is the original one."""
+    g = mlp.graph
+    splits = {i: Split(dim, (0, 1)) for i, op in enumerate(g.ops) if dim in op.splittable}
+    for m, schedule in ((2, 0), (4, 1)):
+        s = Strategy(np.zeros(len(g.ops), np.int64), topological_priority(g), splits,
+                     micro_batches=m, schedule=schedule).validate(g, 2)
+        gd, ran_on = mlp.assert_same_step(s)
+        names = {n.name for n in gd.node}
+        i = next(iter(splits))
+        assert f"{copy_name(g.ops[i].name, m - 1)}/moplace_part1" in names
+        assert ran_on >= {"device:CPU:0", "device:CPU:1"}
 
 
 @pytest.mark.slow  # traces the transformer twice: keeps the default suite short

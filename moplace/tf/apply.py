@@ -28,10 +28,11 @@ from ..errors import MoplaceError
 from ..progress import Report, Ticker
 from ..simulator.engine import Trace
 from .memory import device_peaks, largest_scratch
-from .microbatch import copied_ops, copy_name, rewrite_micro_batches
+from .microbatch import copied_ops, copy_name, rewrite_micro_batches, split_copies
 from .profile import quiet_stderr
 from .recompute import recompute_name, rewrite_recompute
-from .rewrite import SplitRefused, part_name, plan_split_ops, rewrite_splits
+from .rewrite import (SplitRefused, part_name, plan_split_ops, rewrite_split_nodes,
+                      rewrite_splits)
 from .session import StepRunner, session_config
 from .trace import TracedStep
 
@@ -119,7 +120,8 @@ def placed_graph_def(traced: TracedStep, graph: OpGraph, strategy: Strategy, tra
     if missing:
         raise ApplyError(f"graph {graph.name!r} does not match the model: op {missing[0]!r} is "
                          f"not in its traced step ({len(missing)} ops missing)")
-    plans = plan_split_ops(traced, graph, strategy) if strategy.splits else {}
+    plans = plan_split_ops(traced, graph, strategy) if strategy.splits and \
+        not strategy.pipelined else {}
     out = type(traced.graph_def)()
     out.CopyFrom(traced.graph_def)
     by_name = {n.name: n for n in out.node}
@@ -130,6 +132,8 @@ def placed_graph_def(traced: TracedStep, graph: OpGraph, strategy: Strategy, tra
             by_name[name].device = device
     if strategy.pipelined:
         rewrite_micro_batches(out, traced, graph, strategy)
+        if strategy.splits:
+            rewrite_split_nodes(out, *split_copies(out, traced, graph, strategy, devices))
     if plans:
         rewrite_splits(out, traced, graph, strategy, devices, plans)
     if strategy.zero_stage:
@@ -152,8 +156,11 @@ def _enforce_order(graph_def, graph: OpGraph, strategy: Strategy, trace: Trace, 
     n = int(parts.sum())
     m = n + trace.n_recomputed  # the recomputed ops' clones come after every op's tasks
     copied = copied_ops(graph) if strategy.pipelined else None
-    if strategy.pipelined:  # no split or recomputation: a task per op and micro-batch
+    if strategy.pipelined:  # a task per part of an op's copy, the clones' last
         n = m = int(np.count_nonzero(trace.task_device >= 0))
+        key = trace.task_op[:m] * (int(strategy.micro_batches) + 1) + trace.task_micro_batch[:m]
+        change = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])  # a copy's parts are a run
+        part = np.arange(m) - np.repeat(change, np.diff(np.r_[change, m]))
     task_op = trace.task_op[:m]
     order = np.lexsort((np.arange(m), graph.arrays.topo.argsort()[task_op], trace.task_start[:m]))
     last: dict[int, str] = {}
@@ -163,6 +170,10 @@ def _enforce_order(graph_def, graph: OpGraph, strategy: Strategy, trace: Trace, 
         name = graph.ops[i].name
         if copied is not None:
             name = copy_name(name, int(trace.task_micro_batch[task])) if copied[i] else name
+            if task >= n - trace.n_recomputed:  # a clone (unsplit: refused otherwise)
+                name = recompute_name(name)
+            elif parts[i] > 1:
+                name = part_name(name, int(part[task]))
         elif task >= n:  # a clone (unsplit: `rewrite_recompute` refuses split ones)
             name = recompute_name(name)
         elif parts[i] > 1:

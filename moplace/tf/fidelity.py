@@ -148,9 +148,11 @@ def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int =
                          seed: int = 0) -> list[tuple[str, str, object]]:
     """``(label, source, strategy)``: every baseline, data parallelism with the optimizer state
     partitioned over the devices (`partition_optimizer_state`), single and layer-split with
-    every other group recomputed (when any can be), single with `MICRO_BATCHES` micro-batches
-    and layer-split with as many under 1F1B and GPipe, each list scheduler's result, and up to
-    ``front_points`` points spread along an NSGA-II front (fastest to least memory)."""
+    every other group recomputed (when any can be), single with `MICRO_BATCHES` micro-batches,
+    data parallelism with as many (a hybrid pipeline), layer-split with as many under 1F1B
+    and GPipe and under 1F1B with every other group recomputed, each list scheduler's result,
+    and up to ``front_points`` points spread along an NSGA-II front (fastest to least
+    memory)."""
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
@@ -166,13 +168,22 @@ def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int =
                  baseline(name, graph, n).with_recompute(every_other))
                 for name in ("single", "layer-split")]
     if np.any(np.isin(graph.arrays.role, (ROLES.index("forward"), ROLES.index("backward")))):
-        # micro-batches run for real (unsplit plans: the testbed's reach)
+        # micro-batches run for real: gradient accumulation, pipelines and a hybrid (data
+        # parallelism's batch parts cut into micro-batches)
         out += [("single, 4 micro-batches (gradient accumulation)", "baseline",
                  baseline("single", graph, n).with_options(micro_batches=MICRO_BATCHES))]
+        if n > 1:
+            out.append(("data-parallel, 4 micro-batches 1F1B (hybrid)", "baseline",
+                        baseline("data-parallel", graph, n).with_options(
+                            micro_batches=MICRO_BATCHES)))
         out += [(f"layer-split, 4 micro-batches {label}", "baseline",
                  baseline("layer-split", graph, n).with_options(micro_batches=MICRO_BATCHES,
                                                                 schedule=k))
                 for k, label in enumerate(("1F1B", "GPipe")) if n > 1]
+        if n > 1 and every_other.size:  # the stash made smaller by recomputation
+            out.append(("layer-split, 4 micro-batches 1F1B, every other group recomputed",
+                        "baseline", baseline("layer-split", graph, n).with_options(
+                            micro_batches=MICRO_BATCHES).with_recompute(every_other)))
     problem = Problem(graph, cluster)
     for name in HEURISTICS:
         result = search(problem, make_searcher(name), budget=50, seed=seed)

@@ -23,8 +23,14 @@ step's). Into the placed step:
   statistics, as in GPipe;
 - the fetched loss is the mean of the micro-batches' losses, under its own name.
 
-The micro-batches are equal: m must divide the batch size. Split ops and recomputation with
-micro-batches are refused (not applied here yet), naming the reason.
+Split ops are cut after the copies are made (`split_copies`): every copy of a split forward or
+backward op into the op's parts, planned on the micro-batch trace (a batch split cuts the
+micro-batch), and a split op run once (an update) into its parts of the whole batch's step;
+a part reading a combined tensor reads it as the whole batch's. Hybrid pipelines (a stage
+replicated over several devices) run this way.
+
+Recomputed groups are cloned after (`moplace.tf.recompute`): each micro-batch's copy its own
+clone. The micro-batches are equal: m must divide the batch size.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from ..core.graph import ROLES, OpGraph
 from ..core.strategy import Strategy
 from ._tf import tf
 from .modelfile import trace_model
+from .rewrite import SplitNode, plan_split_ops
 from .splitrules import SplitRefused
 from .trace import TracedStep
 
@@ -72,10 +79,6 @@ def rewrite_micro_batches(graph_def, traced: TracedStep, graph: OpGraph,
     """Rewrite the placed ``graph_def`` (in place) to run ``strategy``'s micro-batches (see
     the module docstring)."""
     m = int(strategy.micro_batches)
-    if strategy.splits:
-        raise SplitRefused("micro-batches of split ops are not applied on the testbed yet")
-    if strategy.recompute:
-        raise SplitRefused("recomputation with micro-batches is not applied on the testbed yet")
     micro = micro_trace(traced, m)
     nodes = {n.name: n for n in graph_def.node}
     micro_nodes = {n.name: n for n in micro.graph_def.node}
@@ -133,6 +136,46 @@ def rewrite_micro_batches(graph_def, traced: TracedStep, graph: OpGraph,
             new.append(_node("NoOp", target, [f"^{copy_name(target, i)}" for i in range(m)], ""))
     del graph_def.node[:]
     graph_def.node.extend(kept + new)
+
+
+def split_copies(graph_def, traced: TracedStep, graph: OpGraph, strategy: Strategy,
+                 devices: list[str]) -> tuple[dict, list[SplitNode]]:
+    """What `moplace.tf.rewrite.rewrite_split_nodes` needs to cut the split ops of a
+    micro-batched ``graph_def`` (rewritten by `rewrite_micro_batches`): per node name what
+    has its outputs' shapes (copies: the micro-batch trace's op; combined tensors: the whole
+    batch's), and the nodes to cut (see the module docstring). `SplitRefused` names an op
+    that cannot be cut as asked."""
+    m = int(strategy.micro_batches)
+    micro = micro_trace(traced, m)
+    copied = copied_ops(graph)
+    ops = sorted(strategy.splits)
+    whole = plan_split_ops(traced, graph, strategy, {i for i in ops if not copied[i]})
+    small = plan_split_ops(micro, graph, strategy, {i for i in ops if copied[i]})
+    info = {op.name: op for op in traced.func_graph.get_operations()}
+    for op in micro.func_graph.get_operations():
+        for i in range(m):
+            info[copy_name(op.name, i)] = op
+    for node in graph_def.node:  # the combined tensors: moplace_acc/<name>/<k>
+        head, _, k = node.name.rpartition("/")
+        base = head.removeprefix("moplace_acc/")
+        if node.name.startswith("moplace_acc/") and k.isdigit() and base in info:
+            info[node.name] = _Outputs([info[base].outputs[int(k)]])
+    nodes = []
+    for i in ops:
+        devs = tuple(devices[d] for d in strategy.splits[i].devices)
+        name = graph.ops[i].name
+        if copied[i]:
+            nodes += [SplitNode(copy_name(name, b), devs, small[i]) for b in range(m)]
+        else:
+            nodes.append(SplitNode(name, devs, whole[i]))
+    return info, nodes
+
+
+class _Outputs:
+    """Stands for an operation where only its outputs (shape, dtype) are asked for."""
+
+    def __init__(self, outputs):
+        self.outputs = outputs
 
 
 def _parse(x: str) -> tuple[str, int, bool]:

@@ -28,7 +28,8 @@ from ..core.strategy import Strategy
 from ._tf import tf
 from .splitrules import PartPlan, Region, SplitRefused, batch_axes, plan_parts
 
-__all__ = ["SplitRefused", "part_name", "plan_split_ops", "rewrite_splits"]
+__all__ = ["SplitNode", "SplitRefused", "part_name", "plan_split_ops", "rewrite_split_nodes",
+           "rewrite_splits"]
 
 
 def part_name(op_name: str, k: int) -> str:
@@ -43,17 +44,20 @@ class _Piece:
     tensor: str
 
 
-def plan_split_ops(traced, graph: OpGraph, strategy: Strategy) -> dict[int, list[PartPlan]]:
-    """The parts of every split op of ``strategy``; `SplitRefused` names the first op that
-    cannot be cut as asked (and why)."""
+def plan_split_ops(traced, graph: OpGraph, strategy: Strategy,
+                   which=None) -> dict[int, list[PartPlan]]:
+    """The parts of every split op of ``strategy`` (of those of ``which``, op indices, when
+    given) in ``traced``; `SplitRefused` names the first op that cannot be cut as asked (and
+    why)."""
     ops = {op.name: op for op in traced.func_graph.get_operations()}
+    splits = {i: s for i, s in strategy.splits.items() if which is None or i in which}
     axes = None
-    if any(s.dim == "batch" for s in strategy.splits.values()):
+    if any(s.dim == "batch" for s in splits.values()):
         if traced.batch_axes is None:  # a second trace: once per traced step
             traced.batch_axes = batch_axes(traced)
         axes = traced.batch_axes
     plans = {}
-    for i, split in strategy.splits.items():
+    for i, split in splits.items():
         name = graph.ops[i].name
         if name not in ops:
             raise SplitRefused(f"op {name!r} is not a node of the traced step")
@@ -61,16 +65,33 @@ def plan_split_ops(traced, graph: OpGraph, strategy: Strategy) -> dict[int, list
     return plans
 
 
+@dataclass(frozen=True)
+class SplitNode:
+    """A node of the placed step to cut into parts: its name, and per part its device and
+    plan (`moplace.tf.splitrules.plan_parts`)."""
+
+    name: str
+    devices: tuple[str, ...]
+    plan: list[PartPlan]
+
+
 def rewrite_splits(graph_def, traced, graph: OpGraph, strategy: Strategy, devices: list[str],
                    plans: dict[int, list[PartPlan]]):
     """``graph_def`` (already placed: every node has its device) with the split ops of
     ``strategy`` rewritten into parts (``plans``: `plan_split_ops`). Modifies and returns it."""
     info = {op.name: op for op in traced.func_graph.get_operations()}
+    return rewrite_split_nodes(graph_def, info, [
+        SplitNode(graph.ops[i].name, tuple(devices[d] for d in strategy.splits[i].devices), plan)
+        for i, plan in plans.items()])
+
+
+def rewrite_split_nodes(graph_def, info: dict, nodes: list[SplitNode]):
+    """``graph_def`` with ``nodes`` rewritten into parts; ``info``: per node name, what has its
+    outputs' shapes and dtypes (a traced operation). Modifies and returns it."""
     b = _Builder(graph_def, info)
     split_names = {}
-    for i, plan in plans.items():
-        name = graph.ops[i].name
-        devs = [devices[d] for d in strategy.splits[i].devices]
+    for item in nodes:
+        name, devs, plan = item.name, item.devices, item.plan
         split_names[name] = [part_name(name, k) for k in range(len(plan))]
         b.layout[f"{name}:0"] = [_Piece(p.output, devs[k], f"{part_name(name, k)}:0")
                                  for k, p in enumerate(plan)]
@@ -78,10 +99,9 @@ def rewrite_splits(graph_def, traced, graph: OpGraph, strategy: Strategy, device
             b.shape[f"{part_name(name, k)}:0"] = p.shape
             b.dtype[f"{part_name(name, k)}:0"] = info[name].outputs[0].dtype
     originals = {n.name: n for n in graph_def.node if n.name in split_names}
-    for i, plan in plans.items():
-        name = graph.ops[i].name
+    for item in nodes:
+        name, devs, plan = item.name, item.devices, item.plan
         node = originals[name]
-        devs = [devices[d] for d in strategy.splits[i].devices]
         for k, p in enumerate(plan):
             inputs = []
             data = [x for x in node.input if not x.startswith("^")]
