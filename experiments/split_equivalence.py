@@ -46,6 +46,7 @@ def main(argv=None) -> int:
     from moplace.tf.devices import available_devices, host_cluster
     from moplace.tf.frontend import trace_model
     from moplace.tf.session import StepRunner
+    from moplace.tf.splitrules import SplitRefused
 
     devices = available_devices(2)
     lines = [f"{'model':<14} {'strategy':<42} {'ops':>4} {'max |d loss|':>13} "
@@ -101,7 +102,13 @@ def main(argv=None) -> int:
                               layer_split(graph, 2).with_options(micro_batches=2)
                               .with_recompute(heads[1::2])))
         for label, s in cases:
-            gd, _ = placed_graph_def(traced, graph, s, simulate(graph, cluster, s), devices)
+            try:
+                gd, _ = placed_graph_def(traced, graph, s, simulate(graph, cluster, s), devices)
+            except SplitRefused as exc:  # not expressible on the testbed: say so, go on
+                line = f"{name:<14} {label:<42} refused: {exc}"
+                print(line, flush=True)
+                lines.append(line)
+                continue
             with StepRunner(traced, gd) as runner:
                 got_loss = runner.step().loss
                 values = runner.variable_values()

@@ -113,6 +113,19 @@ def test_only_groups_with_something_to_recompute_can_be_named():
             _one_device(g).with_recompute(heads).validate(g, 1)
 
 
+def test_stateful_control_flow_is_never_recomputed():
+    """A While (an LSTM's loop in a traced Keras step) is stateful to TensorFlow: the testbed
+    cannot run it again, so no plan recomputes it (found by split_equivalence.py on gnmt)."""
+    for kind in ("While", "If", "StatefulPartitionedCall"):
+        g = _layers()
+        ops = [Op(o.name, kind if o.name == "L2" else o.type, o.compute, o.output_bytes,
+                  colocation=o.colocation, role=o.role) for o in g.ops]
+        g = OpGraph(ops, g.edges, name="layers")
+        i = g.index
+        assert i["L2"] not in recomputable_heads(g).tolist()
+        assert i["L1"] in recomputable_heads(g).tolist()
+
+
 GRAPHS = ["pipedream:resnet50", "pipedream:gnmt", "dnn:OperatorGraphs/bert_l-3_training"]
 
 

@@ -5,7 +5,7 @@ A group can be recomputed when one of its ops is a forward op that has inputs an
 a backward (non-forward) op reads: that output can be freed after its forward readers and made
 again before the backward needs it. Forward ops without inputs (data loading, constants) are
 never recomputed: their outputs stay, as a segment's first input does under
-``torch.utils.checkpoint``; nor are ops that read state or draw random numbers
+``torch.utils.checkpoint``; nor are ops that read state, draw random numbers or run control flow TensorFlow calls stateful
 (`NEVER_RECOMPUTED`: run again, they could give another value), whose outputs stay too.
 """
 
@@ -18,11 +18,13 @@ import numpy as np
 from .graph import ROLES, OpGraph
 
 _FORWARD = ROLES.index("forward")
-#: op types (lower case) that are never run again: variable reads and random draws
+#: op types (lower case) that are never run again: variable reads, random draws, and the
+#: control flow TensorFlow calls stateful (a ``While`` or ``If`` whose body it cannot vouch
+#: for; the testbed refuses to run them again)
 NEVER_RECOMPUTED = frozenset({
     "readvariableop", "varhandleop", "randomuniform", "randomuniformint", "randomstandardnormal",
     "truncatednormal", "randomshuffle", "multinomial", "randomgamma", "randompoisson",
-    "randompoissonv2"})
+    "randompoissonv2", "while", "if", "case", "statefulpartitionedcall"})
 _HEADS: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
 _AGAIN: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
 
