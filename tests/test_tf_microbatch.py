@@ -132,3 +132,18 @@ def test_sparse_gradients_are_joined_not_averaged():
         scale = max(float(np.max(np.abs(want))), 1e-12)
         assert float(np.max(np.abs(got - want))) <= 1e-2 * scale + 1e-6, \
             model.traced.variables[name].name
+
+
+@pytest.mark.slow  # traces gnmt twice: keeps the default suite short
+def test_while_loops_run_per_micro_batch():
+    """gnmt's LSTMs are While loops whose condition and body are functions of the traced
+    step: each micro-batch's copies call the micro-batch trace's functions, added to the
+    step's library (without them TensorFlow refused the step: found by
+    experiments/split_equivalence.py), and the step is the original one."""
+    model = Model("gnmt", 6)
+    g = model.graph
+    assert any(op.type == "While" for op in g.ops)
+    gd, _ = model.assert_same_step(_one_device(g, 2))
+    called = {f.signature.name for f in gd.library.function}
+    assert any(n.name.startswith("moplace_mb1/") and n.op == "While" for n in gd.node)
+    assert all(n.attr["body"].func.name in called for n in gd.node if n.op == "While")

@@ -136,6 +136,20 @@ def rewrite_micro_batches(graph_def, traced: TracedStep, graph: OpGraph,
             new.append(_node("NoOp", target, [f"^{copy_name(target, i)}" for i in range(m)], ""))
     del graph_def.node[:]
     graph_def.node.extend(kept + new)
+    _add_functions(graph_def, micro.graph_def)
+
+
+def _add_functions(graph_def, other) -> None:
+    """The functions (a ``While``'s condition and body, their gradients) that the copies from
+    ``other`` call, added to ``graph_def``'s library where it lacks them by name."""
+    have = {f.signature.name for f in graph_def.library.function}
+    for f in other.library.function:
+        if f.signature.name not in have:
+            graph_def.library.function.add().CopyFrom(f)
+    have = {g.function_name for g in graph_def.library.gradient}
+    for g in other.library.gradient:
+        if g.function_name not in have:
+            graph_def.library.gradient.add().CopyFrom(g)
 
 
 def split_copies(graph_def, traced: TracedStep, graph: OpGraph, strategy: Strategy,
