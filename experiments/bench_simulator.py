@@ -30,7 +30,9 @@ cost matrix for 8xV100-16GB-NVLink, and one simulation of data parallelism.
 Part 3 times micro-batches (issue 33): `simulate()` of a synthetic training step of 10,002
 ops (`training_chain`, 3,334 layers) on 4 devices, as data parallelism and as layer-split
 model parallelism, with m = 1, 4 and 16 micro-batches under 1F1B and GPipe, and each time's
-ratio to m = 1 (the target: at most m).
+ratio to m = 1 (the target: at most m); then the time per task of layer-split pipelines of
+7,000 to 110,000 tasks at several m (the cost per task follows the task graph's size, as its
+working set leaves the caches, not m).
 """
 
 from __future__ import annotations
@@ -207,6 +209,26 @@ def bench_micro_batches(seconds: float) -> list[dict]:
     return rows
 
 
+def per_task_cost(seconds: float) -> list[dict]:
+    """The simulator's time per task of layer-split GPipe pipelines of about 7,000, 30,000 and
+    110,000 tasks, each size at several micro-batch counts: the cost per task depends on the
+    task graph's size (its working set against the caches), not on m."""
+    cluster = load_cluster(CLUSTERS[4])
+    rows = []
+    for n_layers, m in ((3334, 1), (834, 4), (209, 16), (3334, 4), (834, 16), (3334, 16)):
+        graph = training_chain(n_layers)
+        costs = CostModel(graph, cluster)
+        s = baseline("layer-split", graph, 4).with_options(micro_batches=m, schedule=1)
+        n_tasks = build_task_graph(graph, s, costs).n_tasks
+        rate = best_rate(lambda: simulate(graph, cluster, s, costs=costs), seconds)
+        rows.append({"layers": n_layers, "micro_batches": m, "tasks": n_tasks,
+                     "ms": 1e3 / rate, "ns_per_task": 1e9 / rate / n_tasks})
+        r = rows[-1]
+        print(f"{3 * n_layers:>7} ops {m:>3} micro-batches {n_tasks:>8} tasks {r['ms']:>9.2f} ms "
+              f"{r['ns_per_task']:>7.1f} ns per task", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -240,6 +262,8 @@ def main(argv=None) -> int:
           "its ratio to one micro-batch (target: at most m)")
     print(f"{'strategy':<14} {'m':>3} {'sched':<6} {'ms':>9} {'ratio':>7}")
     out["micro_batches"] = bench_micro_batches(args.seconds)
+    print("\nlayer-split GPipe: time per task by task graph size")
+    out["per_task"] = per_task_cost(args.seconds)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
