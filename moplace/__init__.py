@@ -31,6 +31,7 @@ from .optimize.driver import Budget, Callback, Point, SearchResult, search
 from .optimize.plugins import SEARCHERS, make_searcher
 from .optimize.problem import Limits, Problem
 from .optimize.searcher import OneShot, Searcher
+from .review.select import Front
 from .simulator.engine import Trace, simulate
 from .simulator.evaluation import Evaluation, evaluate
 
@@ -53,7 +54,7 @@ if "zoo" not in GRAPH_SOURCES:
 
 __all__ = [
     "BASELINES", "Budget", "Callback", "Cluster", "ClusterError", "CostModel", "Device", "Edge",
-    "Evaluation", "FormatError", "GenomeSpace", "GraphError", "Limits", "MoplaceError", "OneShot", "Op",
+    "Evaluation", "FormatError", "Front", "GenomeSpace", "GraphError", "Limits", "MoplaceError", "OneShot", "Op",
     "OpGraph", "Point", "Problem", "SEARCHERS", "SearchResult", "Searcher", "Split", "Strategy",
     "StrategyError", "Trace", "baseline", "evaluate", "list_bundled", "list_presets",
     "load_cluster", "load_graph", "load_strategy", "make_searcher", "save_graph", "save_strategy",

@@ -66,8 +66,10 @@ PLACEHOLDERS = {
 TENSORFLOW = {"profile", "apply", "fidelity", "zoo"}
 #: the commands that read an MLflow store (given the store with one logged search)
 READ_STORE = {"runs", "show", "plot", "ui"}
+#: the commands whose first word is a graph (the others read a front, a run or a file)
+GRAPH_FIRST = {"search", "compare", "evaluate"}
 #: options whose value a command writes (not an input to make first)
-OUTPUTS = {"-o", "--output", "--out", "--checkpoint"}
+OUTPUTS = {"-o", "--output", "--out", "--checkpoint", "--save"}
 #: a placeholder: a whole word of capitals and underscores
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$")
 #: a file name a command may read
@@ -325,7 +327,8 @@ class Case:
         """Make what ``argv`` reads; the words with the run id filled."""
         for producer in producers(self.cmd):
             self.take(producer)
-        graph = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else "pipedream:alexnet"
+        graph = (argv[1] if argv[0] in GRAPH_FIRST and len(argv) > 1
+                 and not argv[1].startswith("-") else "pipedream:alexnet")
         cluster = _value(argv, "--cluster") or "4xV100-NVLink"
         for name in _inputs(self.cmd):
             if (self.folder / name).exists():

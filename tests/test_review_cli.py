@@ -66,6 +66,24 @@ def test_show_prints_the_front_and_its_figures(store, capsys):
     assert "point 0" in capsys.readouterr().out
 
 
+def test_a_runs_front_is_saved_and_answers_questions(store, capsys, tmp_path):
+    """`show RUN --save` writes the run's front as a front.json (issue 34) that evaluate,
+    plot and show take, and `show RUN --where/--best` answers on the run's front."""
+    _, uri, ids = store
+    saved = tmp_path / "saved" / "front.json"
+    assert main(["show", ids[0][:8], "--tracking-uri", uri, "--save", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {saved}" in out
+    assert f"moplace evaluate pipedream:alexnet --cluster 4xV100-NVLink --strategy {saved}" in out
+    assert main(["show", ids[0][:8], "--tracking-uri", uri, "--save", str(saved)]) == 2
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert main([*["evaluate", *GRAPH], "--strategy", str(saved), "--point", "0", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["show", ids[0][:8], "--tracking-uri", uri, "--best", "runtime"]) == 0
+    out = capsys.readouterr().out
+    assert "least runtime" in out and f"moplace show {ids[0][:8]} --save front.json" in out
+
+
 @pytest.mark.parametrize("run_id, message", [
     ("zzzzzzzz", "is not a run id"), ("abc", "is not a run id"),
     ("0123456789abcdef0123456789abcdef", "no MLflow run"), ("abcdef", "no MLflow run starts")])

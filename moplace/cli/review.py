@@ -2,7 +2,8 @@
 figures drawn again, and MLflow's UI.
 
     moplace runs [--graph G] [--experiment E] [--limit 50] [--json]
-    moplace show RUN_ID [--point K] [--json]
+    moplace show RUN_ID|FRONT_JSON [--point K] [--where "OBJ<=VALUE" ...] [--best OBJ|knee]
+                 [--json]
     moplace plot RUN_ID_OR_FRONT_JSON [--out DIR] [--point K] [--graph G --cluster C] [--force]
     moplace ui [--port 5000] [--host 127.0.0.1]
 
@@ -12,7 +13,6 @@ A run id may be shortened to its first 6 or more characters.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -29,9 +29,23 @@ def add_commands(sub) -> None:
     r.add_argument("--limit", type=integer(1, 50_000), default=50, help="newest N (default 50)")
     r.add_argument("--json", action="store_true", help="print exactly one JSON object")
     r.set_defaults(run=_runs)
-    s = sub.add_parser("show", help="one search's front and where its figures are")
-    s.add_argument("run_id", help="MLflow run id (or its first 6+ characters)")
+    s = sub.add_parser("show", help="one search's front and where its figures are, or the "
+                       "point that answers a question (--where, --best)")
+    s.add_argument("run_id", type=file_arg, metavar="RUN_OR_FRONT",
+                   help="MLflow run id (or its first 6+ characters), or a front.json")
     s.add_argument("--point", type=integer(0, 10**6), help="details of front point K")
+    s.add_argument("--where", action="append", default=[], metavar="CONSTRAINT",
+                   help="keep the points meeting OBJECTIVE OP VALUE, e.g. \"peak_memory<=16GiB\" "
+                   "(GB = 1e9 B, GiB = 2**30 B) or \"runtime<=1.05x\" (times the best feasible "
+                   "value on the whole front); repeatable. It filters the front after the search: "
+                   "`moplace search --memory-limit` bounds the search itself")
+    s.add_argument("--best", metavar="OBJECTIVE|knee",
+                   help="among the points left, the one with the least of this objective, or "
+                   "the knee (default with --where: knee)")
+    s.add_argument("--save", type=file_arg, metavar="FRONT_JSON",
+                   help="write the run's front as a front.json that evaluate, apply and plot "
+                   "take (refuses to replace a file unless --force)")
+    s.add_argument("--force", action="store_true", help="replace the --save file")
     s.add_argument("--json", action="store_true", help="print exactly one JSON object")
     s.set_defaults(run=_show)
     p = sub.add_parser("plot", help="draw a search's figures (from an MLflow run or a front.json)")
@@ -102,27 +116,35 @@ def _when(ms) -> str:
 
 def _show(args) -> int:
     from ..review.marks import front_knee
-    from ..review.runs import figure_paths, find_run, run_front, summary
 
-    uri = _uri(args)
-    client, run = find_run(uri, args.run_id)
-    info, data = summary(run), run_front(client, run)
-    _known_objectives(data, f"run {run.info.run_id}")
-    figures = figure_paths(client, run)
+    if args.save:
+        from .output import check_output
+
+        check_output(args.save, force=args.force, flag="--save")
+    uri, info, data, figures = _show_source(args)
+    _known_objectives(data, info["what"])
+    if args.save:
+        Path(args.save).write_text(strictjson.dumps(data, indent=1))
+        info = {**info, "front_file": str(args.save)}
+        if not args.json:
+            print(f"wrote {args.save}")
     points = data["points"]
     knee = front_knee(data)
     if args.point is not None and not 0 <= args.point < len(points):
         raise MoplaceError(f"--point {args.point}: the front has {len(points)} points "
                            f"(0..{len(points) - 1})" if points else "the front is empty")
+    if args.where or args.best:
+        return _answer(args, info, data)
     if args.json:
-        out = {**info, "tracking_uri": uri, "knee": knee, "figure_files": figures,
+        out = {**{k: v for k, v in info.items() if k != "what"}, "tracking_uri": uri,
+               "knee": knee, "figure_files": figures,
                "front": [{k: v for k, v in p.items() if k != "strategy"} for p in points]}
         if args.point is not None:
             out["point"] = {"index": args.point, **points[args.point]}
         print(strictjson.dumps(out))
         return 0
-    print(f"run {info['run_id']} ({info['run_name']}): {info['status']}, "
-          f"{data['evaluations']} evaluations, hypervolume {data['hypervolume']:.4f}")
+    print(f"{info['what']}: {data.get('status', 'done')}, {data['evaluations']} evaluations, "
+          f"hypervolume {data['hypervolume']:.4f}")
     if args.point is not None:
         _print_point(points[args.point], args.point, data, knee)
     else:
@@ -137,14 +159,81 @@ def _show(args) -> int:
                             else f"{v:>5}" for i, v in enumerate(cells)))
         if not points:
             print("no strategy fits in memory; the rows are the least-violating ones")
-    print("figures:" if figures else f"figures: {info['figures'] or 'none'}")
-    for f in figures:
-        print(f"  {f}")
+    if info.get("run_id"):
+        print("figures:" if figures else f"figures: {info['figures'] or 'none'}")
+        for f in figures:
+            print(f"  {f}")
     if points:
         which = args.point if args.point is not None else knee
-        print(f"apply point {which}: moplace plot {info['run_id'][:8]} --point {which} (its "
-              f"Gantt chart), or save front.json from the run and `moplace evaluate GRAPH "
-              f"--cluster C --strategy front.json --point {which}`")
+        _print_commands(_commands(info, data, which), which)
+    return 0
+
+
+def _show_source(args):
+    """(tracking URI or None, what it is, the front.json content, figure files) of
+    ``args.run_id``: a front.json file, or an MLflow run."""
+    path = Path(args.run_id)
+    if path.suffix == ".json" or path.is_file():
+        from ..io.fronts import read_front
+
+        data = read_front(path)
+        return None, {"what": str(path), "front_file": str(path)}, data, []
+    from ..review.runs import figure_paths, find_run, run_front, summary
+
+    uri = _uri(args)
+    client, run = find_run(uri, args.run_id)
+    info, data = summary(run), run_front(client, run)
+    info["what"] = f"run {info['run_id']} ({info['run_name']})"
+    return uri, info, data, figure_paths(client, run)
+
+
+def _commands(info: dict, data: dict, k: int) -> dict[str, str]:
+    """The commands that draw, evaluate and apply point ``k`` (and save a run's front)."""
+    source = info.get("front_file") or info["run_id"][:8]
+    front = info.get("front_file") or "front.json"
+    graph, cluster = data.get("graph_source") or "GRAPH", data.get("cluster_source") or "CLUSTER"
+    out = {}
+    if not info.get("front_file"):
+        out["save"] = f"moplace show {source} --save {front}"
+    out["draw"] = f"moplace plot {source} --point {k}"
+    out["evaluate"] = f"moplace evaluate {graph} --cluster {cluster} --strategy {front} --point {k}"
+    if str(graph).endswith(".json"):  # a graph profiled from a model runs for real
+        out["apply"] = f"moplace apply {graph} --strategy {front} --point {k} --steps 10"
+    return out
+
+
+def _print_commands(commands: dict[str, str], k: int) -> None:
+    words = {"save": "save the run's front", "draw": f"draw point {k}",
+             "evaluate": f"evaluate point {k}", "apply": f"apply point {k}"}
+    width = max(len(words[w]) for w in commands) + 1
+    for what, command in commands.items():
+        print(f"{words[what] + ':':<{width}} {command}")
+
+
+def _answer(args, info: dict, data: dict) -> int:
+    """The point answering ``--where``/``--best`` (see `moplace.review.select`)."""
+    from ..review.select import Front, json_answer
+
+    front = Front.of(data, info["what"])
+    selection = front.select(args.where, args.best or "knee")
+    if selection.index is None:  # no answer: a clean error naming the bounds
+        raise MoplaceError(f"{info['what']}: {front.describe(selection)}")
+    if args.json:
+        out = json_answer(front, selection)
+        out["commands"] = _commands(info, data, selection.index)
+        print(strictjson.dumps(out))
+        return 0
+    print(f"{info['what']}: {front.describe(selection)}")
+    from ..review.units import fmt, kind_of, label
+
+    for c, bound in selection.bounds:  # each bound as the columns show it (16GB: 14.90 GiB)
+        print(f"  {c.text}: {label(c.objective)} {c.op} {fmt(bound, kind_of(c.objective))}")
+    p = front.points[selection.index]
+    if isinstance(p.get("plan"), dict):
+        from ..review.units import plan_text
+
+        print(f"  plan: {plan_text(p['plan'])}")
+    _print_commands(_commands(info, data, selection.index), selection.index)
     return 0
 
 
@@ -213,12 +302,9 @@ def _plot_source(args):
 
     path = Path(args.source)
     if path.suffix == ".json" or path.is_file():
-        if not path.is_file():
-            raise MoplaceError(f"{path}: no such file")
-        try:
-            data = json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise MoplaceError(f"{path}: not a JSON front file ({exc})") from None
+        from ..io.fronts import read_front
+
+        data = read_front(path)
         name = path.stem if path.stem != "front" else path.resolve().parent.name
     else:
         from ..review.runs import find_run, run_front

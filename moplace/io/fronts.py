@@ -51,6 +51,25 @@ from .strategies import FRONT_VERSION as VERSION
 from .strategies import strategy_to_json
 
 
+def read_front(path) -> dict:
+    """The content of the front.json at ``path``; a `MoplaceError` naming the file when it
+    is missing, not JSON, or not a front moplace wrote."""
+    import json
+
+    from ..errors import MoplaceError
+
+    path = Path(path)
+    if not path.is_file():
+        raise MoplaceError(f"{path}: no such file")
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MoplaceError(f"{path}: not a JSON front file ({exc})") from None
+    if not isinstance(data, dict) or "points" not in data or "objectives" not in data:
+        raise MoplaceError(f"{path}: not a front written by moplace (no points)")
+    return data
+
+
 def point_json(point, problem) -> dict:
     """One evaluated point: objectives under their JSON names, feasibility, the plan at a
     glance (`moplace.core.levers.plan_of`), the strategy."""

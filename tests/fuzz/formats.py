@@ -311,6 +311,8 @@ class Arguments:
             "show": ["show", run[:8], "--tracking-uri", uri, "--json"],
             "show-point": ["show", run, "--tracking-uri", uri, "--point", "0"],
             "sweep-check": ["sweep", str(sweep_file), "--check", "--json", "--no-mlflow"],
+            "show-front": ["show", front, "--where", "runtime<=1.05x", "--best",
+                           "peak_communication", "--json"],
         }
         self.junk = mutate.argv_junk(str(existing)) + [front, str(wd), str(binary)]
         searches = ["search-random", "search-nsga2", "search-tpe", "search-mcmc"]
@@ -423,6 +425,18 @@ class Arguments:
         n.append(("evaluate --micro-batches 4 --schedule gpipe --json",
                   b["evaluate"] + ["--micro-batches", "4", "--schedule", "gpipe", "--json"]))
         n.append(("evaluate --schedule interleaved", b["evaluate"] + ["--schedule", "interleaved"]))
+        # questions asked of a front (issue 34): constraints and goals that do not parse,
+        # name no objective or leave nothing; a --save path that cannot be written
+        for v in ("runtime", "runtime<=", "runtime=1s", "runtime<=abc", "runtime<=1GiB",
+                  "peak_memory<=16GHz", "nosuch<=1", "runtime<=-1x", "runtime<=1e400",
+                  "runtime<=nan", "peak_memory<=1B", "", "<=1", "runtime<=1.05xx"):
+            n.append((f"show --where {v!r}", _swap(b["show-front"], "--where", v)))
+        for v in ("nosuch", "", "knees", "RUNTIME"):
+            n.append((f"show --best {v!r}", _swap(b["show-front"], "--best", v)))
+        for v in ("/proc/nope/f.json", str(existing), str(wd), "", *odd):
+            n.append((f"show --save {v[-20:]!r}", b["show"] + ["--save", v]))
+        for v in (str(existing), str(binary), "/proc/nope.json", str(wd / "nosuch.json")):
+            n.append((f"show front file {v[-20:]!r}", ["show", v, "--best", "runtime"]))
         for name, argv in b.items():  # an empty string for every value
             for k in range(1, len(argv)):
                 if not argv[k].startswith("--"):
