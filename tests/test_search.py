@@ -129,6 +129,33 @@ def test_cli_compare_runs_every_searcher_on_the_same_budget(capsys):
         assert 0 <= r["hypervolume"] <= 1 and r["best_runtime"] > 0
 
 
+def test_cli_compare_writes_the_combined_front(tmp_path, capsys):
+    """`compare` writes front.json as `search` does (issue 34): each point names its searcher,
+    the file says what it was searched on, and evaluating a point from it gives the values it
+    was found with, strategy-wide options (micro-batches, ZeRO, recomputation) included."""
+    out = tmp_path / "cmp"
+    assert main(["compare", "pipedream:vgg16", "--cluster", "4xV100-NVLink", "--searchers",
+                 "heft,random", "--budget", "60", "--no-mlflow", "--out", str(out),
+                 "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    data = json.loads((out / "front.json").read_text())
+    assert shown["front_file"] == str(out / "front.json")
+    assert {p["searcher"] for p in data["points"]} <= {"heft", "random"}
+    assert data["graph_source"] == "pipedream:vgg16" and "graph_fingerprint" in data
+    options = [k for k, p in enumerate(data["points"])
+               if p["plan"]["micro_batches"] > 1 or p["plan"]["zero_stage"]
+               or p["plan"]["recomputed_groups"]]
+    assert options  # random draws them: the check below is about them
+    for k in options[:3]:
+        assert main(["evaluate", "pipedream:vgg16", "--cluster", "4xV100-NVLink", "--strategy",
+                     str(out / "front.json"), "--point", str(k), "--json"]) == 0
+        again = json.loads(capsys.readouterr().out)
+        assert again["runtime_s"] == pytest.approx(data["points"][k]["runtime_s"], rel=1e-12)
+    assert main(["compare", "pipedream:vgg16", "--cluster", "4xV100-NVLink", "--searchers",
+                 "heft", "--no-mlflow", "--out", str(out)]) == 2  # checked before searching
+    assert "exists; pass --force" in capsys.readouterr().err
+
+
 def test_cli_compare_checks_names_before_searching(capsys):
     code = main(["compare", "pipedream:vgg16", "--cluster", "4xV100-NVLink", "--searchers",
                  "random,nope", "--no-mlflow"])

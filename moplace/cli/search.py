@@ -2,7 +2,8 @@
 
     moplace search GRAPH --cluster C --searcher NAME [--budget 2000 | --time 60s] [--seed K]
                    [--out DIR] [--json] [--no-mlflow] [--tracking-uri URI] [--checkpoint FILE]
-    moplace compare GRAPH --cluster C --searchers a,b,c [--budget N | --time T] [--seed K] [--json]
+    moplace compare GRAPH --cluster C --searchers a,b,c [--budget N | --time T] [--seed K]
+                    [--out DIR] [--json]   (writes the combined front.json)
 
 ``--set KEY=VALUE`` (``--set NAME.KEY=VALUE`` in compare) passes a setting to a searcher, e.g.
 ``--set pop_size=50`` for nsga2; a setting the searcher does not have is refused with its list.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError
@@ -38,8 +40,6 @@ def add_commands(sub) -> None:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a searcher setting, e.g. --set pop_size=50 (repeatable; VALUE is JSON "
                         "or a plain word; `moplace searchers` lists the settings)")
-    s.add_argument("--out", type=file_arg, default=".", help="directory for front.json (default: here)")
-    s.add_argument("--force", action="store_true", help="replace an existing front.json")
     s.add_argument("--checkpoint", type=file_arg, metavar="FILE",
                    help="continue from FILE if it exists; write the search's state to it every "
                         "500 evaluations or 30 s and at the end (Ctrl-C included)")
@@ -64,6 +64,11 @@ def _problem_and_budget(p, per: str) -> None:
                    help="the objectives to minimize, registered names (default: runtime,"
                         "peak_communication,peak_memory)")
     model_options(p)
+    p.add_argument("--out", type=file_arg, default=".",
+                   help="directory for front.json (default: here)" if not per else
+                   "directory for the combined front.json, each point naming its searcher "
+                   "(default: here)")
+    p.add_argument("--force", action="store_true", help="replace an existing front.json")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -82,9 +87,7 @@ def _problem_and_budget(p, per: str) -> None:
 
 
 def _search(args) -> int:
-    from pathlib import Path
-
-    from ..io.fronts import point_json, save_result, sources
+    from ..io.fronts import point_json, save_result
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
@@ -115,10 +118,7 @@ def _search(args) -> int:
         result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
                         checkpoint=args.checkpoint, evaluator=evaluator)
     notes = searcher.notes()
-    path = save_result(result, args.out, {**sources(args.graph, args.cluster), "notes": notes,
-                                          "memory_limit_bytes": args.memory_limit,
-                                          "inplace": not args.no_inplace,
-                                          "optimizer": problem.graph.metadata.get("optimizer")})
+    path = save_result(result, args.out, {**_front_extras(args, problem), "notes": notes})
     if args.checkpoint and result.status == "interrupted":
         from ..optimize.checkpoint import read_meta
 
@@ -208,8 +208,6 @@ def tracking_json(tracker) -> dict:
 def _resuming(path, problem, searcher, seed, budget) -> str | None:
     """The line saying the search continues from checkpoint ``path`` (None: a new search);
     checks that the checkpoint belongs to this search first."""
-    from pathlib import Path
-
     from ..optimize.checkpoint import check, read_meta, run_key
 
     if not Path(path).is_file():
@@ -223,7 +221,17 @@ def _resuming(path, problem, searcher, seed, budget) -> str | None:
             + ("; the budget is spent, nothing left to do" if spent else ""))
 
 
+def _front_extras(args, problem) -> dict:
+    """What a front.json written by `search` or `compare` records of the command line."""
+    from ..io.fronts import sources
+
+    return {**sources(args.graph, args.cluster), "memory_limit_bytes": args.memory_limit,
+            "inplace": not args.no_inplace,
+            "optimizer": problem.graph.metadata.get("optimizer")}
+
+
 def _compare(args) -> int:
+    from ..io.fronts import write_front
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
@@ -234,6 +242,9 @@ def _compare(args) -> int:
         raise MoplaceError("--searchers needs at least one name")
     per_searcher = parse_settings(args.set, names)
     searchers = [make_searcher(n, **per_searcher.get(n, {})) for n in names]  # fail before work
+    from .output import check_output
+
+    check_output(Path(args.out) / "front.json", force=args.force, flag="--out")
     budget = _budget(args)
     problem = Problem(graph_arg(args), cluster_arg(args), **objectives_arg(args),
                       inplace=not args.no_inplace)
@@ -269,19 +280,27 @@ def _compare(args) -> int:
         if comparison is not None:
             comparison.fail()
         raise
-    combined = comparison.end(results) if comparison is not None else None
+    if comparison is not None:
+        combined = comparison.end(results)
+    else:
+        from ..review.comparison import comparison_json
+
+        combined = comparison_json(results)
+    path = write_front({**combined, **_front_extras(args, problem)}, args.out)
     if args.json:
         print(strictjson.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
                           "budget_evaluations": budget.evaluations, "budget_seconds": budget.seconds,
                           "seed": args.seed, "results": rows,
-                          "combined_hypervolume": combined["hypervolume"] if combined else None,
-                          **tracking_json(comparison)}))
+                          "combined_hypervolume": combined["hypervolume"],
+                          "front_file": str(path), **tracking_json(comparison)}))
         return 0
     _compare_table(problem, budget, args.seed, rows)
+    print(f"combined front: {len(combined['points'])} points, hypervolume "
+          f"{combined['hypervolume']:.4f}; wrote {path} (each point names its searcher; "
+          f"`moplace show {path} --best knee` picks one)")
     if comparison is not None:
-        print(f"combined front: {len(combined['points'])} points, hypervolume "
-              f"{combined['hypervolume']:.4f}; logged to MLflow run {comparison.run_id} (one child "
-              f"run per searcher) at {comparison.tracking_uri}")
+        print(f"logged to MLflow run {comparison.run_id} (one child run per searcher) at "
+              f"{comparison.tracking_uri}")
     return 0
 
 

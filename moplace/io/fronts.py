@@ -122,9 +122,15 @@ def sources(graph_spec, cluster_spec) -> dict:
 def save_result(result, directory, extra: dict | None = None) -> Path:
     """Write ``front.json`` into ``directory`` (created if needed), with ``extra`` keys (such
     as `sources`); returns its path."""
+    return write_front({**result_json(result), **(extra or {})}, directory)
+
+
+def write_front(data: dict, directory) -> Path:
+    """Write ``data`` (a front.json's content) as ``front.json`` in ``directory`` (created if
+    needed); returns its path."""
     path = Path(directory) / "front.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(strictjson.dumps({**result_json(result), **(extra or {})}, indent=1) + "\n")
+    path.write_text(strictjson.dumps(data, indent=1) + "\n")
     return path
 
 

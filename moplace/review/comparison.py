@@ -8,8 +8,8 @@ def comparison_json(results: dict) -> dict:
     front.json format: the points no search's point dominates, each naming the ``searcher``
     that found it (the first to, on a tie), the least-violating infeasible points likewise,
     and ``histories``: each search's history, for the comparison's progress figure."""
-    from ..io.fronts import history_json, point_json
-    from ..io.strategies import FRONT_FORMAT
+    from ..io.fronts import history_json, point_json, recorded_problem
+    from ..io.strategies import FRONT_FORMAT, FRONT_VERSION
     from ..optimize.archive import ParetoArchive
 
     first = next(iter(results.values()))
@@ -20,7 +20,8 @@ def comparison_json(results: dict) -> dict:
             archive.add(pt.values, pt.evaluation.violation, (name, pt))
     front = [e.payload for e in archive.front]
     infeasible = [e.payload for e in archive.infeasible(10)]
-    return {"format": FRONT_FORMAT, "version": 1, "graph": p.graph.name, "cluster": p.cluster.name,
+    return {"format": FRONT_FORMAT, "version": FRONT_VERSION, "graph": p.graph.name,
+            "cluster": p.cluster.name, **recorded_problem(p.graph, p.cluster),
             "searcher": "compare: " + ", ".join(results), "seed": first.seed,
             "status": "finished" if all(r.status == "finished" for r in results.values())
             else "interrupted",

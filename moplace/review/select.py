@@ -201,8 +201,9 @@ class Front:
         row = self.values[selection.index]
         vals = ", ".join(f"{label(o)} {fmt(v, kind_of(o))}" for o, v in zip(self.objectives, row))
         goal = "the knee" if selection.goal == "knee" else f"least {label(selection.goal)}"
-        return (f"point {selection.index}: {vals} ({goal} of {len(selection.left)} of "
-                f"{len(self.points)} points)")
+        by = self.points[selection.index].get("searcher")
+        return (f"point {selection.index}{f', found by {by}' if by else ''}: {vals} ({goal} of "
+                f"{len(selection.left)} of {len(self.points)} points)")
 
 
 def json_answer(front: Front, selection: Selection) -> dict:

@@ -306,7 +306,8 @@ class Arguments:
             "evaluate-front": ["evaluate", GRAPH, "--cluster", CLUSTER, "--strategy", front,
                                "--point", "0", "--json"],
             "compare": ["compare", GRAPH, "--cluster", CLUSTER, "--searchers", "random,heft",
-                        "--budget", "20", "--no-mlflow", "--quiet", "--json"],
+                        "--budget", "20", "--no-mlflow", "--quiet", "--json",
+                        "--out", str(wd / "compared"), "--force"],
             "runs": ["runs", "--tracking-uri", uri, "--json"],
             "show": ["show", run[:8], "--tracking-uri", uri, "--json"],
             "show-point": ["show", run, "--tracking-uri", uri, "--point", "0"],
@@ -335,6 +336,8 @@ class Arguments:
             n.append((f"{s} graph pipedream:nosuch", [b[s][0], "pipedream:nosuch", *b[s][2:]]))
         for v in ("/proc/nope", str(existing), "", "/dev/null", *odd):
             n.append((f"search --out {v[:20]!r}", _swap(b["search-random"], "--out", v)))
+        for v in ("/proc/nope", str(existing), ""):
+            n.append((f"compare --out {v[:20]!r}", _swap(b["compare"], "--out", v)))
         for v in ("/proc/nope/ck", str(existing), str(wd), "", *odd):
             n.append((f"search --checkpoint {v[:20]!r}",
                       _swap(b["search-random"], "--checkpoint", v)))
