@@ -139,6 +139,22 @@ def deepest_line(text: str, depth: int) -> int | None:
     return None
 
 
+def close_names(name, choices, n: int = 2) -> list[str]:
+    """The (at most ``n``) ``choices`` closest to a mistyped ``name``, case ignored."""
+    import difflib
+
+    lowered = {str(c).lower(): str(c) for c in choices}
+    return [lowered[c] for c in
+            difflib.get_close_matches(str(name).lower(), list(lowered), n=n, cutoff=0.6)]
+
+
+def did_you_mean(name, choices) -> str:
+    """`` (did you mean 'x'?)`` for the choices closest to a mistyped ``name`` (case ignored),
+    or ``""`` when none is close."""
+    close = close_names(name, choices)
+    return " (did you mean " + " or ".join(map(repr, close)) + "?)" if close else ""
+
+
 def shown(value, width: int = 60) -> str:
     """``value`` for an error message, like ``repr(value)`` but never longer than ``width``
     characters and never failing: a 10,000-digit integer (whose ``str()`` raises past Python's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
 
-from .errors import MoplaceError
+from .errors import MoplaceError, did_you_mean
 
 T = TypeVar("T")
 
@@ -30,14 +30,16 @@ class Registry(Generic[T]):
     def remove(self, name: str) -> T:
         """Unregister ``name`` (registered by `add`); returns what it named."""
         if name not in self._items:
-            raise MoplaceError(f"unknown {self.kind} {name!r}; known: {', '.join(self._items)}")
+            raise MoplaceError(f"unknown {self.kind} {name!r}{did_you_mean(name, self._items)}; "
+                               f"known: {', '.join(self._items)}")
         return self._items.pop(name)
 
     def __getitem__(self, name: str) -> T:
         try:
             return self._items[name]
         except KeyError:
-            raise MoplaceError(f"unknown {self.kind} {name!r}; known: {', '.join(self._items)}") from None
+            raise MoplaceError(f"unknown {self.kind} {name!r}{did_you_mean(name, self._items)}; "
+                               f"known: {', '.join(self._items)}") from None
 
     def __contains__(self, name: str) -> bool:
         return name in self._items

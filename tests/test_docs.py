@@ -33,3 +33,17 @@ def test_python_blocks_run(path, tmp_path, monkeypatch, capsys):
     for line, code in python_blocks(path):
         # the file and line in tracebacks are the block's own
         exec(compile("\n" * (line - 1) + code, str(path), "exec"), namespace)
+
+
+def test_every_path_the_docs_name_is_there():
+    """A path in backticks (`moplace/core/presets/*.toml`) names files of the checkout: the
+    cluster format's preset folder was a folder that does not exist (issue 34)."""
+    import glob
+
+    missing = []
+    for doc in DOCS:
+        for m in re.finditer(r"`((?:moplace|searchers|objectives|experiments|tests|docs)/"
+                             r"[\w./*-]+)`", doc.read_text()):
+            if not glob.glob(str(ROOT / m.group(1).rstrip("."))):
+                missing.append(f"{doc.name}: {m.group(1)}")
+    assert not missing

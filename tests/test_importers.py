@@ -236,8 +236,12 @@ def test_load_graph_dispatch(tmp_path):
 
 
 def test_unknown_or_missing_names_list_bundled(tmp_path):
-    with pytest.raises(FormatError) as err:
+    with pytest.raises(FormatError) as err:  # close to one: that one, not the whole list
         load_graph("pipedream:resnet9000")
+    assert "did you mean 'pipedream:resnet50'" in str(err.value)
+    assert "dnn:LayerGraphs/gnmt_training" not in str(err.value)
+    with pytest.raises(FormatError) as err:  # close to none: every name
+        load_graph("pipedream:zzzz")
     assert "pipedream:resnet50" in str(err.value) and "dnn:LayerGraphs/gnmt_training" in str(err.value)
     with pytest.raises(FormatError, match="LayerGraphs/resnet50_training or"):
         load_graph("dnn:resnet50_training")  # in both folders

@@ -119,7 +119,7 @@ def test_built_in_searchers_come_from_moplace():
 
 def test_plugin_settings_are_checked(plugin_dir):
     assert make_searcher("greedy-walk", step=3).step == 3
-    with pytest.raises(MoplaceError, match="has no setting 'steps'; its settings: batch_size, step"):
+    with pytest.raises(MoplaceError, match="has no setting 'steps' \\(did you mean 'step'\\?\\); its settings: batch_size, step"):
         make_searcher("greedy-walk", steps=3)
 
 

@@ -2,6 +2,7 @@
 --quiet."""
 
 import io
+import re
 
 from moplace.cli import main
 from moplace.cli.progress import Display
@@ -33,6 +34,7 @@ def test_a_live_display_shows_budget_time_and_best_values(vgg):
     text = stream.getvalue()
     assert "random on vgg16" in text and "48/48" in text
     assert "finished: 48 evals" in text and "runtime" in text and "mem" in text
+    assert re.search(r"elapsed \d:\d\d:\d\d, left 0:00:00", text)  # issue 34's wording
 
 
 def test_a_ticker_reports_every_stage_and_its_units_up_to_the_total():

@@ -196,7 +196,8 @@ def test_every_test_runs_in_an_empty_folder_of_its_own(tmp_path):
 
 
 @pytest.mark.parametrize("cmd, sets, message", [
-    ("search", ["popsize=5"], "searcher 'nsga2' has no setting 'popsize'; its settings: pop_size"),
+    ("search", ["popsize=5"], "searcher 'nsga2' has no setting 'popsize' (did you mean "
+     "'pop_size'?); its settings: pop_size"),
     ("search", ["pop_size"], "--set wants KEY=VALUE"),
     ("search", ["pop_size=1"], "pop_size must be at least 2"),
     ("compare", ["pop_size=5"], "--set in compare wants NAME.KEY=VALUE"),

@@ -1,4 +1,4 @@
-"""The ``moplace`` command line.
+"""The moplace command line (`moplace --help` lists the commands with examples).
 
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE | --baseline NAME|all) [--json]
     moplace search GRAPH --cluster C --searcher NAME [--set K=V] [--budget N | --time 60s] [--checkpoint F] [--json]
@@ -66,10 +66,31 @@ def main(argv=None) -> int:
         return 130
 
 
+#: what ``moplace --help`` opens with
+DESCRIPTION = """\
+moplace plans how one training step of a deep network runs across several GPUs: it searches
+placement, order, splits, micro-batches and memory levers, and shows the trade-off front of
+runtime, peak communication and peak memory."""
+#: what ``moplace --help`` ends with
+EXAMPLES = """examples:
+  moplace graphs                      the bundled profiled graphs (and `moplace clusters`)
+  moplace evaluate pipedream:resnet50 --cluster 8xV100-16GB-NVLink --baseline all
+  moplace search pipedream:vgg16 --cluster 4xV100-NVLink --searcher nsga2 --out vgg16
+  moplace show vgg16/front.json --where "peak_memory<=4GB" --best runtime
+  moplace compare pipedream:vgg16 --cluster 4xV100-NVLink --searchers nsga2,mcmc,random
+  moplace runs                        the searches logged to MLflow; `moplace ui` opens them
+  moplace profile mlp --batch 32 -o mlp.json    a Keras model's step, measured (TensorFlow)
+
+`moplace COMMAND --help` lists a command's options. A bad input prints one line naming what is
+wrong and exits 2."""
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = Parser(prog="moplace", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="moplace", description=DESCRIPTION, epilog=EXAMPLES,
+               formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(
+                   prog, max_help_position=20))
     p.add_argument("--version", action="version", version=f"moplace {__version__}")
-    sub = p.add_subparsers(dest="command")
+    sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
     for group in (evaluate, search, sweep, review, catalog, tf, fidelity):  # each module registers its command group
         group.add_commands(sub)
     return p

@@ -1,6 +1,6 @@
 """The catalogue commands: what moplace has to offer, before any work.
 
-    moplace graphs       bundled profiled graphs: size, profiled device, compute per step
+    moplace graphs       bundled profiled graphs: size, profiled device, batch, precision, compute
     moplace clusters     preset clusters: devices, memory, links
     moplace searchers    registered searchers: origin, summary, settings [--json]
 """
@@ -35,12 +35,15 @@ def _clusters(args) -> int:
 def _graphs(args) -> int:
     from ..io import list_bundled, load_graph
 
-    print(f"{'graph':<42} {'ops':>6} {'edges':>6} {'profiled on':>11} {'compute ms':>11}")
+    print(f"{'graph':<42} {'ops':>6} {'edges':>6} {'profiled on':>11} {'batch':>7} "
+          f"{'precision':>9} {'compute ms':>11}")
     for name in list_bundled():
         g = load_graph(name)
         kind = g.metadata.get("profiled_on", "?")
-        print(f"{name:<42} {len(g.ops):>6} {len(g.edges):>6} {kind:>11} "
-              f"{g.total_compute(kind) * 1e3:>11.1f}")
+        batch = g.metadata.get("batch_size") or "unknown"
+        precision = g.metadata.get("precision") or "unknown"
+        print(f"{name:<42} {len(g.ops):>6} {len(g.edges):>6} {kind:>11} {batch:>7} "
+              f"{precision:>9} {g.total_compute(kind) * 1e3:>11.1f}")
     return 0
 
 

@@ -32,7 +32,8 @@ def add_commands(sub) -> None:
     f.add_argument("--budget", type=integer(1, 10**7), default=2000, help="NSGA-II evaluations (default 2000)")
     f.add_argument("--calibration", type=integer(0, 100), default=6,
                    help="random strategies the corrections are fitted on (default 6; 0: none)")
-    f.add_argument("--seed", type=integer(0, 2**32 - 1), default=0)
+    f.add_argument("--seed", type=integer(0, 2**32 - 1), default=0,
+                   help="random seed of the searches and calibration (default 0)")
     f.add_argument("-o", "--output", type=file_arg, metavar="STEM",
                    help="write STEM.txt, STEM.json and STEM.png")
     f.add_argument("--force", action="store_true", help="replace existing output files")

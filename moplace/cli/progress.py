@@ -43,19 +43,11 @@ class Display:
     def __enter__(self):
         if self.mode == "live":
             from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
-                MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("left"),
-                TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
+                MofNCompleteColumn(), _times_column(), TextColumn("{task.fields[status]}"),
                 console=Console(file=self.stream, width=self.width), transient=False, refresh_per_second=4)
             self.progress.__enter__()
         return self
@@ -72,6 +64,28 @@ class Display:
     def job(self, label: str) -> "JobProgress":
         """The ``progress(stage, done, total)`` function that shows one job on this display."""
         return JobProgress(self, label)
+
+
+def _times_column():
+    """A rich column reading ``elapsed 0:00:06, left 0:00:15`` (``left ?`` before an estimate)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class TimesColumn(ProgressColumn):
+        def render(self, task):
+            elapsed = task.finished_time if task.finished else task.elapsed
+            left = task.time_remaining
+            return Text(f"elapsed {_clock(elapsed)}, left "
+                        f"{'0:00:00' if task.finished else _clock(left)}", style="progress.elapsed")
+
+    return TimesColumn()
+
+
+def _clock(seconds) -> str:
+    if seconds is None:
+        return "?"
+    s = int(max(seconds, 0))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 class JobProgress:
@@ -111,7 +125,8 @@ class SearchProgress(Callback):
         self.total = budget.evaluations if budget.evaluations is not None else budget.seconds
         p = self.display.progress
         if p is not None:
-            self.task = p.add_task(self.label, total=self.total, status="starting")
+            self.task = p.add_task(self.label, total=self.total,
+                                   status="starting: the seeds and the first batch")
 
     def on_batch(self, result) -> None:
         text = describe(result)

@@ -58,8 +58,11 @@ def add_commands(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace existing figure files")
     p.set_defaults(run=_plot)
     u = sub.add_parser("ui", help="start MLflow's UI on the store and print its address")
-    u.add_argument("--port", type=integer(1, 65535), default=5000)
-    u.add_argument("--host", default="127.0.0.1")
+    u.add_argument("--port", type=integer(1, 65535), default=5000,
+                   help="port of the UI (default 5000)")
+    u.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 "
+                   "for every interface)")
     u.set_defaults(run=_ui)
     for cmd in (r, s, p, u):
         cmd.add_argument("--tracking-uri", type=file_arg, help="MLflow tracking URI (default: "

@@ -59,7 +59,8 @@ def _problem_and_budget(p, per: str) -> None:
     how = p.add_mutually_exclusive_group()
     how.add_argument("--budget", type=integer(1, 10**12), help=f"evaluations{per} (default 2000)")
     how.add_argument("--time", help=f"wall time{per}, e.g. 60s, 5m")
-    p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
+    p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0,
+                   help="random seed (default 0): the same seed gives the same result")
     p.add_argument("--objectives", type=objective_names, metavar="A,B,...",
                    help="the objectives to minimize, registered names (default: runtime,"
                         "peak_communication,peak_memory)")

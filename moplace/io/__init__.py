@@ -60,7 +60,8 @@ def detect_format(path) -> str:
     except (OSError, ValueError) as exc:  # a name too long, a NUL byte
         raise FormatError(path, f"cannot be a file name: {exc}") from None
     if not is_file:
-        raise FormatError(path, "no such file (or it is a directory); " + known_names_text())
+        raise FormatError(path, "no such file (or it is a directory); "
+                          + known_names_text(path.name))
     first = _first_line(path)
     if first.lstrip().startswith(("{", "[")) or path.suffix == ".json":
         return _json_format(path)

@@ -15,7 +15,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ..errors import FormatError
+from ..errors import FormatError, close_names
 
 PIPEDREAM_PREFIX = "pipedream:"
 DNN_PREFIX = "dnn:"
@@ -50,9 +50,18 @@ def is_bundled_spec(spec) -> bool:
     return isinstance(spec, str) and spec.startswith((PIPEDREAM_PREFIX, DNN_PREFIX))
 
 
-def known_names_text() -> str:
-    """The bundled names as one line, for error messages."""
-    return "bundled graphs: " + ", ".join(list_bundled())
+def known_names_text(name=None) -> str:
+    """The bundled names as one line, for error messages; only the closest, when ``name``
+    (what was given) is close to one (``vgg16`` or ``pipedream:vgg61``: ``pipedream:vgg16``)."""
+    names = list_bundled()
+    if name is not None:
+        by_stem = {n.split(":", 1)[1].rsplit("/", 1)[-1]: n for n in names}
+        stem = str(name).split(":", 1)[-1].rsplit("/", 1)[-1]  # the prefixes match anyway
+        close = [by_stem[c] for c in close_names(stem, by_stem)]
+        if close:
+            return (f"did you mean {' or '.join(map(repr, close))}? (`moplace graphs` lists "
+                    f"the {len(names)} bundled graphs)")
+    return "bundled graphs: " + ", ".join(names)
 
 
 def _dnn_alias(stem: str) -> list[str]:
@@ -72,7 +81,7 @@ def bundled_path(name: str) -> Path:
         if matches:
             raise FormatError(name, "ambiguous bundled name, say which folder: "
                               + " or ".join(matches))
-    raise FormatError(name, "unknown bundled graph; " + known_names_text())
+    raise FormatError(name, "unknown bundled graph; " + known_names_text(name))
 
 
 def bundled_source(path: Path) -> str:

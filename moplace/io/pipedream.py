@@ -203,11 +203,32 @@ def _ops_and_edges(layers, fwd_edges, kind, state_factor):
     return ops, edges
 
 
-def _metadata(path, kind: str, state_factor: float) -> dict:
+#: image inputs PipeDream's models read (channels, height, width): ImageNet crops, 299 for
+#: Inception-v3
+_IMAGE_INPUTS = ((3, 224, 224), (3, 299, 299))
+
+
+def profile_batch(layers: dict) -> int | None:
+    """The minibatch a profile ran, from its one image input's bytes in FP32 (PipeDream's
+    training precision): 77,070,336 B = 128 x 3 x 224 x 224 x 4; None when the input is not
+    an image of `_IMAGE_INPUTS` (GNMT's token input reports no size)."""
+    inputs = [L for L in layers.values() if L.type == "Input"]
+    if len(inputs) != 1 or inputs[0].activation <= 0:
+        return None
+    for shape in _IMAGE_INPUTS:
+        per_sample = 4 * shape[0] * shape[1] * shape[2]
+        if inputs[0].activation % per_sample == 0:
+            return inputs[0].activation // per_sample
+    return None
+
+
+def _metadata(path, kind: str, state_factor: float, batch: int | None = None) -> dict:
     return {
         "format": "pipedream",
         "source": bundled_source(path),
         "profiled_on": kind,
+        "batch_size": batch,
+        "precision": "FP32",
         "time_unit_in_file": "ms",
         **({"optimizer": "momentum"} if state_factor == 1.0 else {}),
         "estimated": [
@@ -218,6 +239,8 @@ def _metadata(path, kind: str, state_factor: float) -> dict:
         ],
         "assumptions": [
             f"times were profiled on one {kind} GPU (the file names neither GPU nor batch size)",
+            "the batch size is the image input's bytes over an FP32 ImageNet crop (3 x 224 x 224, "
+            "or 299 x 299 for Inception-v3); PipeDream trained in FP32",
             "L/grad needs L's output activation (edge L -> L/grad, activation_size(L) bytes)",
             "L/grad outputs the gradients w.r.t. L's inputs (sum of its predecessors' "
             "activation_size) plus its weight gradient (grad_bytes = parameter_size)",
@@ -245,7 +268,8 @@ def load_pipedream(path, *, device_kind: str = "V100", optimizer_state_factor: f
     try:
         ops, edges = _ops_and_edges(layers, fwd_edges, device_kind, optimizer_state_factor)
         return OpGraph(ops, edges, name=name or Path(path).parent.name or Path(path).stem,
-                       metadata=_metadata(path, device_kind, optimizer_state_factor))
+                       metadata=_metadata(path, device_kind, optimizer_state_factor,
+                                          profile_batch(layers)))
     except GraphError as exc:  # a value the graph refuses (a gradient over 1 TiB...): which line
         line = next((L.line for L in layers.values() if repr(L.name) in str(exc)), None)
         raise FormatError(path, str(exc), line=line) from None

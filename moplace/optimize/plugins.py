@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from importlib import metadata
 
-from ..errors import MoplaceError
+from ..errors import MoplaceError, did_you_mean
 from .settings import (  # noqa: F401 - Setting, REQUIRED and convert_setting are used by callers
     REQUIRED,
     Setting,
@@ -106,7 +106,8 @@ class PluginRegistry:
     def __getitem__(self, name: str):
         points = self._entry_points()
         if name not in points:
-            raise MoplaceError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
+            raise MoplaceError(f"unknown {self.kind} {name!r}{did_you_mean(name, self.names())}; "
+                               f"known: {', '.join(self.names())}")
         if name not in self._loaded:
             ep = points[name]
             try:

@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MoplaceError
+from ..errors import MoplaceError, did_you_mean
 
 #: shown for a setting without a default
 REQUIRED = inspect.Parameter.empty
@@ -118,7 +118,8 @@ def converted(searcher: str, settings: list[Setting], values: dict) -> dict:
     known = {s.name: s for s in settings}
     unknown = [k for k in values if k not in known]
     if unknown:
-        raise MoplaceError(f"searcher {searcher!r} has no setting {unknown[0]!r}; its settings: "
+        raise MoplaceError(f"searcher {searcher!r} has no setting {unknown[0]!r}"
+                           f"{did_you_mean(unknown[0], known)}; its settings: "
                            f"{', '.join(known) or 'none'}")
     return {k: convert_setting(searcher, known[k], v) for k, v in values.items()}
 

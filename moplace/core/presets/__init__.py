@@ -12,7 +12,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from ...errors import ClusterError, FormatError, parse_toml, shown
+from ...errors import ClusterError, FormatError, did_you_mean, parse_toml, shown
 from ..cluster import KIND_SPEED, Cluster, Device, kind_speed
 
 __all__ = ["KIND_SPEED", "kind_speed", "list_presets", "load_cluster", "parse_cluster"]
@@ -65,7 +65,8 @@ def load_cluster(preset_or_path) -> Cluster:
         return parse_cluster(text, path)
     match = [n for n in names if n == text] or [n for n in names if n.lower() == text.lower()]
     if not match:
-        raise ClusterError(f"unknown cluster preset {shown(text)}; presets are: "
+        raise ClusterError(f"unknown cluster preset {shown(text)}{did_you_mean(text, names)}; "
+                           f"presets are: "
                            f"{', '.join(names)} (or give the path of a .toml cluster file)")
     source = resources.files(__name__).joinpath(f"{match[0]}.toml")
     return parse_cluster(source.read_text(encoding="utf-8"), f"{match[0]}.toml")
