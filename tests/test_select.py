@@ -33,6 +33,8 @@ def test_units_follow_the_objective_and_gb_is_not_gib():
     assert parse_constraint("runtime<12.5ms", OBJ).value == pytest.approx(0.0125)
     assert parse_constraint("runtime<=1.05x", OBJ).relative
     assert parse_constraint("peak_communication>=3e9", OBJ).value == 3e9
+    assert parse_constraint("runtime<=2min", OBJ).value == 120.0  # as cluster files read
+    assert parse_constraint("peak_memory<=1PiB", OBJ).value == 2.0**50
 
 
 @pytest.mark.parametrize("text, message", [

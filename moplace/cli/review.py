@@ -175,19 +175,28 @@ def _show(args) -> int:
 def _show_source(args):
     """(tracking URI or None, what it is, the front.json content, figure files) of
     ``args.run_id``: a front.json file, or an MLflow run."""
-    path = Path(args.run_id)
+    data, client, run = _front_of(args.run_id, args)
+    if run is None:
+        return None, {"what": args.run_id, "front_file": args.run_id}, data, []
+    from ..review.runs import figure_paths, summary
+
+    info = summary(run)
+    info["what"] = f"run {info['run_id']} ({info['run_name']})"
+    return _uri(args), info, data, figure_paths(client, run)
+
+
+def _front_of(spec: str, args):
+    """(the front.json content, MLflow client, run) of ``spec``: a front.json file (client
+    and run None), or an MLflow run id."""
+    path = Path(spec)
     if path.suffix == ".json" or path.is_file():
         from ..io.fronts import read_front
 
-        data = read_front(path)
-        return None, {"what": str(path), "front_file": str(path)}, data, []
-    from ..review.runs import figure_paths, find_run, run_front, summary
+        return read_front(path), None, None
+    from ..review.runs import find_run, run_front
 
-    uri = _uri(args)
-    client, run = find_run(uri, args.run_id)
-    info, data = summary(run), run_front(client, run)
-    info["what"] = f"run {info['run_id']} ({info['run_name']})"
-    return uri, info, data, figure_paths(client, run)
+    client, run = find_run(_uri(args), spec)
+    return run_front(client, run), client, run
 
 
 def _commands(info: dict, data: dict, k: int) -> dict[str, str]:
@@ -217,7 +226,7 @@ def _answer(args, info: dict, data: dict) -> int:
     """The point answering ``--where``/``--best`` (see `moplace.review.select`)."""
     from ..review.select import Front, json_answer
 
-    front = Front.of(data, info["what"])
+    front = Front(data, info["what"])
     selection = front.select(args.where, args.best or "knee")
     if selection.index is None:  # no answer: a clean error naming the bounds
         raise MoplaceError(f"{info['what']}: {front.describe(selection)}")
@@ -303,17 +312,10 @@ def _plot_source(args):
     from ..io import load_graph
     from ..optimize.problem import Problem
 
+    data, _, run = _front_of(args.source, args)
     path = Path(args.source)
-    if path.suffix == ".json" or path.is_file():
-        from ..io.fronts import read_front
-
-        data = read_front(path)
-        name = path.stem if path.stem != "front" else path.resolve().parent.name
-    else:
-        from ..review.runs import find_run, run_front
-
-        client, run = find_run(_uri(args), args.source)
-        data, name = run_front(client, run), run.info.run_id[:8]
+    name = (run.info.run_id[:8] if run is not None
+            else path.stem if path.stem != "front" else path.resolve().parent.name)
     if not isinstance(data, dict) or "points" not in data or "objectives" not in data:
         raise MoplaceError(f"{args.source}: not a front written by moplace (no points)")
     graph_spec = args.graph or data.get("graph_source")

@@ -2,7 +2,7 @@
 
 "The fastest plan that fits in 16 GB", "the least traffic within 5% of the fastest":
 
-    front = Front.load("front.json")              # or Front.of(data) for a front.json's content
+    front = Front.load("front.json")              # or Front(data) for a front.json's content
     front.select(where=["peak_memory<=16GB"], best="runtime")
     front.select(where=["runtime<=1.05x"], best="peak_communication")
 
@@ -24,16 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import MoplaceError, shown
+from ..errors import MoplaceError, did_you_mean, shown
 from .marks import knee_index
 from .units import fmt, kind_of, label
 
 _OPS = ("<=", ">=", "<", ">")
 _PATTERN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*")
-#: decimal and binary size prefixes, time units (the constraint's VALUE)
-_SIZES = {"B": 1.0, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15,
-          "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40, "PiB": 2.0**50}
-_TIMES = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True)
@@ -66,7 +62,7 @@ def parse_constraint(text: str, objectives) -> Constraint:
     name, op, value = found.groups()
     if name not in objectives:
         raise MoplaceError(f"--where {shown(text)}: {shown(name)} is not an objective of this "
-                           f"front{_did_you_mean(name, objectives)} ({', '.join(objectives)})")
+                           f"front{did_you_mean(name, objectives)} ({', '.join(objectives)})")
     relative = value.lower().endswith("x")
     number = _quantity(value[:-1] if relative else value, None if relative else kind_of(name))
     if number is None or not np.isfinite(number) or number < 0:
@@ -77,27 +73,17 @@ def parse_constraint(text: str, objectives) -> Constraint:
     return Constraint(name, op, number, relative, text.strip())
 
 
-def _did_you_mean(name, choices) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(name), list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _quantity(text: str, kind: str | None) -> float | None:
-    """A non-negative number with an optional unit suiting ``kind`` (None: a bare number)."""
-    found = re.fullmatch(r"([0-9.]+(?:[eE][+-]?\d+)?)\s*([A-Za-zµ]*)", text.strip())
-    if not found:
-        return None
+    """A number with a unit suiting ``kind`` as cluster files write them (sizes, times; None:
+    a bare number)."""
+    from ..core.presets import parse_size, parse_time
+
+    if kind in ("bytes", "time"):
+        return (parse_size if kind == "bytes" else parse_time)(text)
     try:
-        number = float(found.group(1))
+        return float(text)
     except ValueError:
         return None
-    unit = found.group(2)
-    if not unit:
-        return number
-    scale = {"bytes": _SIZES, "time": _TIMES}.get(kind or "", {})
-    return number * scale[unit] if unit in scale else None
 
 
 @dataclass(frozen=True)
@@ -122,7 +108,7 @@ def select(values: np.ndarray, feasible: np.ndarray, objectives, where=(), best=
     feasible = np.asarray(feasible, bool)
     if best != "knee" and best not in objectives:
         raise MoplaceError(f"--best {shown(best)}: not an objective of this front"
-                           f"{_did_you_mean(best, [*objectives, 'knee'])}; choose one of "
+                           f"{did_you_mean(best, [*objectives, 'knee'])}; choose one of "
                            f"{', '.join(objectives)} or knee")
     constraints = [c if isinstance(c, Constraint) else parse_constraint(c, objectives)
                    for c in where]
@@ -175,11 +161,6 @@ class Front:
         from ..io.fronts import read_front
 
         return cls(read_front(path), str(path))
-
-    @classmethod
-    def of(cls, data: dict, source: str = "front") -> "Front":
-        """The front in a front.json's content ``data``."""
-        return cls(data, source)
 
     @classmethod
     def of_result(cls, result) -> "Front":

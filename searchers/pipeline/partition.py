@@ -214,12 +214,14 @@ class PartitionTable:
     taken along ``path`` (default `device_path`; see the module docstring), counting
     ``sync_weight`` of a replicated stage's all-reduce and, per op, ``extra`` seconds on each
     device of its stage (what micro-batching adds; default none): the best partition on the
-    path's first d devices in at most s stages, for every d and s, by `best`."""
+    path's first d devices in at most s stages, for every d and s, by `best`. ``chained``:
+    `chain` of ``graph`` and ``compute``, when the caller made it for several tables."""
 
     def __init__(self, graph, cluster, compute: np.ndarray, n_devices: int,
                  sync_weight: float = 1.0, extra: np.ndarray | None = None,
-                 path: np.ndarray | None = None):
-        order, work, grad, replicable, forward, backward = chain(graph, compute)
+                 path: np.ndarray | None = None, chained: tuple | None = None):
+        order, work, grad, replicable, forward, backward = (
+            chain(graph, compute) if chained is None else chained)
         pos = np.empty(order.size, np.int64)
         pos[order] = np.arange(order.size)
         added = np.zeros(order.size) if extra is None else np.bincount(

@@ -22,7 +22,7 @@ from moplace.core.strategy import Split, Strategy
 from moplace.optimize.searcher import Searcher
 from moplace.optimize.seeds import Seed
 
-from .partition import Partition, PartitionTable, device_path
+from .partition import Partition, PartitionTable, chain, device_path
 
 #: the micro-batch counts the partitioner makes pipelines for
 MICRO_BATCHES = (4, 8, 16, 32)
@@ -83,11 +83,12 @@ def partitions(problem) -> list[tuple[Partition, int]]:
     role = p.graph.arrays.role
     batched = np.any((role == ROLES.index("forward")) | (role == ROLES.index("backward")))
     path = device_path(p.cluster, p.n_devices)
+    chained = chain(p.graph, compute)  # the same for every table
     out = []
     for m in MICRO_BATCHES if batched else (1,):
         extra = micro_batch_extra(p, m)
-        tables = [PartitionTable(p.graph, p.cluster, compute, p.n_devices, w, extra, path)
-                  for w in SYNC_WEIGHTS]
+        tables = [PartitionTable(p.graph, p.cluster, compute, p.n_devices, w, extra, path,
+                                 chained) for w in SYNC_WEIGHTS]
         found = [t.best(n_stages=S) for t in tables for S in range(p.n_devices, 0, -1)]
         found += [tables[0].best(d) for d in range(1, p.n_devices)]
         seen, kept = set(), []

@@ -28,10 +28,11 @@ MAX_RATE = 1e15
 _RANGE = {"size": (1.0, 2.0**50, "1 B to 1 PiB"), "rate": (1.0, MAX_RATE, "1 B/s to 1 PB/s"),
           "time": (0.0, 1e4, "0 to 10000 s")}
 MAX_SPEED = 1e6
-_PREFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9}
-_QUANTITY = re.compile(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)\s*([kKMGT]i?)?(B|b|bit)?(/s)?\s*")
+_PREFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9, "min": 60.0,
+         "h": 3600.0}
+_QUANTITY = re.compile(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)\s*([kKMGTP]i?)?(B|b|bit)?(/s)?\s*")
 
 
 def list_presets() -> list[str]:
@@ -293,9 +294,16 @@ def parse_size(text: str) -> float | None:
     return _parse_unit(text, "size")
 
 
+def parse_time(text: str) -> float | None:
+    """Seconds of a time written as in cluster files (``"5us"``, ``"12.5ms"``, ``"2"``), or
+    None when ``text`` is not one (no range check)."""
+    return _parse_unit(text, "time")
+
+
 def _parse_unit(text: str, unit: str) -> float | None:
     if unit == "time":
-        found = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)\s*(s|ms|us|\u00b5s|ns)?\s*", text)
+        found = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?\d+)?)\s*(s|ms|us|\u00b5s|ns|min|h)?\s*",
+                             text)
         return _number(found.group(1)) * _TIME[found.group(2) or "s"] if found else None
     found = _QUANTITY.fullmatch(text)
     if not found:
