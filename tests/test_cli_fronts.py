@@ -193,12 +193,13 @@ def test_advice_after_a_search_where_nothing_fits_is_followed(capsys):
     write_cluster("tiny.toml", "tiny-mem", memory="1GiB")
     text, front = search(capsys, "tiny.toml")
     assert "no feasible strategy found; the least-violating ones:" in text
-    assert "--strategy front.json --point K" in text
-    rows = [int(m) for m in re.findall(r"^\s*(\d+)\s.*\sno \(", text, re.M)]
-    assert not front["points"] and rows == list(range(len(front["infeasible"]))) and len(rows) > 1
-    for k in (0, rows[-1]):
+    assert "moplace evaluate front.json --point K" in text
+    rows = [int(m) for m in re.findall(r"^\s*(\d+)\s.*\sno\s", text, re.M)]
+    n = len(front["infeasible"])
+    assert not front["points"] and set(rows) <= set(range(n)) and 1 < len(rows) <= 10
+    for k in (rows[0], rows[-1]):
         code, out, err = evaluate(capsys, "tiny.toml", "--point", str(k))
-        assert code == 0 and "INFEASIBLE" in out and f"front.json point {k}:" in out, err
+        assert code == 0 and "feasible: no" in out and f"front.json point {k}:" in out, err
         code, out, err = evaluate(capsys, "tiny.toml", "--point", str(k), "--json")
         obj, want = one_json_object(out), front["infeasible"][k]
         assert code == 0 and obj["feasible"] is False and obj["point"] == k
@@ -206,10 +207,54 @@ def test_advice_after_a_search_where_nothing_fits_is_followed(capsys):
         assert obj["runtime_s"] == pytest.approx(want["runtime_s"], rel=1e-12)
         assert obj["cluster_differs"] is False
         assert err.splitlines() == [f"moplace: note: front.json holds no feasible point: point {k} "
-                                    f"is one of the {len(rows)} least-violating ones the search "
+                                    f"is one of the {n} least-violating ones the search "
                                     "listed"]
-    n = len(rows)
     line = one_error_line(*evaluate(capsys, "tiny.toml", "--point", str(n)))
     assert f"--point {n} is out of range 0..{n - 1}" in line and "none feasible" in line
     line = one_error_line(*evaluate(capsys, "tiny.toml"))
     assert f"choose one with --point (0..{n - 1})" in line
+
+
+# -- a front.json alone: the graph, cluster and options it records (issue 34) --------------------
+def test_a_front_alone_is_evaluated_on_what_it_records(capsys):
+    search(capsys, "4xV100-NVLink")
+    front = json.loads(Path("front.json").read_text())
+    code, out, err = run(capsys, "evaluate", "front.json", "--point", "0", "--json")
+    assert (code, err) == (0, "")
+    obj = one_json_object(out)
+    assert (obj["graph"], obj["cluster"], obj["point"]) == ("vgg16", "4xV100-NVLink", 0)
+    assert obj["cluster_differs"] is False and obj["runtime_s"] == front["points"][0]["runtime_s"]
+    code, out2, err = run(capsys, "evaluate", "--strategy", "front.json", "--point", "0", "--json")
+    assert code == 0 and one_json_object(out2)["runtime_s"] == obj["runtime_s"]
+    # given on the command line, the cluster wins over the recorded one (and is noted)
+    code, out, err = run(capsys, "evaluate", "front.json", "--point", "0",
+                         "--cluster", "8xV100-16GB-NVLink")
+    assert code == 0 and "searched on cluster '4xV100-NVLink'" in err
+
+
+def test_a_front_searched_under_a_memory_cap_is_evaluated_under_it(capsys):
+    code, _, err = run(capsys, "search", GRAPH, "--cluster", "4xV100-NVLink", "--searcher",
+                       "random", "--budget", "20", "--out", ".", "--no-mlflow", "--quiet",
+                       "--figures", "off", "--memory-limit", "2GiB", "--no-inplace")
+    assert code == 0, err
+    code, out, err = run(capsys, "evaluate", "front.json", "--point", "0", "--json")
+    capped = one_json_object(out)
+    assert code == 0 and {d["capacity_bytes"] for d in capped["devices"]} == {2 * 2 ** 30}
+    front = json.loads(Path("front.json").read_text())
+    assert capped["runtime_s"] == (front["points"] or front["infeasible"])[0]["runtime_s"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["evaluate", GRAPH, "--cluster", "4xV100-NVLink"], "say what to evaluate"),
+    (["evaluate", "--strategy", "plain.json", "--point", "0"], "give the graph and --cluster"),
+    (["evaluate", "--strategy", "bare.json", "--point", "0"],
+     "bare.json does not record its graph and cluster"),
+    (["evaluate", GRAPH, "--strategy", "plain.json"], "--cluster is required"),
+])
+def test_what_a_front_does_not_record_is_asked_for_by_name(capsys, argv, says):
+    search(capsys, "4xV100-NVLink")
+    front = json.loads(Path("front.json").read_text())
+    Path("plain.json").write_text(json.dumps(front["points"][0]["strategy"]))
+    Path("bare.json").write_text(json.dumps({k: v for k, v in front.items()
+                                             if k not in ("graph_source", "cluster_source")}))
+    assert says in one_error_line(*run(capsys, *argv))

@@ -14,9 +14,12 @@ def test_the_top_help_lists_each_command_with_examples(capsys):
     assert "``" not in out and "examples:" in out
     commands = _parser()._subparsers._group_actions[0].choices
     lines = out.splitlines()
-    for name in commands:  # each command on a line of its own, with its help beside or below
-        k = next(i for i, line in enumerate(lines) if line.strip().split(" ")[0] == name)
-        assert len(lines[k].split()) > 1 or len(lines[k + 1].split()) > 1, name
+    starts = set()
+    for name in commands:  # each command on a line of its own, its help beside it in one column
+        line = next(line for line in lines if line.strip().split(" ")[0] == name)
+        assert len(line.split()) > 1, name
+        starts.add(line.index(line.split()[1], line.index(name) + len(name)))
+    assert len(starts) == 1
     assert "moplace show vgg16/front.json --where" in out
 
 

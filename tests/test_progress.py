@@ -85,3 +85,37 @@ def test_an_exact_front_reports_its_candidates():
     done = [d for _, d, _ in reports]
     assert done == sorted(done) and done[-1] == total and {t for *_, t in reports} == {total}
     assert front.n_orders == total and reports[0][0].startswith("enumerating ")
+
+
+def test_counts_and_times_are_never_cut_at_120_columns():
+    status = "12345 evals  HV 0.7441  " + "runtime 140.6 ms  comm 1.546 GiB  " * 4
+    for width in (120, 100, 80):
+        stream = io.StringIO()
+        with Display("live", stream=stream, width=width) as display:
+            p = display.progress
+            for label, done, total in (("nsga2 on pipedream:resnet50", 12345, 20000),
+                                       ("heft", 5, 48)):
+                task = p.add_task(label, total=total, status="x")
+                p.update(task, completed=done, status=status)
+        lines = [line.rstrip() for line in stream.getvalue().splitlines() if line.strip()]
+        assert len(lines) == 2 and all(len(line) <= width for line in lines), (width, lines)
+        assert "12345/20000  elapsed 0:00:" in lines[0] and ", left " in lines[0]
+        assert " 5/48  elapsed 0:00:" in lines[1]
+        assert lines[0].endswith("…") or "evals" not in lines[0]  # the status gave way
+        if width == 120:
+            assert "nsga2 on pipedream:resnet50" in lines[0] and "HV 0.7441" in lines[0]
+
+
+def test_the_first_seconds_are_named(tmp_path, capsys, monkeypatch):
+    from moplace.cli import progress
+    from moplace.simulator import engine
+
+    assert main(ARGS + ["--out", str(tmp_path)]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == "  random: setting up: seed strategies and the first batch"
+    assert engine.compiled_on_disk()  # the search above ran the event loop: it is cached
+    # with numba's cache of the event loop gone, the first seconds compile it
+    cache_file = engine.simulate_core._cache._cache_file
+    monkeypatch.setattr(cache_file, "_index_path", str(tmp_path / "none.nbi"))
+    assert not engine.compiled_on_disk()
+    assert progress.first_seconds().startswith("compiling the simulator (first run after ")

@@ -240,7 +240,9 @@ def _outputs(cmd: Command) -> set[str]:
     """The files a README command writes that a later one may read."""
     argv = cmd.argv
     made = {argv[i + 1] for i, w in enumerate(argv[:-1]) if w in ("-o", "--output")}
-    if cmd.sub == "profile" and "--testbed" in argv:  # the testbed's cluster file, beside it
+    if cmd.sub in ("search", "compare") and "--out" in argv:  # the front.json it writes
+        made.add(str(Path(_value(argv, "--out")) / "front.json"))
+    if cmd.sub == "profile":  # the cluster file it measured, beside it
         made |= {str(Path(m).with_suffix("")) + ".cluster.toml" for m in made}
     return made
 
@@ -321,6 +323,7 @@ class Case:
                 os.chdir(cwd)
             PRODUCED[producer.line] = folder
         for name in _outputs(producer):
+            (self.folder / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(PRODUCED[producer.line] / name, self.folder / name)
 
     def prepare(self, argv: list[str]) -> list[str]:

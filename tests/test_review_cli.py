@@ -74,11 +74,15 @@ def test_a_runs_front_is_saved_and_answers_questions(store, capsys, tmp_path):
     assert main(["show", ids[0][:8], "--tracking-uri", uri, "--save", str(saved)]) == 0
     out = capsys.readouterr().out
     assert f"wrote {saved}" in out
-    assert f"moplace evaluate pipedream:alexnet --cluster 4xV100-NVLink --strategy {saved}" in out
+    assert f"moplace evaluate {saved} --point " in out  # the file records graph and cluster
     assert main(["show", ids[0][:8], "--tracking-uri", uri, "--save", str(saved)]) == 2
     assert "exists; pass --force" in capsys.readouterr().err
     assert main([*["evaluate", *GRAPH], "--strategy", str(saved), "--point", "0", "--json"]) == 0
-    capsys.readouterr()
+    given = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", str(saved), "--point", "0", "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert (alone["graph"], alone["cluster"], alone["runtime_s"]) == \
+        (given["graph"], given["cluster"], given["runtime_s"])
     assert main(["show", ids[0][:8], "--tracking-uri", uri, "--best", "runtime"]) == 0
     out = capsys.readouterr().out
     assert "least runtime" in out and f"moplace show {ids[0][:8]} --save front.json" in out

@@ -111,8 +111,7 @@ def test_show_answers_on_a_front_json(front_file, capsys):
                  "peak_communication"]) == 0
     out = capsys.readouterr().out
     assert f"point {want}:" in out and "runtime <= " in out
-    assert f"moplace evaluate pipedream:vgg16 --cluster 4xV100-NVLink --strategy {path} " \
-           f"--point {want}" in out
+    assert f"moplace evaluate {path} --point {want}" in out
     assert f"moplace plot {path} --point {want}" in out
     assert main(["show", str(path), "--where", "peak_memory<=1kB", "--json"]) == 2
     err = capsys.readouterr().err

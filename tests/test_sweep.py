@@ -364,3 +364,50 @@ def test_a_requeued_trials_finished_run_ends_lost_when_the_sweep_closes(tmp_path
     assert client.get_run(dead).info.status == "KILLED"
     assert "run again as trial 1" in client.get_run(dead).data.tags["status"]
     assert client.get_run(kept).info.status == "FINISHED"
+
+
+def test_a_sweep_in_mlflow_reads_in_runs_and_show(tmp_path, capsys):
+    """--trials 2 on a 6-point grid says so (stderr and the run's description); the parent
+    reads in `moplace runs` (its name, the trials' graph, evaluations, the best of each
+    objective) and `moplace show` shows its best trial's front; each trial row shows its swept
+    values; run names fit MLflow's run list."""
+    from mlflow import MlflowClient
+
+    from moplace.review.tracking import NAME_CHARS
+
+    path = _write(tmp_path, SWEEP.format(name="a-sweep-with-a-long-name", budget=20))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["sweep", str(path), "--trials", "2", "--json", "--quiet", "--figures", "off",
+                 "--tracking-uri", uri]) == 0
+    captured = capsys.readouterr()
+    assert "runs 2 of the grid's 6 points" in captured.err
+    out = json.loads(captured.out)
+    client = MlflowClient(uri)
+    parent = client.get_run(out["mlflow_run_id"])
+    assert "2 of the grid's 6 points" in parent.data.tags["mlflow.note.content"]
+    assert main(["runs", "--tracking-uri", uri, "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert len(runs) == 3 and all(len(r["run_name"]) <= NAME_CHARS for r in runs)
+    top = next(r for r in runs if r["run_id"] == parent.info.run_id)
+    assert top["sweep"]["name"] == "a-sweep-with-a-long-name" and top["sweep"]["trials"] == 2
+    assert (top["searcher"], top["graph"], top["evaluations"]) == ("sweep", "alexnet", 40)
+    assert top["best"]["runtime"] == pytest.approx(min(
+        r["best"]["runtime"] for r in runs if r["trial"]))
+    trials = {r["trial"]["number"]: r for r in runs if r["trial"]}
+    assert set(trials) == {0, 1} and set(trials[0]["trial"]["swept"]) == {"devices",
+                                                                          "memory_limit_gib"}
+    assert main(["runs", "--tracking-uri", uri]) == 0
+    text = capsys.readouterr().out
+    assert not [line for line in text.splitlines()[1:-1] if " ? " in line], text
+    assert "sweep a-sweep- " in text
+    for r in trials.values():
+        swept = ", ".join(f"{k}={v}" for k, v in r["trial"]["swept"].items())
+        assert f"trial {r['trial']['number']}: {swept}" in text
+    best = top["sweep"]["best_trial"]
+    assert main(["show", parent.info.run_id[:8], "--tracking-uri", uri]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith(f"sweep a-sweep-with-a-long-name (run {parent.info.run_id[:8]}), "
+                            f"its best trial {best} (")
+    assert trials[best]["run_id"] in shown.splitlines()[0]
+    assert main(["show", parent.info.run_id[:8], "--tracking-uri", uri, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run_id"] == trials[best]["run_id"]

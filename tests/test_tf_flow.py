@@ -47,6 +47,13 @@ def test_a_front_searched_on_the_profiled_cluster_file_applies(tmp_path, monkeyp
     result = json.loads(moplace(capsys, "apply", "g.json", "--strategy", "front.json", "--point", 0,
                                 "--cluster", "g.cluster.toml", "--steps", 2, "--json"))
     assert result["expressible"] and result["trained"]
+    # the front alone: the graph and cluster file it records (issue 34)
+    result = json.loads(moplace(capsys, "apply", "front.json", "--point", 0, "--steps", 2,
+                                "--json"))
+    assert result["expressible"] and result["trained"] and result["strategy"] == \
+        "front.json point 0"
+    evaluated = json.loads(moplace(capsys, "evaluate", "front.json", "--point", 0, "--json"))
+    assert evaluated["cluster"] == load_cluster("g.cluster.toml").name
     graph = json.loads((tmp_path / "g.json").read_text())
     assert graph["metadata"]["measured"]["device_names"] == ["gpu0", "gpu1"]
     del graph["metadata"]["measured"]["device_names"]

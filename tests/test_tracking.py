@@ -36,6 +36,10 @@ def test_a_search_run_carries_tags_params_metrics_front_and_figures(tmp_path, pr
     client = tracker.client
     run = client.get_run(tracker.run_id)
     assert run.info.status == "FINISHED"
+    # the run list shows the name whole; the cluster has a column of its own
+    from moplace.review.tracking import NAME_CHARS
+
+    assert run.info.run_name == "random on layered-3…" and NAME_CHARS == 20
     p, tags = run.data.params, run.data.tags
     assert (p["graph"], p["graph_ops"], p["devices"], p["searcher"], p["seed"]) == \
         (problem.graph.name, "30", "2", "random", "5")
@@ -67,6 +71,82 @@ def test_a_search_run_carries_tags_params_metrics_front_and_figures(tmp_path, pr
     assert all(size > 5000 for size in figures.values())
 
 
+def test_only_metrics_that_change_are_series(tmp_path, problem):
+    """No chart that says nothing: the evaluation count is the step (a tag says it, not a
+    diagonal metric), no one-point ``final_`` copy; a one-off value is logged once, at step 0."""
+    tracker = MLflowCallback(uri(tmp_path), experiment="test", figures="off")
+    result = search(problem, make_searcher("random", batch_size=16), budget=64, seed=5,
+                    callbacks=[tracker])
+    client = tracker.client
+    run = client.get_run(tracker.run_id)
+    assert "evaluations" not in run.data.metrics and "final_hypervolume" not in run.data.metrics
+    assert run.data.tags["evaluations"] == "64"
+    for key in run.data.metrics:
+        history = client.get_metric_history(tracker.run_id, key)
+        steps = [m.step for m in history]
+        assert len(history) > 1 or steps == [0], (key, steps)
+        assert [m.value for m in history] != [float(x) for x in steps], f"{key} is the step"
+    assert run.data.metrics["hypervolume"] == result.hypervolume
+
+
+def test_ui_links_open_the_model_training_view_and_moplaces_columns(tmp_path, problem):
+    """Every link is built by ui_link: the model-training query, and on the experiment's run
+    list the saved view whose columns are moplace's key figures (an experiment tag)."""
+    from moplace.review.mlstore import (VIEW_TAG, connect_client, run_location, ui_link,
+                                        view_columns)
+
+    base = "http://127.0.0.1:5000/"
+    assert ui_link(base) == "http://127.0.0.1:5000/#/?workflowType=machine_learning"
+    assert ui_link(base, "3") == ("http://127.0.0.1:5000/#/experiments/3/runs?"
+                                  "workflowType=machine_learning&viewStateShareKey=moplace")
+    assert ui_link(base, "3", "abc") == ("http://127.0.0.1:5000/#/experiments/3/runs/abc?"
+                                         "workflowType=machine_learning")
+    assert run_location(None, uri(tmp_path), "abc") == uri(tmp_path)  # no server: the store
+    tracker = MLflowCallback(uri(tmp_path), experiment="test", figures="off")
+    search(problem, make_searcher("heft"), budget=5, callbacks=[tracker])
+    client = connect_client(uri(tmp_path))
+    exp = client.get_experiment_by_name("test")
+    view = json.loads(exp.tags[VIEW_TAG])
+    assert view["name"] == "moplace" and isinstance(view["createdAt"], int)
+    columns = json.loads(view["state"])["selectedColumns"]
+    assert columns == view_columns()
+    for key in ("metrics.`best_runtime_ms`", "metrics.`best_peak_communication_GiB`",
+                "metrics.`best_peak_memory_GiB`", "metrics.`hypervolume`", "tags.`graph`",
+                "tags.`cluster`", "tags.`searcher`", "tags.`evaluations`"):
+        assert key in columns
+    run = client.get_run(tracker.run_id)
+    for key in columns:  # each column is one a search run has
+        kind, name = key.split(".", 1)
+        assert name.strip("`") in getattr(run.data, kind), key
+
+
+def test_moplace_ui_on_a_server_store_prints_the_experiment_link(tmp_path, problem, monkeypatch):
+    import io
+
+    from moplace.review import ui
+
+    tracker = MLflowCallback(uri(tmp_path), figures="off")
+    search(problem, make_searcher("heft"), budget=5, callbacks=[tracker])
+    monkeypatch.setattr("moplace.review.mlstore._probe", lambda u: None)
+    monkeypatch.setattr("moplace.review.mlstore.connect_client",
+                        lambda u, **k: tracker.client)  # a server that is this store
+    out = io.StringIO()
+    assert ui.serve("http://host:5000", "127.0.0.1", 5000, out=out) == 0
+    exp = tracker.client.get_run(tracker.run_id).info.experiment_id
+    assert out.getvalue().strip().endswith(
+        f"http://host:5000/#/experiments/{exp}/runs?workflowType=machine_learning"
+        f"&viewStateShareKey=moplace")
+    assert run_location_of(tracker, "http://host:5000") == (
+        f"http://host:5000/#/experiments/{exp}/runs/{tracker.run_id}"
+        f"?workflowType=machine_learning")
+
+
+def run_location_of(tracker, server):
+    from moplace.review.mlstore import run_location
+
+    return run_location(tracker.client, server, tracker.run_id)
+
+
 def test_interrupted_search_ends_killed_with_what_it_found(tmp_path, problem):
     tracker = MLflowCallback(uri(tmp_path), experiment="test", figures="off")
 
@@ -78,7 +158,8 @@ def test_interrupted_search_ends_killed_with_what_it_found(tmp_path, problem):
     run = tracker.client.get_run(tracker.run_id)
     assert result.status == "interrupted" and run.info.status == "KILLED"
     assert run.data.tags["status"] == "interrupted" and run.data.tags["figures"] == "off"
-    assert run.data.metrics["final_hypervolume"] == result.hypervolume
+    assert run.data.metrics["hypervolume"] == result.hypervolume
+    assert run.data.tags["evaluations"] == str(result.n_evaluations)
 
 
 def test_failed_search_ends_failed(tmp_path, problem):
@@ -173,6 +254,11 @@ def test_compare_is_one_parent_run_with_a_child_per_searcher(tmp_path, capsys, f
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert child.data.tags["searcher"] == name
     assert parent.data.params["searchers"] == "heft,random"
+    # a name MLflow's run list shows whole; the searchers in the description
+    assert parent.info.run_name == "compare heft, random"
+    assert "**compare of heft, random** on **alexnet**" in parent.data.tags["mlflow.note.content"]
+    assert "final_hypervolume" not in parent.data.metrics
+    assert parent.data.metrics["hypervolume"] == pytest.approx(out["combined_hypervolume"])
     combined = json.loads(open(client.download_artifacts(parent.info.run_id, "front.json")).read())
     assert set(combined["histories"]) == {"heft", "random"}
     assert {p["searcher"] for p in combined["points"]} <= {"heft", "random"}
@@ -184,3 +270,12 @@ def test_compare_is_one_parent_run_with_a_child_per_searcher(tmp_path, capsys, f
     assert wait_for_figures(client, parent.info.run_id).startswith("ready: 6 files")
     for child in children.values():
         assert wait_for_figures(client, child.info.run_id).startswith("ready")
+
+
+def test_run_names_fit_the_run_list():
+    from moplace.review.tracking import NAME_CHARS, short_name
+
+    assert short_name("compare heft, random", "compare 2 searchers") == "compare heft, random"
+    assert short_name("compare nsga2, mcmc, random", "compare 3 searchers") == \
+        "compare 3 searchers"
+    assert len(short_name("sweep " + "x" * 40, "sweep " + "x" * 40)) == NAME_CHARS

@@ -85,12 +85,26 @@ EXAMPLES = """examples:
 wrong and exits 2."""
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """The top-level help: every command's line starts in one column, the longest name's
+    (argparse measures command names at a smaller indent than it prints them, so the longest
+    one, ``searchers``, wrapped onto a line of its own)."""
+
+    names_width = 0  # set once the commands are registered
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=24)
+
+    def add_argument(self, action):
+        super().add_argument(action)
+        self._action_max_length = max(self._action_max_length, self.names_width + 4)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = Parser(prog="moplace", description=DESCRIPTION, epilog=EXAMPLES,
-               formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(
-                   prog, max_help_position=20))
+    p = Parser(prog="moplace", description=DESCRIPTION, epilog=EXAMPLES, formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"moplace {__version__}")
     sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
     for group in (evaluate, search, sweep, review, catalog, tf, fidelity):  # each module registers its command group
         group.add_commands(sub)
+    _Help.names_width = max(map(len, sub.choices))
     return p

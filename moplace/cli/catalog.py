@@ -66,9 +66,12 @@ def _searchers(args) -> int:
         print(f"  {info.summary}")
         width = max((len(s.name) for s in info.settings), default=0)
         for s in info.settings:
-            shown = "required" if s.default is REQUIRED else f"= {s.default!r}"
+            # a default as --set takes it (VALUE is JSON): true, null, "placement"
+            shown = "required" if s.default is REQUIRED else \
+                f"= {strictjson.dumps(_jsonable(s.default))}"
             allowed = f"  ({s.allowed})" if s.allowed else ""
-            print(f"    {s.name:<{width}}  {s.type} {shown}{allowed}".rstrip())
+            kind = s.type.replace(" | None", " or null")
+            print(f"    {s.name:<{width}}  {kind} {shown}{allowed}".rstrip())
             if s.doc:
                 pad = " " * (width + 6)
                 print(textwrap.fill(s.doc, 100, initial_indent=pad, subsequent_indent=pad))

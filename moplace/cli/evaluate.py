@@ -2,6 +2,7 @@
 
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE [--point K] | --baseline NAME|all)
                      [--memory-limit SIZE] [--no-inplace] [--optimizer NAME] [--json]
+    moplace evaluate FRONT_JSON --point K      # the graph, cluster and options it records
 
 ``--point K`` counts a front.json's points as `moplace search` printed them: the front, or the
 least-violating points when nothing fitted (evaluated and reported infeasible). A strategy or
@@ -19,15 +20,20 @@ from .. import strictjson
 from ..errors import MoplaceError
 from ..core.strategy import MAX_MICRO_BATCHES, SCHEDULES
 from .args import file_arg, integer
-from .problem import cluster_arg, graph_arg, model_options
+from .problem import cluster_arg, from_front, graph_arg, model_options
 
 
 def add_commands(sub) -> None:
     """Register ``evaluate`` on the CLI's subparsers."""
     ev = sub.add_parser("evaluate", help="simulate one strategy or baseline and print its objectives")
-    ev.add_argument("graph", type=file_arg, help="graph file (.txt PipeDream, .json) or bundled name, e.g. pipedream:resnet50")
-    ev.add_argument("--cluster", type=file_arg, required=True, help="preset name (see `moplace clusters`) or TOML file")
-    how = ev.add_mutually_exclusive_group(required=True)
+    ev.add_argument("graph", type=file_arg, nargs="?",
+                    help="graph file (.txt PipeDream, .json) or bundled name, e.g. "
+                         "pipedream:resnet50; or a front.json (then --point K picks the point "
+                         "and the graph and cluster are those it records)")
+    ev.add_argument("--cluster", type=file_arg,
+                    help="preset name (see `moplace clusters`) or TOML file (default: the "
+                         "one a front.json given as --strategy records)")
+    how = ev.add_mutually_exclusive_group()
     how.add_argument("--strategy", type=file_arg, help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin, layer-split, or all")
     ev.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
@@ -112,6 +118,9 @@ def _evaluate(args) -> int:
     from ..review.report import evaluation_table, summary_table
     from ..simulator.evaluation import evaluate
 
+    from_front(args, needs_cluster=True)
+    if not (args.strategy or args.baseline):
+        raise MoplaceError("say what to evaluate: --strategy FILE or --baseline NAME")
     graph, cluster = graph_arg(args), cluster_arg(args)
     costs = CostModel(graph, cluster, inplace=not args.no_inplace)
     origin = {}
@@ -130,12 +139,17 @@ def _evaluate(args) -> int:
     results = {name: evaluate(graph, cluster, s, costs=costs) for name, s in runs.items()}
     for note in origin.get("notes", ()):
         print(f"moplace: note: {note}", file=sys.stderr)
+    from ..costs.origin import estimated_notes
+
+    costs_notes = estimated_notes(graph, cluster)
     if args.json:
         from ..core.levers import plan_of
         objs = {name: {**ev.as_dict(), "plan": plan_of(runs[name], graph)}
                 for name, ev in results.items()}
-        out = ({"graph": graph.name, "cluster": cluster.name, "results": objs}
+        out = ({"graph": graph.name, "cluster": cluster.name, "results": objs,
+                "cost_notes": costs_notes}
                if len(objs) > 1 else {"graph": graph.name, "cluster": cluster.name,
+                                      "cost_notes": costs_notes,
                                       "strategy": next(iter(objs)),
                                       **({"point": args.point} if args.strategy else {}),
                                       **origin, **next(iter(objs.values()))})
@@ -143,6 +157,8 @@ def _evaluate(args) -> int:
         return 0
     print(f"graph {graph.name} ({len(graph.ops)} ops, {len(graph.edges)} edges) on "
           f"{cluster.name} ({cluster.n_devices} devices)")
+    for note in costs_notes:
+        print(f"note: {note}")
     if len(results) > 1:
         print(summary_table(results))
     for name, ev in results.items():

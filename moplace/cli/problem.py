@@ -41,3 +41,49 @@ def cluster_arg(args):
 
     cluster = load_cluster(args.cluster)
     return cluster.capped(args.memory_limit) if args.memory_limit else cluster
+
+
+def from_front(args, *, needs_cluster: bool) -> None:
+    """Fill in what a front.json records when the command line leaves it out: a front given
+    as the ``graph`` argument is the strategy file (``moplace evaluate front.json --point
+    3``); the graph and cluster it was searched on (``graph_source``, ``cluster_source``),
+    and, where the command has them and they are not given, its memory cap, optimizer and
+    in-place setting. ``needs_cluster``: the command cannot run without a cluster (evaluate;
+    apply has the measured one). A clear error when neither the command line nor the file
+    says."""
+    from ..errors import MoplaceError
+    from ..io.native import read_json
+    from ..io.strategies import FRONT_FORMAT
+
+    def front(path):
+        if path is None or not str(path).endswith(".json"):
+            return None
+        data = read_json(path)
+        return data if isinstance(data, dict) and data.get("format") == FRONT_FORMAT else None
+
+    if args.graph is not None and getattr(args, "strategy", None) is None \
+            and getattr(args, "baseline", None) is None and front(args.graph) is not None:
+        args.strategy, args.graph = args.graph, None
+    if args.graph is not None and (args.cluster is not None or not needs_cluster):
+        return
+    data = front(args.strategy) if getattr(args, "strategy", None) else None
+    if data is None:
+        raise MoplaceError("give the graph and --cluster, or a front.json (--strategy), which "
+                           "records them" if args.graph is None else "--cluster is required "
+                           "(a front.json given as --strategy records it)")
+    missing = [what for what, key in (("graph", "graph_source"), ("cluster", "cluster_source"))
+               if data.get(key) is None and getattr(args, what) is None]
+    if missing:
+        raise MoplaceError(f"{args.strategy} does not record its {' and '.join(missing)} "
+                           f"(written from Python or by an older moplace): give "
+                           + " and ".join("GRAPH" if m == "graph" else "--cluster"
+                                          for m in missing))
+    args.graph = args.graph if args.graph is not None else data["graph_source"]
+    args.cluster = args.cluster if args.cluster is not None else data["cluster_source"]
+    if hasattr(args, "memory_limit"):  # evaluate: the search's model options
+        if args.memory_limit is None and data.get("memory_limit_bytes"):
+            args.memory_limit = float(data["memory_limit_bytes"])
+        if args.optimizer is None and isinstance(data.get("optimizer"), str):
+            args.optimizer = data["optimizer"]
+        if data.get("inplace") is False:
+            args.no_inplace = True

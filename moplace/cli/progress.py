@@ -17,6 +17,7 @@ from ..optimize.driver import Callback
 from ..review.units import fmt, fmt_duration, kind_of, short
 
 PLAIN_EVERY = 5.0
+BAR_WIDTH = 24
 
 
 def describe(result) -> str:
@@ -43,12 +44,16 @@ class Display:
     def __enter__(self):
         if self.mode == "live":
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            from rich.progress import BarColumn, Progress, TextColumn
+            from rich.table import Column
 
+            console = Console(file=self.stream, width=self.width)
+            bar = BAR_WIDTH if console.width >= 100 else BAR_WIDTH // 2
             self.progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
-                MofNCompleteColumn(), _times_column(), TextColumn("{task.fields[status]}"),
-                console=Console(file=self.stream, width=self.width), transient=False, refresh_per_second=4)
+                TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True)),
+                BarColumn(bar_width=bar), _tail_column(console, bar, lambda: self.progress.tasks),
+                console=console,
+                transient=False, refresh_per_second=4)
             self.progress.__enter__()
         return self
 
@@ -66,19 +71,29 @@ class Display:
         return JobProgress(self, label)
 
 
-def _times_column():
-    """A rich column reading ``elapsed 0:00:06, left 0:00:15`` (``left ?`` before an estimate)."""
+def _tail_column(console, bar: int, tasks):
+    """A rich column reading ``48/120  elapsed 0:00:06, left 0:00:15  <status>`` (``left ?``
+    before an estimate). Counts and times are never cut: the status gives way, cut short with
+    "…" to what the console's width leaves after the names of ``tasks()`` and the bar (``bar``
+    columns)."""
     from rich.progress import ProgressColumn
     from rich.text import Text
 
-    class TimesColumn(ProgressColumn):
+    class TailColumn(ProgressColumn):
         def render(self, task):
             elapsed = task.finished_time if task.finished else task.elapsed
-            left = task.time_remaining
-            return Text(f"elapsed {_clock(elapsed)}, left "
-                        f"{'0:00:00' if task.finished else _clock(left)}", style="progress.elapsed")
+            left = "0:00:00" if task.finished else _clock(task.time_remaining)
+            total = int(task.total or 0)
+            head = (f"{int(task.completed):>{len(str(total))}}/{total}  "
+                    f"elapsed {_clock(elapsed)}, left {left}")
+            names = max((len(t.description) for t in tasks()), default=0)
+            room = console.width - names - bar - len(head) - 5  # 3 gaps, 2 before the status
+            status = str(task.fields.get("status", ""))
+            if len(status) > room:
+                status = status[:room - 1] + "…" if room > 1 else ""
+            return Text(head + ("  " + status if status else ""), no_wrap=True)
 
-    return TimesColumn()
+    return TailColumn()
 
 
 def _clock(seconds) -> str:
@@ -111,6 +126,18 @@ class JobProgress:
         self.stage = stage
 
 
+def first_seconds() -> str:
+    """What a search does before its first batch is counted: compiling the simulator (numba's
+    on-disk cache holds no event loop yet: the first run after an install), then the
+    searcher's setup and first batch (seed strategies such as the list schedulers')."""
+    from ..simulator.engine import compiled_on_disk
+
+    compiling = not compiled_on_disk()
+    setup = "setting up: seed strategies and the first batch"
+    return (f"compiling the simulator (first run after installing, about a minute), then "
+            f"{setup[len('setting up: '):]}" if compiling else setup)
+
+
 class SearchProgress(Callback):
     """A driver callback showing one search (see `Display`)."""
 
@@ -123,10 +150,11 @@ class SearchProgress(Callback):
     def on_start(self, problem, searcher, budget, seed) -> None:
         self.budget = budget
         self.total = budget.evaluations if budget.evaluations is not None else budget.seconds
-        p = self.display.progress
+        p, status = self.display.progress, first_seconds()
         if p is not None:
-            self.task = p.add_task(self.label, total=self.total,
-                                   status="starting: the seeds and the first batch")
+            self.task = p.add_task(self.label, total=self.total, status=status)
+        elif self.display.mode == "plain":
+            print(f"  {self.label}: {status}", file=self.display.stream, flush=True)
 
     def on_batch(self, result) -> None:
         text = describe(result)

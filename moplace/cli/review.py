@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError, shown
+from ..review.table import ROW_LIMIT
 from .args import file_arg, integer
 
 
@@ -42,6 +43,8 @@ def add_commands(sub) -> None:
     s.add_argument("--best", metavar="OBJECTIVE|knee",
                    help="among the points left, the one with the least of this objective, or "
                    "the knee (default with --where: knee)")
+    s.add_argument("--all", action="store_true",
+                   help=f"list every front point (default: at most {ROW_LIMIT} rows)")
     s.add_argument("--save", type=file_arg, metavar="FRONT_JSON",
                    help="write the run's front as a front.json that evaluate, apply and plot "
                    "take (refuses to replace a file unless --force)")
@@ -100,11 +103,20 @@ def _runs(args) -> int:
                  if r["best"].get(o) is not None else "-" for o in objs]
         hv = f"{r['hypervolume']:.4f}" if r["hypervolume"] is not None else "-"
         name = ("  " if r["parent_run_id"] else "") + (r["searcher"] or "?")
-        print(f"{r['run_id'][:8]:<10} {_when(r['started']):<16} {name:<14} "
-              f"{(r['graph'] or '?')[:18]:<18} {(r['cluster'] or '?')[:20]:<20} "
+        if r.get("sweep"):  # a sweep's parent: its name; the trials' graph and cluster
+            name = f"sweep {r['sweep']['name']}"
+        print(f"{r['run_id'][:8]:<10} {_when(r['started']):<16} {name[:14]:<14} "
+              f"{(r['graph'] or '-')[:18]:<18} {(r['cluster'] or '-')[:20]:<20} "
               f"{r['evaluations'] if r['evaluations'] is not None else '-':>6} {hv:>7} "
               + " ".join(f"{c:>11}" for c in cells)
               + f"  {r['status']:<11} {(r['figures'] or '-').split(':')[0]}")
+        if r.get("trial"):  # a sweep's trial: its number and swept values, under its name
+            swept = ", ".join(f"{k}={v}" for k, v in r["trial"]["swept"].items())
+            print(f"{'':<28}  trial {r['trial']['number']}" + (f": {swept}" if swept else ""))
+        elif r.get("sweep"):
+            s = r["sweep"]
+            print(f"{'':<28}{s['trials'] or '?'} trials over {', '.join(s['swept']) or '-'}"
+                  + (f"; best: trial {s['best_trial']}" if s["best_trial"] is not None else ""))
     print(f"({len(runs)} runs in {uri}; `moplace show RUN` for one of them)")
     return 0
 
@@ -151,17 +163,11 @@ def _show(args) -> int:
     if args.point is not None:
         _print_point(points[args.point], args.point, data, knee)
     else:
-        from ..review.mlstore import front_table
+        from ..review.table import front_text
 
-        table = front_table(data)
-        cols = list(table)
-        print("  ".join(f"{c:>16}" if i else f"{c:>5}" for i, c in enumerate(cols)))
-        for k in range(len(table["point"])):
-            cells = [table[c][k] for c in cols]
-            print("  ".join((f"{v:>16.4g}" if isinstance(v, float) else f"{str(v):>16}") if i
-                            else f"{v:>5}" for i, v in enumerate(cells)))
-        if not points:
-            print("no strategy fits in memory; the rows are the least-violating ones")
+        print(front_text(data, every=args.all))
+        for note in data.get("notes") or []:
+            print(f"note: {note}")
     if info.get("run_id"):
         print("figures:" if figures else f"figures: {info['figures'] or 'none'}")
         for f in figures:
@@ -174,43 +180,53 @@ def _show(args) -> int:
 
 def _show_source(args):
     """(tracking URI or None, what it is, the front.json content, figure files) of
-    ``args.run_id``: a front.json file, or an MLflow run."""
+    ``args.run_id``: a front.json file, or an MLflow run (a sweep's: its best trial's)."""
     data, client, run = _front_of(args.run_id, args)
     if run is None:
         return None, {"what": args.run_id, "front_file": args.run_id}, data, []
-    from ..review.runs import figure_paths, summary
+    from ..review.runs import figure_paths, find_run, summary
 
     info = summary(run)
     info["what"] = f"run {info['run_id']} ({info['run_name']})"
+    if not run.info.run_id.startswith(args.run_id.strip().lower()):  # a sweep's best trial
+        from ..review.runs import sweep_best
+
+        info["what"] = sweep_best(client, find_run(_uri(args), args.run_id)[1])[1]
     return _uri(args), info, data, figure_paths(client, run)
 
 
 def _front_of(spec: str, args):
     """(the front.json content, MLflow client, run) of ``spec``: a front.json file (client
-    and run None), or an MLflow run id."""
+    and run None), or an MLflow run id (a sweep's parent run: its best trial's run)."""
     path = Path(spec)
     if path.suffix == ".json" or path.is_file():
         from ..io.fronts import read_front
 
         return read_front(path), None, None
-    from ..review.runs import find_run, run_front
+    from ..review.runs import find_run, run_front, sweep_best
 
     client, run = find_run(_uri(args), spec)
+    run = sweep_best(client, run)[0]
     return run_front(client, run), client, run
 
 
 def _commands(info: dict, data: dict, k: int) -> dict[str, str]:
-    """The commands that draw, evaluate and apply point ``k`` (and save a run's front)."""
+    """The commands that draw, evaluate and apply point ``k`` (and save a run's front): on a
+    front.json that records its graph and cluster, the file alone says what they run on."""
     source = info.get("front_file") or info["run_id"][:8]
     front = info.get("front_file") or "front.json"
-    graph, cluster = data.get("graph_source") or "GRAPH", data.get("cluster_source") or "CLUSTER"
+    graph, cluster = data.get("graph_source"), data.get("cluster_source")
     out = {}
     if not info.get("front_file"):
         out["save"] = f"moplace show {source} --save {front}"
     out["draw"] = f"moplace plot {source} --point {k}"
-    out["evaluate"] = f"moplace evaluate {graph} --cluster {cluster} --strategy {front} --point {k}"
+    if graph and cluster:
+        out["evaluate"] = f"moplace evaluate {front} --point {k}"
+    else:
+        out["evaluate"] = (f"moplace evaluate {graph or 'GRAPH'} --cluster {cluster or 'CLUSTER'}"
+                           f" --strategy {front} --point {k}")
     if str(graph).endswith(".json"):  # a graph profiled from a model runs for real
-        out["apply"] = f"moplace apply {graph} --strategy {front} --point {k} --steps 10"
+        out["apply"] = f"moplace apply {front} --point {k} --steps 10"
     return out
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from .. import strictjson
 from ..errors import MoplaceError
 from ..optimize.driver import Budget
+from ..review.table import ROW_LIMIT
 from .args import file_arg, integer
 from .problem import cluster_arg, graph_arg, model_options
 
@@ -40,6 +41,8 @@ def add_commands(sub) -> None:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a searcher setting, e.g. --set pop_size=50 (repeatable; VALUE is JSON "
                         "or a plain word; `moplace searchers` lists the settings)")
+    s.add_argument("--all", action="store_true",
+                   help=f"list every front point (default: at most {ROW_LIMIT} rows)")
     s.add_argument("--checkpoint", type=file_arg, metavar="FILE",
                    help="continue from FILE if it exists; write the search's state to it every "
                         "500 evaluations or 30 s and at the end (Ctrl-C included)")
@@ -88,7 +91,7 @@ def _problem_and_budget(p, per: str) -> None:
 
 
 def _search(args) -> int:
-    from ..io.fronts import point_json, save_result
+    from ..io.fronts import point_json, result_json, write_front
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
@@ -102,6 +105,7 @@ def _search(args) -> int:
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
     problem = Problem(graph_arg(args), cluster_arg(args), **objectives_arg(args),
                       inplace=not args.no_inplace)
+    extras = _front_extras(args, problem)
     evaluator = _evaluator(args)
     display = Display("quiet" if args.json or args.quiet else "auto")
     callbacks = [display.search(f"{args.searcher}")]
@@ -109,7 +113,8 @@ def _search(args) -> int:
     if not args.no_mlflow:
         from ..review.tracking import MLflowCallback
 
-        tracker = MLflowCallback(args.tracking_uri, args.experiment, **tracking_options(args))
+        tracker = MLflowCallback(args.tracking_uri, args.experiment,
+                                 **tracking_options(args, extras))
         callbacks.append(tracker)
     if args.checkpoint and not args.json:
         resumed = _resuming(args.checkpoint, problem, searcher, args.seed, budget)
@@ -119,7 +124,8 @@ def _search(args) -> int:
         result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
                         checkpoint=args.checkpoint, evaluator=evaluator)
     notes = searcher.notes()
-    path = save_result(result, args.out, {**_front_extras(args, problem), "notes": notes})
+    data = {**result_json(result), **extras, "notes": [*notes, *extras["notes"]]}
+    path = write_front(data, args.out)
     if args.checkpoint and result.status == "interrupted":
         from ..optimize.checkpoint import read_meta
 
@@ -135,32 +141,33 @@ def _search(args) -> int:
                           "seed": result.seed, "status": result.status, **extra,
                           "evaluations": result.n_evaluations, "seconds": result.seconds,
                           "hypervolume": result.hypervolume, "feasible_found": result.feasible_found,
-                          "notes": notes,
+                          "notes": data["notes"],
                           "front": [{k: v for k, v in point_json(pt, problem).items() if k != "strategy"}
                                     for pt in result.front], "front_file": str(path),
                           **tracking_json(tracker)}))
         return 0
-    _print_result(problem, searcher, result, path, notes)
+    _print_result(problem, searcher, result, data, path, args.all)
     if tracker is not None:
         drawing = {"background": "being drawn", "inline": "drawn", "off": "off"}[args.figures]
         drawing = "drawn" if drawing == "being drawn" and tracker.figure_job is None else drawing
-        print(f"logged to MLflow run {tracker.run_id} at {tracker.tracking_uri} (figures "
+        print(f"logged to MLflow run {tracker.run_id} at {tracker.where} (figures "
               f"{drawing}; `moplace show {tracker.run_id[:8]}` lists them)")
     return 0
 
 
-def _print_result(problem, searcher, result, path, notes) -> None:
+def _print_result(problem, searcher, result, data, path, every) -> None:
     """A search's result for a person: its figures, its front, where it was written, the
     searcher's notes and its own estimates beside the simulated values."""
+    from ..review.table import front_text
+
     print(f"{result.searcher} on {problem.graph.name} / {problem.cluster.name}: "
           f"{result.n_evaluations} evaluations in {result.seconds:.1f} s ({result.status}), "
           f"hypervolume {result.hypervolume:.4f}")
-    rows = result.front or result.infeasible
     if not result.front:
         print("no feasible strategy found; the least-violating ones:")
-    print(front_text(problem, rows))
-    print(f"wrote {path} (evaluate a point with: moplace evaluate ... --strategy {path} --point K)")
-    for note in notes:
+    print(front_text(data, every=every))
+    print(f"wrote {path} (evaluate a point with: moplace evaluate {path} --point K)")
+    for note in data["notes"]:
         print(f"note: {note}")
     estimate = searcher.own_estimates().get("runtime")
     if estimate and result.front + result.infeasible and "runtime" in problem.objectives:
@@ -171,33 +178,12 @@ def _print_result(problem, searcher, result, path, notes) -> None:
               f"{simulated * 1e3:.3f} ms{flag}")
 
 
-def front_text(problem, points) -> str:
-    """The points as a table, each objective in the unit chosen for its column, with each
-    point's plan at a glance (devices, split groups, buckets, recomputed groups)."""
-    from ..core.levers import plan_of
-    from ..review.units import axis_label, column_unit, fmt, kind_of, number, plan_text
-
-    objs = problem.objectives
-    units = [column_unit(o, [p.values[k] for p in points]) for k, o in enumerate(objs)]
-    oks = ["yes" if pt.feasible else f"no ({fmt(pt.evaluation.violation, 'bytes')} over)"
-           for pt in points]
-    width = max([len("feasible")] + [len(ok) for ok in oks])
-    lines = [f"{'#':>3} " + " ".join(f"{axis_label(o, u):>24}" for o, u in zip(objs, units))
-             + f"  {'feasible':<{width}}  plan"]
-    for k, (pt, ok) in enumerate(zip(points, oks)):
-        cells = [number(pt.values[j], kind_of(o), units[j]) for j, o in enumerate(objs)]
-        plan = plan_text(plan_of(pt.strategy, problem.graph))
-        lines.append(f"{k:>3} " + " ".join(f"{c:>24}" for c in cells) + f"  {ok:<{width}}  {plan}")
-    return "\n".join(lines)
-
-
-def tracking_options(args) -> dict:
+def tracking_options(args, extras: dict) -> dict:
     """The options of the MLflow run(s) the command line asks for (`MLflowCallback`,
-    `ComparisonRun`)."""
-    from ..io.fronts import sources
-
+    `ComparisonRun`): the logged front.json records ``extras`` (`_front_extras`) as the one
+    written here does."""
     return {"figures": args.figures, "command": " ".join(["moplace"] + sys.argv[1:]),
-            "sources": sources(args.graph, args.cluster)}
+            "sources": extras}
 
 
 def tracking_json(tracker) -> dict:
@@ -223,12 +209,18 @@ def _resuming(path, problem, searcher, seed, budget) -> str | None:
 
 
 def _front_extras(args, problem) -> dict:
-    """What a front.json written by `search` or `compare` records of the command line."""
+    """What a front.json written by `search` or `compare` records besides the result: the
+    command line's sources and levers, the baselines' points (to name a front point equal to
+    one), and notes on where the costs came from (a search adds its searcher's first)."""
+    from ..costs.origin import estimated_notes
     from ..io.fronts import sources
+    from ..review.marks import baselines_json
 
     return {**sources(args.graph, args.cluster), "memory_limit_bytes": args.memory_limit,
             "inplace": not args.no_inplace,
-            "optimizer": problem.graph.metadata.get("optimizer")}
+            "optimizer": problem.graph.metadata.get("optimizer"),
+            "baselines": baselines_json(problem),
+            "notes": estimated_notes(problem.graph, problem.cluster)}
 
 
 def _compare(args) -> int:
@@ -249,12 +241,14 @@ def _compare(args) -> int:
     budget = _budget(args)
     problem = Problem(graph_arg(args), cluster_arg(args), **objectives_arg(args),
                       inplace=not args.no_inplace)
+    extras = _front_extras(args, problem)
     evaluator = _evaluator(args)
     comparison = None
     if not args.no_mlflow:
         from ..review.tracking import ComparisonRun
 
-        comparison = ComparisonRun(args.tracking_uri, args.experiment, **tracking_options(args))
+        comparison = ComparisonRun(args.tracking_uri, args.experiment,
+                                   **tracking_options(args, extras))
         comparison.start(problem, names, budget, args.seed)
     rows, results, children = [], {}, {}
     try:
@@ -287,7 +281,7 @@ def _compare(args) -> int:
         from ..review.comparison import comparison_json
 
         combined = comparison_json(results)
-    path = write_front({**combined, **_front_extras(args, problem)}, args.out)
+    path = write_front({**combined, **extras}, args.out)
     if args.json:
         print(strictjson.dumps({"graph": problem.graph.name, "cluster": problem.cluster.name,
                           "budget_evaluations": budget.evaluations, "budget_seconds": budget.seconds,
@@ -301,26 +295,30 @@ def _compare(args) -> int:
           f"`moplace show {path} --best knee` picks one)")
     if comparison is not None:
         print(f"logged to MLflow run {comparison.run_id} (one child run per searcher) at "
-              f"{comparison.tracking_uri}")
+              f"{comparison.where}")
+    for note in extras["notes"]:
+        print(f"note: {note}")
     return 0
 
 
 def _compare_table(problem, budget, seed, rows) -> None:
+    from ..review.table import aligned
     from ..review.units import column_unit, fmt_duration, kind_of, number, short
 
     print(f"{problem.graph.name} on {problem.cluster.name}, budget "
           f"{budget.evaluations or f'{budget.seconds:g} s'} per searcher, seed {seed}")
     units = {o: column_unit(o, [r[f"best_{o}"] for r in rows if r[f"best_{o}"] is not None])
              for o in problem.objectives}
-    cols = [(o, f"{short(o)} {units[o][0]}".strip()) for o in problem.objectives]
-    print(f"{'searcher':<14} {'evals':>6} {'front':>6} {'hypervolume':>12} "
-          + " ".join(f"{h:>12}" for _, h in cols) + f" {'time':>10}")
-    for r in rows:
-        cells = [number(r[f"best_{o}"], kind_of(o), units[o])
-                 if r[f"best_{o}"] is not None else "-" for o, _ in cols]
-        took = fmt_duration(r["seconds"]) if r["seconds"] >= 60 else f"{r['seconds']:.2f} s"
-        print(f"{r['searcher']:<14} {r['evaluations']:>6} {r['front_size']:>6} "
-              f"{r['hypervolume']:>12.4f} " + " ".join(f"{c:>12}" for c in cells) + f" {took:>10}")
+    heads = ["searcher", "evaluations", "front", "hypervolume"] + [
+        f"best {short(o)} ({units[o][0]})" if units[o][0] else f"best {short(o)}"
+        for o in problem.objectives] + ["time"]
+    table = [[r["searcher"], str(r["evaluations"]), str(r["front_size"]),
+              f"{r['hypervolume']:.4f}"]
+             + [number(r[f"best_{o}"], kind_of(o), units[o]) if r[f"best_{o}"] is not None
+                else "-" for o in problem.objectives]
+             + [fmt_duration(r["seconds"]) if r["seconds"] >= 60 else f"{r['seconds']:.2f} s"]
+             for r in rows]
+    print("\n".join(aligned(heads, table, words={"searcher"})))
 
 
 def _evaluator(args):

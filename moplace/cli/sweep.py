@@ -94,7 +94,8 @@ def _sweep(args) -> int:
 
             join(tracker, study)
         else:
-            tracker.open(spec, study, url, " ".join(["moplace"] + sys.argv[1:]))
+            tracker.open(spec, study, url, " ".join(["moplace"] + sys.argv[1:]),
+                         trials=args.trials)
     if args.worker:
         _work(spec, study, tracker, args.dask, quiet=True)
         return 0
@@ -217,6 +218,7 @@ def _storage_file(url) -> str | None:
 def _where(args, spec, study, url, resumed: bool) -> str:
     """One line: where the study is, whether it was there already, what a re-run does."""
     from ..sweep.study import counts, hide_password
+    from ..sweep.tracking import plan_text
 
     place = _storage_file(url) or hide_password(url)
     if resumed:
@@ -224,7 +226,8 @@ def _where(args, spec, study, url, resumed: bool) -> str:
         state = f"resumed, {c['complete'] + c['fail']} trials done"
     else:
         state = "a new study"
-    line = f"sweep study {spec.name!r} in {place} ({state}"
+    plan = plan_text(spec, args.trials or spec.trials)
+    line = f"sweep study {spec.name!r} in {place} (runs {plan}; {state}"
     if _default_storage(args, spec):
         line += ("; kept in the working directory: the same command from this folder resumes "
                  "it, from another folder starts a new study there")
@@ -233,7 +236,7 @@ def _where(args, spec, study, url, resumed: bool) -> str:
 
 def _plan(args, spec, url) -> int:
     """``--check``: what the sweep would run."""
-    from ..sweep.tracking import space_text
+    from ..sweep.tracking import plan_text, space_text
 
     trials = args.trials or spec.trials
     if args.json:
@@ -243,7 +246,7 @@ def _plan(args, spec, url) -> int:
                                 "returns": list(spec.returns), "fixed": spec.fixed,
                                 "space": {k: space_text(d) for k, d in spec.space.items()}}))
         return 0
-    print(f"sweep {spec.name}: {trials} trials, sampler {spec.sampler}, returns "
+    print(f"sweep {spec.name}: {plan_text(spec, trials)}, sampler {spec.sampler}, returns "
           f"{', '.join(spec.returns)}; storage {url}")
     if _default_storage(args, spec):
         path = _storage_file(url)
@@ -283,7 +286,7 @@ def _report(args, spec, study, url, tracker, status) -> int:
     _print_table(spec, list(rows.values()), c, best)
     if tracker is not None and tracker.run_id:
         print(f"logged to MLflow run {tracker.run_id} (one child run per trial) at "
-              f"{tracker.tracking_uri}")
+              f"{tracker.where}")
     print(f"Optuna study {spec.name!r} in {url}; browse it with: optuna-dashboard {url}")
     if status != "finished":
         print("the sweep stopped before its end: run the same command again to go on",

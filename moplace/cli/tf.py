@@ -2,6 +2,7 @@
 
     moplace profile MODEL_OR_PY --batch N [--device-count K | --testbed K] [--steps 5] [--estimate V100,A100] -o graph.json
     moplace apply GRAPH (--strategy FILE [--point K] | --baseline NAME) [--device-count K | --testbed K] [--cluster C] --steps N [--json]
+    moplace apply FRONT_JSON --point K --steps N      # the graph and cluster it records
 
 ``--testbed K`` runs K TensorFlow worker processes (`moplace.tf.testbed`), one device each, so
 devices do not share cores; `apply` uses a testbed of the same size on its own when the graph
@@ -41,8 +42,11 @@ def add_commands(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     p.set_defaults(run=_profile)
     a = sub.add_parser("apply", help="run a strategy for real on the profiled model and time it")
-    a.add_argument("graph", type=file_arg, help="graph JSON written by `moplace profile`")
-    how = a.add_mutually_exclusive_group(required=True)
+    a.add_argument("graph", type=file_arg, nargs="?",
+                   help="graph JSON written by `moplace profile`; or a front.json searched on "
+                        "one (then --point K picks the point, and the graph and cluster are "
+                        "those it records)")
+    how = a.add_mutually_exclusive_group()
     how.add_argument("--strategy", type=file_arg, help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin or layer-split")
     a.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
@@ -131,6 +135,11 @@ def _profile(args) -> int:
 def _apply(args) -> int:
     _require_tensorflow("apply")
     _positive("--steps", args.steps)
+    from .problem import from_front
+
+    from_front(args, needs_cluster=False)
+    if not (args.strategy or args.baseline):
+        raise MoplaceError("say what to run: --strategy FILE or --baseline NAME")
     from ..core.presets import load_cluster
     from ..io import load_graph
 

@@ -19,6 +19,10 @@ graph gave them). Each objective is under the JSON key it was registered with
 (`objectives.Objective.json_key`). ``history`` has one entry per batch the searcher was told:
 evaluations so far, hypervolume and the best feasible value of each objective (``null`` before
 a feasible point was found).
+``baselines`` (optional) holds the baselines' points on the same problem
+(`moplace.review.marks.baselines_json`),
+so a front point equal to one is named; ``notes`` what the searcher and the costs' origin
+(`moplace.costs.origin`) said.
 ``graph_fingerprint``, ``cluster_devices`` and ``cluster_fingerprint`` record what the search
 ran on (a hash of the graph's ops, sizes and times; the device names; a hash of the devices'
 kinds, names, memory, speeds and links), so a front read on another graph or cluster is told

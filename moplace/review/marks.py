@@ -49,6 +49,17 @@ def reference_marks(problem, names=BASELINES + HEURISTICS) -> list[Mark]:
     return marks
 
 
+def baselines_json(problem) -> dict:
+    """The baselines' points on ``problem`` as front.json records them under ``baselines``:
+    name -> objectives under their JSON names and feasibility. A baseline that cannot run on
+    the problem is left out."""
+    from objectives import json_key
+
+    return {m.name: {**{json_key(o): float(v) for o, v in zip(problem.objectives, m.values)},
+                     "feasible": m.feasible}
+            for m in reference_marks(problem, BASELINES)}
+
+
 def knee_index(values) -> int | None:
     """The front point closest to the ideal point once each objective is scaled to [0, 1]
     over the front (an objective equal on every point counts 0): the balanced compromise a

@@ -7,6 +7,9 @@
   experiment is created as a classic ML experiment (MLflow's UI otherwise opens the GenAI view).
 - `run_tags`, `graph_hash`: the tags of a search run.
 - `front_table`, `summary_note`: the front in units chosen for it, and the run's description.
+- `ui_link`, `run_location`, `install_view`: the UI's address of an experiment or a run (every
+  link moplace prints), and the experiment's saved view that the experiment link opens
+  (moplace's key figures as the run list's columns).
 """
 
 from __future__ import annotations
@@ -19,11 +22,48 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..errors import MoplaceError
+import re
+
 from .units import axis_label, column_unit, fmt, fmt_duration, kind_of
 
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 SCHEMES = {"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"}
 PROBE_SECONDS = 3.0
+#: the query of every UI link: MLflow's model-training view (MLflow 3.17 opens the GenAI
+#: navigation on a link without it); a parameter of the hash route (``#/...?workflowType=``)
+ML_VIEW = "workflowType=machine_learning"
+#: the experiment's saved view of the run list (MLflow 3.17's "Views" menu): an experiment tag
+#: ``mlflow.sharedViewState.<key>`` the link names with ``viewStateShareKey=<key>``. Column
+#: choices are otherwise kept per browser, none of ours shown
+VIEW_KEY = "moplace"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+#: the run list's columns in the view, (kind, key), then each objective's best (`view_columns`)
+VIEW_COLUMNS = (("tags", "searcher"), ("tags", "graph"), ("tags", "cluster"),
+                ("tags", "evaluations"), ("metrics", "hypervolume"))
+
+
+METRIC_UNITS = {"time": ("ms", 1e-3), "bytes": ("GiB", 2.0 ** 30)}
+
+
+def metric_unit(objective: str) -> tuple[str, float] | None:
+    """The unit of an objective's metrics: ms, GiB, or the unit it was registered with
+    (``J``; characters MLflow refuses in a metric's name made ``_``); None for a number."""
+    kind = kind_of(objective)
+    if kind in METRIC_UNITS:
+        return METRIC_UNITS[kind]
+    return None if kind == "number" else (re.sub(r"[^A-Za-z0-9.\-/]", "_", kind), 1.0)
+
+
+def metric_name(objective: str) -> str:
+    """The MLflow metric of an objective's best value, its unit in the name (fixed per
+    objective, so runs compare in MLflow's charts)."""
+    unit = metric_unit(objective)
+    return f"best_{objective}_{unit[0]}" if unit else f"best_{objective}"
+
+
+def metric_value(objective: str, value: float) -> float:
+    unit = metric_unit(objective)
+    return float(value) / unit[1] if unit else float(value)
 
 
 def _store_error(uri: str, exc: Exception) -> Exception:
@@ -59,6 +99,7 @@ def connect(uri: str, experiment: str):
                 exp_id = exp.experiment_id
                 if EXPERIMENT_KIND[0] not in exp.tags:
                     client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+            install_view(client, exp_id, {} if exp is None else exp.tags)
     except Exception as exc:  # noqa: BLE001 - MLflow's and the database driver's errors
         raise _store_error(uri, exc) from None
     return client, exp_id
@@ -249,4 +290,59 @@ def summary_note(data: dict) -> str:
         lines.append("No strategy fits in memory; `front.json` keeps the least-violating ones.")
     lines.append("Figures (artifacts): " + ", ".join(f"`figures/{f}`" for f in FILES)
                  + "; the front as a table: `front_table.json`.")
+    for note in data.get("notes") or []:  # the searcher's, and costs nobody measured
+        lines.append(f"Note: {note}.")
     return "\n\n".join(lines) + "\n"
+
+
+def ui_link(base: str, experiment_id: str | None = None, run_id: str | None = None) -> str:
+    """The UI's page at ``base`` (a server's address) in the model-training view: the run
+    list of an experiment (its moplace view, see `install_view`), a run's page, or the home."""
+    base = base.rstrip("/")
+    if experiment_id is None:
+        return f"{base}/#/?{ML_VIEW}"
+    if run_id is None:  # the runs tab itself: /experiments/<id> redirects, dropping the view
+        return f"{base}/#/experiments/{experiment_id}/runs?{ML_VIEW}&viewStateShareKey={VIEW_KEY}"
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW}"
+
+
+def run_location(client, uri: str, run_id: str | None) -> str:
+    """Where a run is, as a person opens it: its page in the UI when the store is a server
+    (model-training view), else the store's URI (`moplace ui` serves it)."""
+    if run_id is None or not uri.startswith(("http://", "https://")):
+        return uri
+    try:
+        experiment_id = client.get_run(run_id).info.experiment_id
+    except Exception:  # noqa: BLE001 - the server went away meanwhile: its address
+        return uri
+    return ui_link(uri, experiment_id, run_id)
+
+
+def view_columns() -> list[str]:
+    """The run list's columns of the moplace view, as MLflow names them (``metrics.`key```):
+    searcher, graph, cluster, evaluations, hypervolume and the best of each registered
+    objective (`moplace.review.tracking.metric_name`)."""
+    from objectives import OBJECTIVES
+
+    keys = [*VIEW_COLUMNS, *(("metrics", metric_name(o)) for o in OBJECTIVES)]
+    return [f"{kind}.`{key}`" for kind, key in keys]
+
+
+def install_view(client, experiment_id: str, tags: dict | None = None) -> None:
+    """Make the experiment's saved view ``moplace`` (the run list with moplace's columns, newest
+    first), or bring it up to date; ``tags``: the experiment's tags when known."""
+    import time
+
+    if tags is None:
+        tags = client.get_experiment(experiment_id).tags
+    state = json.dumps({"selectedColumns": view_columns(), "orderByKey": "attributes.start_time",
+                        "orderByAsc": False})
+    old = tags.get(VIEW_TAG)
+    try:
+        if old is not None and json.loads(old).get("state") == state:
+            return
+    except (ValueError, AttributeError):
+        pass
+    now = int(time.time() * 1000)
+    client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(
+        {"name": "moplace", "createdAt": now, "updatedAt": now, "state": state}))

@@ -1,65 +1,49 @@
 """Plain-text renderings of evaluations, for the CLI (the JSON one is `Evaluation.as_dict`).
 
-Times are in ms and sizes in GiB, three decimals, as the per-device table beside them; an
-objective of another unit in the unit that suits it (`moplace.review.units`).
+The same rules as the fronts' tables (`moplace.review.table`): one unit per column chosen from
+its values (`moplace.review.units.column_unit`), four significant digits, ``yes``/``no``, and
+the memory beyond capacity said to be summed over devices.
 """
 
 from __future__ import annotations
 
-from objectives import OBJECTIVES
-
-from .units import column_unit, fmt, kind_of
-
-GIB = 2.0 ** 30
-FIXED = {"time": ("ms", 1e-3), "bytes": ("GiB", GIB)}  # the per-device table's units
+from .table import OVER, aligned
+from .units import axis_label, column_unit, fmt, kind_of, label, number
 
 
-def _unit(name: str, values) -> tuple[str, float]:
-    return FIXED.get(kind_of(name)) or column_unit(name, values)
-
-
-def _value(value: float, name: str, unit: tuple[str, float], width: int = 0) -> str:
-    if kind_of(name) in FIXED:  # times the reciprocal: ms as value * 1e3, bit for bit
-        return f"{value * (1.0 / unit[1]):{width}.3f}"
-    text = fmt(value, kind_of(name), unit)
-    return f"{text.rsplit(' ', 1)[0] if unit[0] else text:>{width}}"
-
-
-def _label(name: str, field: str) -> str:
-    return getattr(OBJECTIVES[name], field) if name in OBJECTIVES else name.replace("_", " ")
+def feasibility(ev) -> str:
+    """``feasible: yes``, or ``feasible: no (1.234 GiB over capacity, summed over devices)``."""
+    if ev.feasible:
+        return "feasible: yes"
+    return f"feasible: no ({fmt(ev.violation, 'bytes')} {OVER})"
 
 
 def evaluation_table(ev, cluster) -> str:
     """Objectives and a per-device table of one evaluation."""
     t = ev.trace
-    parts = []
-    for name, v in ev.objectives().items():
-        unit = _unit(name, [v])
-        parts.append(f"{_label(name, 'label')} {_value(v, name, unit)} {unit[0]}".rstrip())
-    lines = ["  " + "   ".join(parts) + "   "
-             + ("feasible" if ev.feasible else f"INFEASIBLE: {ev.violation / GIB:.3f} GiB over memory")]
-    lines.append(f"  {'device':<10} {'kind':<10} {'busy ms':>9} {'sent GiB':>9} {'recv GiB':>9} "
-                 f"{'peak GiB':>9} {'cap GiB':>8}")
-    for i, d in enumerate(cluster.devices):
-        over = " over" if t.peak_memory[i] > t.capacity[i] else ""
-        lines.append(f"  {d.name:<10} {d.kind:<10} {t.busy[i] * 1e3:9.3f} {t.sent[i] / GIB:9.3f} "
-                     f"{t.received[i] / GIB:9.3f} {t.peak_memory[i] / GIB:9.3f} "
-                     f"{t.capacity[i] / GIB:8.2f}{over}")
+    parts = [f"{label(name)} {fmt(v, kind_of(name))}" for name, v in ev.objectives().items()]
+    lines = ["  " + "   ".join(parts) + "   " + feasibility(ev)]
+    n = cluster.n_devices
+    columns = {"busy": ("time", t.busy[:n]), "sent": ("bytes", t.sent[:n]),
+               "received": ("bytes", t.received[:n]), "peak memory": ("bytes", t.peak_memory[:n]),
+               "capacity": ("bytes", t.capacity[:n])}
+    units = {c: column_unit(c, values, kind=kind) for c, (kind, values) in columns.items()}
+    heads = ["device", "kind"] + [f"{c} ({units[c][0]})" for c in columns] + ["over"]
+    rows = [[d.name, d.kind]
+            + [number(values[i], kind, units[c]) for c, (kind, values) in columns.items()]
+            + ["yes" if t.peak_memory[i] > t.capacity[i] else ""]
+            for i, d in enumerate(cluster.devices)]
+    lines += ["  " + line for line in aligned(heads, rows, words={"device", "kind", "over"})]
     return "\n".join(lines)
 
 
 def summary_table(results: dict) -> str:
     """One line per named evaluation: its objectives and feasibility."""
     names = list(dict.fromkeys(n for ev in results.values() for n in ev.names))
-    units = {n: _unit(n, [ev.objectives().get(n) for ev in results.values()]) for n in names}
-    heads = {n: f"{_label(n, 'column')} {units[n][0]}".rstrip() for n in names}
-    width = max([16, *map(len, results)])  # the names column fits the longest name
-    lines = [f"{'strategy':<{width}} " + " ".join(f"{heads[n]:>{len(heads[n]) + 1}}"
-                                                   for n in names) + "  feasible"]
-    for name, ev in results.items():
-        v = ev.objectives()
-        cells = [_value(v[n], n, units[n], len(heads[n]) + 1) if n in v
-                 else f"{'-':>{len(heads[n]) + 1}}" for n in names]
-        lines.append(f"{name:<{width}} " + " ".join(cells)
-                     + f"  {'yes' if ev.feasible else 'NO'}")
-    return "\n".join(lines)
+    units = {n: column_unit(n, [ev.objectives().get(n) for ev in results.values()
+                                if n in ev.objectives()]) for n in names}
+    heads = ["strategy"] + [axis_label(n, units[n]) for n in names] + ["feasible"]
+    rows = [[name] + [number(ev.objectives()[n], kind_of(n), units[n])
+                      if n in ev.objectives() else "-" for n in names]
+            + ["yes" if ev.feasible else "no"] for name, ev in results.items()]
+    return "\n".join(aligned(heads, rows, words={"strategy", "feasible"}))

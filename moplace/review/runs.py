@@ -36,18 +36,62 @@ def list_runs(uri: str, *, graph: str | None = None, experiment: str | None = No
 def summary(run, experiment: str = "") -> dict:
     """A run's key figures: ids, what was searched, status, evaluations, hypervolume and the
     best of each objective (seconds / bytes / the objective's unit): the default objectives
-    (None when the run had not one of them) and the run's others."""
-    m, tags = run.data.metrics, run.data.tags
-    searched = [o for o in run.data.params.get("objectives", "").split(",") if o]
+    (None when the run had not one of them) and the run's others. A sweep's parent run has
+    ``sweep`` (its name, trials, best trial), a sweep's trial ``trial`` (number, swept values);
+    other runs have None there."""
+    m, tags, params = run.data.metrics, run.data.tags, run.data.params
+    searched = [o for o in params.get("objectives", "").split(",") if o]
     best = {name: _best(m, name) for name in dict.fromkeys([*DEFAULT, *searched])}
+    evaluations = tags.get("evaluations", m.get("evaluations"))  # a metric in older runs
     return {"run_id": run.info.run_id, "run_name": run.info.run_name, "experiment": experiment,
             "parent_run_id": tags.get("mlflow.parentRunId"), "graph": tags.get("graph"),
             "cluster": tags.get("cluster"), "searcher": tags.get("searcher"),
             "status": tags.get("status", run.info.status.lower()),
             "mlflow_status": run.info.status, "figures": tags.get("figures"),
-            "started": run.info.start_time, "evaluations": _int(m.get("evaluations")),
+            "started": run.info.start_time, "evaluations": _int(evaluations),
             "hypervolume": m.get("final_hypervolume", m.get("hypervolume")),
-            "best": best, "artifact_uri": run.info.artifact_uri}
+            "best": best, "artifact_uri": run.info.artifact_uri,
+            "sweep": _sweep(tags, params), "trial": _trial(tags, params)}
+
+
+def _sweep(tags: dict, params: dict) -> dict | None:
+    if tags.get("kind") != "sweep":
+        return None
+    best = tags.get("best_trial")
+    return {"name": tags.get("sweep"), "trials": _int(tags.get("trials")),
+            "swept": [k for k in params.get("swept", "").split(",") if k],
+            "best_trial": _int(best), "best_trial_run_id": tags.get("best_trial_run_id")}
+
+
+def _trial(tags: dict, params: dict) -> dict | None:
+    if "sweep_trial" not in tags:
+        return None
+    swept = {k[len("sweep."):]: v for k, v in params.items()
+             if k.startswith("sweep.") and k != "sweep.trial"}
+    return {"number": _int(tags["sweep_trial"]), "swept": swept}
+
+
+def sweep_best(client, run):
+    """The best trial's run of a sweep's parent ``run``, and a line saying so; (run, None)
+    for a run that is no sweep."""
+    from mlflow.exceptions import MlflowException
+
+    info = _sweep(run.data.tags, run.data.params)
+    if info is None:
+        return run, None
+    name = f"sweep {info['name']} (run {run.info.run_id[:8]})"
+    if not info["best_trial_run_id"]:
+        raise MoplaceError(f"{name} has no best trial yet (it is running, or none of its "
+                           f"trials completed): `moplace runs` lists its trials")
+    try:
+        best = client.get_run(info["best_trial_run_id"])
+    except MlflowException:
+        raise MoplaceError(f"{name}: its best trial's run {info['best_trial_run_id']} is not "
+                           f"in the store") from None
+    swept = (_trial(best.data.tags, best.data.params) or {}).get("swept", {})
+    values = ", ".join(f"{k}={v}" for k, v in swept.items())
+    return best, (f"{name}, its best trial {info['best_trial']}"
+                  + (f" ({values})" if values else "") + f": run {best.info.run_id}")
 
 
 def _best(metrics: dict, name: str) -> float | None:
@@ -66,7 +110,10 @@ def _best(metrics: dict, name: str) -> float | None:
 
 
 def _int(value):
-    return None if value is None else int(value)
+    try:
+        return None if value is None else int(float(value))
+    except ValueError:
+        return None
 
 
 def find_run(uri: str, run_id: str):

@@ -6,14 +6,16 @@ children together; filter by the ``graph`` tag to see one graph's runs):
 
 - **tags:** graph, cluster, searcher, moplace version, ``graph_hash`` (git-style short hash of
   the graph's content), ``status`` (running, finished, interrupted, failed), ``figures``
-  (drawing, ready or failed) and a description (MLflow's note, shown on the run page);
+  (drawing, ready or failed), ``evaluations`` (so far) and a description (MLflow's note,
+  shown on the run page);
 - **parameters:** the graph and its size, the cluster, the searcher and its settings, the
   budget, the seed, the objectives and limits;
-- **metrics by step** (step = evaluations so far): hypervolume, front size and the best value
-  of each objective in a unit named in the metric (``best_runtime_ms``,
-  ``best_peak_memory_GiB``, an objective registered in joules ``best_energy_J``...), and what
-  a learning searcher reports of itself after each batch (`Searcher.progress`, logged as
-  ``searcher.<name>``);
+- **metrics by step** (step = evaluations so far; the count itself is no metric, its chart
+  would be a diagonal): hypervolume, front size and the best value of each objective in a
+  unit named in the metric (``best_runtime_ms``, ``best_peak_memory_GiB``, an objective
+  registered in joules ``best_energy_J``...), and what a learning searcher reports of itself
+  after each batch (`Searcher.progress`, logged as ``searcher.<name>``); the last value of
+  each is the search's result (no one-point ``final_`` copies);
 - **at the end:** the front as a table in units chosen for it (``front_table.json``, readable
   in the UI's artifact view), as JSON with every strategy (``front.json``, the file
   `moplace search` writes), and the figures (``figures/``, see `moplace.review.figures`).
@@ -30,40 +32,22 @@ fails within seconds, not minutes.
 from __future__ import annotations
 
 import os
-import re
 import time
 
 import numpy as np
 
 from ..errors import MoplaceError
 from ..optimize.driver import Callback
-from .units import kind_of
+# the metrics' names and units live with the store (its saved view names them too)
+from .mlstore import METRIC_UNITS, metric_name, metric_unit, metric_value
+
+__all__ = ["DEFAULT_TRACKING_URI", "DEFAULT_EXPERIMENT", "STATUS", "METRIC_UNITS", "metric_unit",
+           "metric_name", "metric_value", "MLflowCallback", "ComparisonRun", "resolve_uri",
+           "open_run", "close_run", "short_name", "NAME_CHARS", "FLUSH_EVERY"]
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 DEFAULT_EXPERIMENT = "moplace"
 STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "failed": "FAILED"}
-METRIC_UNITS = {"time": ("ms", 1e-3), "bytes": ("GiB", 2.0 ** 30)}
-
-
-def metric_unit(objective: str) -> tuple[str, float] | None:
-    """The unit of an objective's metrics: ms, GiB, or the unit it was registered with
-    (``J``; characters MLflow refuses in a metric's name made ``_``); None for a number."""
-    kind = kind_of(objective)
-    if kind in METRIC_UNITS:
-        return METRIC_UNITS[kind]
-    return None if kind == "number" else (re.sub(r"[^A-Za-z0-9.\-/]", "_", kind), 1.0)
-
-
-def metric_name(objective: str) -> str:
-    """The MLflow metric of an objective's best value, its unit in the name (fixed per
-    objective, so runs compare in MLflow's charts)."""
-    unit = metric_unit(objective)
-    return f"best_{objective}_{unit[0]}" if unit else f"best_{objective}"
-
-
-def metric_value(objective: str, value: float) -> float:
-    unit = metric_unit(objective)
-    return float(value) / unit[1] if unit else float(value)
 
 
 class _Tracked:
@@ -89,8 +73,15 @@ class _Tracked:
             command=self.command, figures=self.figures)
 
     def _close(self, data, problem, status) -> None:
-        self.figure_job = close_run(self.client, self.run_id, {**data, **self.sources}, problem,
+        self.figure_job = close_run(self.client, self.run_id, {**self.sources, **data}, problem,
                                     self.tracking_uri, status, self.figures)
+
+    @property
+    def where(self) -> str:
+        """The run's page in the UI when the store is a server, else the store's URI."""
+        from .mlstore import run_location
+
+        return run_location(self.client, self.tracking_uri, self.run_id)
 
     def wait_figures(self, timeout: float = 120.0) -> str:
         """Wait for the figures of this run (background drawing); returns the ``figures`` tag."""
@@ -107,9 +98,10 @@ class MLflowCallback(_Tracked, Callback):
 
     ``parent_run_id`` makes it a child run (`moplace compare`); ``figures``: "background" (a
     separate process draws them after the search), "inline" (drawn before `on_end` returns)
-    or "off"; ``command`` the command line, shown as the run's source; ``sources`` where the
-    graph and cluster came from (kept in the run's front.json; the graph file's hash is tagged,
-    else the hash of the graph's content).
+    or "off"; ``command`` the command line, shown as the run's source; ``sources`` what the
+    run's front.json records besides the result, as the command line's own file does: where
+    the graph and cluster came from (the graph file's hash is tagged, else the hash of the
+    graph's content), the levers searched with, the baselines' points, notes on the costs.
     """
 
     def __init__(self, tracking_uri: str | None = None, experiment: str | None = None,
@@ -118,11 +110,14 @@ class MLflowCallback(_Tracked, Callback):
         self.run_name, self.parent_run_id, self.searcher = run_name, parent_run_id, None
         self.log_seconds = 0.0  # time spent logging (the overhead a benchmark reports)
         self._pending, self._flushed = [], 0.0  # metrics not yet sent, and when we last sent
+        self._step = self._hypervolume = None  # the last batch's, as logged
 
     def on_start(self, problem, searcher, budget, seed) -> None:
         t0 = time.perf_counter()
         self.searcher = searcher
-        name = self.run_name or f"{searcher.name} on {problem.graph.name} / {problem.cluster.name}"
+        name = self.run_name or short_name(  # the cluster has a column of its own
+            f"{searcher.name} on {problem.graph.name} / {problem.cluster.name}",
+            f"{searcher.name} on {problem.graph.name}")
         self._open(name, problem, searcher.name, budget, seed,
                    {f"searcher.{k}": v for k, v in searcher.settings().items()},
                    parent_run_id=self.parent_run_id)
@@ -133,8 +128,8 @@ class MLflowCallback(_Tracked, Callback):
 
         t0 = time.perf_counter()
         step, stamp = result.n_evaluations, int(time.time() * 1000)
-        metrics = {"evaluations": float(step), "hypervolume": result.hypervolume,
-                   "front_size": float(len(result.front))}
+        self._step, self._hypervolume = step, result.hypervolume
+        metrics = {"hypervolume": result.hypervolume, "front_size": float(len(result.front))}
         if result.best_history and result.front:
             for name, v in zip(result.problem.objectives, result.best_history[-1][1]):
                 metrics[metric_name(name)] = metric_value(name, v)
@@ -148,9 +143,13 @@ class MLflowCallback(_Tracked, Callback):
 
     def _flush(self) -> None:
         """Send the metrics gathered since the last send: every batch's values, each at its own
-        step, so the curves are complete; one store write per second at most, not per batch."""
+        step, so the curves are complete; one store write per second at most, not per batch.
+        The ``evaluations`` tag says how far the search is."""
+        from mlflow.entities import RunTag
+
         for k in range(0, len(self._pending), 1000):  # MLflow takes 1000 metrics per call
-            self.client.log_batch(self.run_id, metrics=self._pending[k:k + 1000])
+            tags = [RunTag("evaluations", str(self._step))] if self._step is not None else []
+            self.client.log_batch(self.run_id, metrics=self._pending[k:k + 1000], tags=tags)
         self._pending, self._flushed = [], time.perf_counter()
 
     def on_end(self, result) -> None:
@@ -160,9 +159,13 @@ class MLflowCallback(_Tracked, Callback):
             return
         t0 = time.perf_counter()
         self._flush()
-        self.client.log_metric(self.run_id, "final_hypervolume", result.hypervolume,
-                               step=result.n_evaluations)
-        self._close(result_json(result), result.problem, result.status)
+        if (self._step, self._hypervolume) != (result.n_evaluations, result.hypervolume):
+            # the result differs from the last batch logged (none, or stopped within one)
+            self.client.log_metric(self.run_id, "hypervolume", result.hypervolume,
+                                   step=result.n_evaluations)
+        self.client.set_tag(self.run_id, "evaluations", str(result.n_evaluations))
+        notes = [*self.searcher.notes(), *self.sources.get("notes", [])]  # as the CLI's file
+        self._close({**result_json(result), "notes": notes}, result.problem, result.status)
         self.log_seconds += time.perf_counter() - t0
 
 
@@ -182,7 +185,8 @@ def open_run(uri, experiment, name, problem, searcher_name, budget, seed, extra_
     tags = run_tags(problem, searcher_name, graph_hash(problem.graph, source),
                     parent_run_id, command)
     tags["figures"] = "not drawn yet" if figures != "off" else "off"
-    tags["mlflow.note.content"] = _description(problem, searcher_name, budget, seed)
+    tags["mlflow.note.content"] = _description(problem, searcher_name, budget, seed,
+                                               extra_params)
     run_id = client.create_run(exp_id, run_name=name, tags=tags).info.run_id
     params = {
         "graph": problem.graph.name, "graph_ops": len(problem.graph.ops),
@@ -228,8 +232,11 @@ class ComparisonRun(_Tracked):
     problem = None
 
     def start(self, problem, names, budget, seed) -> str:
+        """Open the parent run, named so that MLflow's run list shows it whole (`short_name`;
+        the searchers are in its description and ``searchers`` param, graph and cluster in
+        their columns)."""
         self.problem = problem
-        self._open(f"compare {', '.join(names)} on {problem.graph.name} / {problem.cluster.name}",
+        self._open(short_name(f"compare {', '.join(names)}", f"compare {len(names)} searchers"),
                    problem, "compare", budget, seed, {"searchers": ",".join(names)})
         return self.run_id
 
@@ -242,10 +249,9 @@ class ComparisonRun(_Tracked):
         from .comparison import comparison_json
 
         data = comparison_json(results)
-        for name, r in results.items():
-            self.client.log_metric(self.run_id, f"hypervolume.{name}", r.hypervolume,
-                                   step=r.n_evaluations)
-        self.client.log_metric(self.run_id, "final_hypervolume", data["hypervolume"])
+        # one value each, no series: the searchers' own curves are their child runs'
+        self.client.log_metric(self.run_id, "hypervolume", data["hypervolume"])
+        self.client.set_tag(self.run_id, "evaluations", str(data["evaluations"]))
         self._close(data, self.problem, data["status"])
         return data
 
@@ -255,9 +261,22 @@ class ComparisonRun(_Tracked):
             self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED"))
 
 
-def _description(problem, searcher, budget, seed) -> str:
+#: the most characters of a run name MLflow's run list shows whole (its default column width)
+NAME_CHARS = 20
+
+
+def short_name(name: str, shorter: str) -> str:
+    """``name`` when the run list shows it whole, else ``shorter`` (cut if still too long)."""
+    if len(name) <= NAME_CHARS:
+        return name
+    return shorter if len(shorter) <= NAME_CHARS else shorter[:NAME_CHARS - 1] + "…"
+
+
+def _description(problem, searcher, budget, seed, extra) -> str:
     budget_text = (f"{budget.evaluations} evaluations" if budget.evaluations is not None
                    else f"{budget.seconds:g} s")
+    if searcher == "compare":
+        searcher = f"compare of {', '.join(extra['searchers'].split(','))}"
     return (f"**{searcher}** on **{problem.graph.name}** ({len(problem.graph.ops)} ops) / "
             f"**{problem.cluster.name}** ({problem.cluster.n_devices} devices), budget "
             f"{budget_text}{' each' if searcher == 'compare' else ''}, seed {seed}; objectives "

@@ -2,8 +2,9 @@
 
 The server is MLflow's own (``python -m mlflow server``) on the same tracking URI the searches
 log to, one worker, bound to ``host:port``; its address is printed once it answers, with the
-``moplace`` experiment's page. Ctrl-C stops it. A store that is already a server (an
-``http(s)://`` URI) needs no UI of ours: its address is printed.
+``moplace`` experiment's run list (moplace's columns, in the model-training view). Ctrl-C
+stops it. A store that is already a server (an ``http(s)://`` URI) needs no UI of ours: the
+same page of it is printed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ START_SECONDS = 90.0
 
 def serve(uri: str, host: str, port: int, *, out=sys.stdout, wait_forever: bool = True) -> int:
     if uri.startswith(("http://", "https://")):
-        print(f"the tracking store is already a server: open {uri}", file=out, flush=True)
+        print(f"the tracking store is already a server: open {experiment_link(uri, uri)}",
+              file=out, flush=True)
         return 0
     if not 0 < port < 65536:
         raise MoplaceError(f"--port must be 1..65535, got {port}")
@@ -46,7 +48,7 @@ def serve(uri: str, host: str, port: int, *, out=sys.stdout, wait_forever: bool 
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         _wait_until_up(server, address, log.name)
-        print(f"MLflow UI: {address}{_experiment_page(uri)}  (store {uri}; server log "
+        print(f"MLflow UI: {experiment_link(uri, address)}  (store {uri}; server log "
               f"{log.name}; Ctrl-C stops it)", file=out, flush=True)
         if not wait_forever:
             return 0
@@ -100,16 +102,22 @@ def _wait_until_up(server, address: str, log: str) -> None:
     raise MoplaceError(f"MLflow's server did not answer at {address} within {START_SECONDS:.0f} s")
 
 
-def _experiment_page(uri: str) -> str:
-    """The moplace experiment's page (``/#/experiments/<id>``) when the store has it, in the
-    UI's model-training view."""
-    try:
-        from .mlstore import connect_client
-        from .tracking import DEFAULT_EXPERIMENT
+def experiment_link(uri: str, base: str) -> str:
+    """The moplace experiment's run list in the UI at ``base`` (model-training view, moplace's
+    columns: `moplace.review.mlstore.ui_link`) when the store at ``uri`` has it, else the UI's
+    home in that view. A store logged to before the view existed gets it here."""
+    from .mlstore import connect_client, install_view, ui_link
+    from .tracking import DEFAULT_EXPERIMENT
 
-        exp = connect_client(uri, must_exist=True).get_experiment_by_name(DEFAULT_EXPERIMENT)
-    except MoplaceError:
-        return ""
-    # the UI's GenAI/model-training switch is global (the experiment's kind tag is not enough)
-    return (f"/#/experiments/{exp.experiment_id}?workflowType=machine_learning"
-            if exp is not None else "/#/?workflowType=machine_learning")
+    try:
+        client = connect_client(uri, must_exist=True)
+        exp = client.get_experiment_by_name(DEFAULT_EXPERIMENT)
+    except Exception:  # noqa: BLE001 - no store there yet: the UI's home
+        return ui_link(base)
+    if exp is None:
+        return ui_link(base)
+    try:
+        install_view(client, exp.experiment_id, exp.tags)
+    except Exception:  # noqa: BLE001 - a read-only store: the run list without our columns
+        pass
+    return ui_link(base, exp.experiment_id)

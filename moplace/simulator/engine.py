@@ -130,6 +130,17 @@ class Trace:
         return bool(np.all(self.memory_excess == 0))
 
 
+def compiled_on_disk() -> bool:
+    """Whether numba's on-disk cache holds the event loop already (else the first simulation
+    of this install compiles it: about a minute of one core). True when that cannot be told."""
+    from pathlib import Path
+
+    try:
+        return Path(simulate_core._cache._cache_file._index_path).exists()
+    except AttributeError:  # another numba's cache layout: assume compiled
+        return True
+
+
 def simulate(graph: OpGraph, cluster, strategy: Strategy, *, costs: CostModel | None = None,
              validate: bool = True, record: bool = False) -> Trace:
     """Simulate one training step of ``graph`` on ``cluster`` under ``strategy``; ``record``

@@ -314,6 +314,8 @@ class Arguments:
             "sweep-check": ["sweep", str(sweep_file), "--check", "--json", "--no-mlflow"],
             "show-front": ["show", front, "--where", "runtime<=1.05x", "--best",
                            "peak_communication", "--json"],
+            "show-all": ["show", front, "--all"],
+            "evaluate-front-alone": ["evaluate", front, "--point", "0", "--json"],
         }
         self.junk = mutate.argv_junk(str(existing)) + [front, str(wd), str(binary)]
         searches = ["search-random", "search-nsga2", "search-tpe", "search-mcmc"]
@@ -440,6 +442,13 @@ class Arguments:
             n.append((f"show --save {v[-20:]!r}", b["show"] + ["--save", v]))
         for v in (str(existing), str(binary), "/proc/nope.json", str(wd / "nosuch.json")):
             n.append((f"show front file {v[-20:]!r}", ["show", v, "--best", "runtime"]))
+        # a front.json alone names the graph and cluster (issue 34): and when it cannot
+        for argv in (["evaluate"], ["evaluate", GRAPH], ["evaluate", front],
+                     ["evaluate", front, "--point", "99"], ["evaluate", front, "--baseline", "all"],
+                     ["evaluate", "--strategy", str(existing), "--point", "0"],
+                     ["evaluate", "--strategy", str(binary)], ["evaluate", str(binary)],
+                     ["evaluate", "--strategy", str(wd / "nosuch.json")]):
+            n.append((" ".join(a[-12:] for a in argv), argv))
         for name, argv in b.items():  # an empty string for every value
             for k in range(1, len(argv)):
                 if not argv[k].startswith("--"):

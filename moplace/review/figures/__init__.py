@@ -1,13 +1,15 @@
-"""Figures of a search, headless (matplotlib's Agg; the interactive 3-D front with plotly).
+"""Figures of a search, headless (matplotlib's Agg; the interactive 3-D front a small page of
+its own, `page3d`).
 
 `draw_search` draws every figure of one search from its ``front.json`` content, so a live
 search, an MLflow run and a file on disk give the same pictures:
 
-- ``front_pairs.png``: the front on each pair of objectives, baselines and heuristics marked,
-  the knee point labelled;
-- ``front_3d.png`` and ``front_3d.html``: the front in 3-D (the HTML rotates and tells a point's
-  values on hover);
-- ``progress.png``: hypervolume and best of each objective over evaluations;
+- ``front_pairs.png``: the front on each pair of objectives (each pair's own front a step
+  line), baselines and heuristics marked, the knee point labelled, the devices' memory on a
+  peak-memory axis;
+- ``front_3d.png`` and ``front_3d.html``: the front in 3-D (the HTML, a few tens of KB with no
+  library and nothing from a network, rotates and tells a point's values on hover);
+- ``progress.png``: hypervolume and best of each objective that changed over evaluations;
 - ``gantt.png`` and ``memory.png``: the chosen point's step (the knee unless told), devices by
   time, and the memory each device holds against its capacity.
 
@@ -57,7 +59,9 @@ def draw_search(data: dict, problem, out_dir, *, point: int | None = None,
     title = f"{data.get('searcher', '')} on {data['graph']} / {data['cluster']}"
     common = dict(marks=marks, knee=knee, title=title)
     labels = [p.get("searcher") for p in data["points"]] if data.get("histories") else None
-    timed("front_pairs.png", fronts.front_pairs, values, objectives, labels=labels, **common)
+    capacity = min(d.memory_bytes for d in problem.cluster.devices)
+    timed("front_pairs.png", fronts.front_pairs, values, objectives, labels=labels,
+          capacity=capacity, **common)
     if len(objectives) >= 3:
         timed("front_3d.png", fronts.front_3d, values, objectives, **common)
         if html:
