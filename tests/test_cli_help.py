@@ -63,3 +63,15 @@ def test_graphs_show_batch_and_precision(capsys):
     assert rows["pipedream:inception_v3"][4:6] == ["128", "FP32"]
     assert rows["pipedream:resnet101"][4] == "64" and rows["pipedream:gnmt"][4] == "unknown"
     assert rows["dnn:LayerGraphs/gnmt_training"][4:6] == ["unknown", "unknown"]
+
+
+def test_where_and_memory_limit_each_say_which_one_bounds_the_search():
+    choices = _parser()._subparsers._group_actions[0].choices
+
+    def help_of(command, option):
+        return next(a.help for a in choices[command]._actions if option in a.option_strings)
+
+    assert "bounds the search itself" in help_of("search", "--memory-limit")
+    assert "filters a front after the search" in help_of("search", "--memory-limit")
+    assert "filters the front after the search" in help_of("show", "--where")
+    assert "--memory-limit` bounds the search itself" in help_of("show", "--where")

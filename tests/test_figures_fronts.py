@@ -181,8 +181,8 @@ def test_the_3d_page_is_small_self_contained_and_marks_what_it_draws(tmp_path):
     front, single, knee = data["groups"]
     assert front["name"] == "front (65 points)" and len(front["points"]) == 65
     assert front["text"][0].splitlines() == ["point 0", "runtime: 300.0 ms",
-                                             "peak_communication: 4.000 GiB",
-                                             "peak_memory: 2.000 GiB"]
+                                             "peak communication: 4.000 GiB",
+                                             "peak memory: 2.000 GiB"]
     assert single["name"] == "single (over memory) (at the edge: far off)" and single["hollow"]
     assert single["points"][0][0] == pytest.approx(data["ranges"][0][1])  # at the box's edge
     assert "runtime: 30.00 s" in single["text"][0]

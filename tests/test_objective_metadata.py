@@ -149,11 +149,11 @@ def test_a_fourth_objective_through_the_cli_mlflow_and_figures(fourth, tmp_path,
     assert f"{LABEL} (J)" in drawn["front_3d.png"]
     assert f"best {LABEL} (J)" in drawn["progress.png"]
     html = Path(client.download_artifacts(mlrun.info.run_id, "figures/front_3d.html")).read_text()
-    assert f"{LABEL} (J)" in html and "energy: " in html
+    assert f"{LABEL} (J)" in html and f"{LABEL}: " in html
 
     # `moplace runs` and `moplace show`
     listed, _ = run(capsys, "runs", "--tracking-uri", uri)
-    assert "energy J" in listed.splitlines()[0]
+    assert "best energy (J)" in listed.splitlines()[0]
     listed, _ = run(capsys, "runs", "--tracking-uri", uri, "--json")
     assert json.loads(listed)["runs"][0]["best"]["energy"] == pytest.approx(best)
     shown, _ = run(capsys, "show", mlrun.info.run_id, "--tracking-uri", uri)

@@ -52,7 +52,7 @@ def test_runs_lists_every_search_with_its_key_figures(store, capsys):
     assert [r["searcher"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["heft"]
     assert main(["runs", "--tracking-uri", uri]) == 0
     text = capsys.readouterr().out
-    assert ids[0][:8] in text and "runtime ms" in text
+    assert ids[0][:8] in text and "best runtime (ms)" in text and "evaluations" in text
 
 
 def test_show_prints_the_front_and_its_figures(store, capsys):

@@ -399,7 +399,7 @@ def test_a_sweep_in_mlflow_reads_in_runs_and_show(tmp_path, capsys):
     assert main(["runs", "--tracking-uri", uri]) == 0
     text = capsys.readouterr().out
     assert not [line for line in text.splitlines()[1:-1] if " ? " in line], text
-    assert "sweep a-sweep- " in text
+    assert "sweep a-sweep-with-a-long-name " in text  # whole, not cut
     for r in trials.values():
         swept = ", ".join(f"{k}={v}" for k, v in r["trial"]["swept"].items())
         assert f"trial {r['trial']['number']}: {swept}" in text

@@ -22,7 +22,8 @@ def model_options(p) -> None:
     p.add_argument("--memory-limit", type=memory_size, metavar="SIZE",
                    help="a per-device memory cap, e.g. 8GiB: no device may hold more (a "
                         "strategy is feasible when it fits under the cap and the devices' "
-                        "memory)")
+                        "memory). It bounds the search itself: `moplace show --where` "
+                        "filters a front after the search")
     p.add_argument("--no-inplace", action="store_true",
                    help="run no op in place (by default an element-wise op writes its output "
                         "into an input no other op reads, as frameworks do): for comparison")

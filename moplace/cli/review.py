@@ -80,6 +80,7 @@ def _uri(args) -> str:
 
 def _runs(args) -> int:
     from ..review.runs import list_runs
+    from ..review.table import aligned
     from ..review.units import column_unit, kind_of, number, short
 
     if args.limit < 1:
@@ -95,28 +96,33 @@ def _runs(args) -> int:
     objs = list(dict.fromkeys(o for r in runs for o in r["best"]))  # every run's objectives
     units = {o: column_unit(o, [r["best"][o] for r in runs if r["best"].get(o) is not None])
              for o in objs}
-    print(f"{'run':<10} {'started':<16} {'searcher':<14} {'graph':<18} {'cluster':<20} "
-          f"{'evals':>6} {'HV':>7} " + " ".join(f"{short(o) + ' ' + units[o][0]:>11}" for o in objs)
-          + f"  {'status':<11} figures")
+    heads = ["run", "started", "searcher", "graph", "cluster", "evaluations", "hypervolume",
+             *(f"best {short(o)} ({units[o][0]})" if units[o][0] else f"best {short(o)}"
+               for o in objs), "status", "figures", "details"]
+    rows = []
     for r in runs:
-        cells = [number(r["best"][o], kind_of(o), units[o])
-                 if r["best"].get(o) is not None else "-" for o in objs]
-        hv = f"{r['hypervolume']:.4f}" if r["hypervolume"] is not None else "-"
-        name = ("  " if r["parent_run_id"] else "") + (r["searcher"] or "?")
-        if r.get("sweep"):  # a sweep's parent: its name; the trials' graph and cluster
-            name = f"sweep {r['sweep']['name']}"
-        print(f"{r['run_id'][:8]:<10} {_when(r['started']):<16} {name[:14]:<14} "
-              f"{(r['graph'] or '-')[:18]:<18} {(r['cluster'] or '-')[:20]:<20} "
-              f"{r['evaluations'] if r['evaluations'] is not None else '-':>6} {hv:>7} "
-              + " ".join(f"{c:>11}" for c in cells)
-              + f"  {r['status']:<11} {(r['figures'] or '-').split(':')[0]}")
-        if r.get("trial"):  # a sweep's trial: its number and swept values, under its name
-            swept = ", ".join(f"{k}={v}" for k, v in r["trial"]["swept"].items())
-            print(f"{'':<28}  trial {r['trial']['number']}" + (f": {swept}" if swept else ""))
-        elif r.get("sweep"):
+        name = ("  " if r["parent_run_id"] else "") + (r["searcher"] or "?")  # a child: indented
+        details = ""
+        if r.get("sweep"):  # a sweep's parent: its name, trials and best; its trials' problem
             s = r["sweep"]
-            print(f"{'':<28}{s['trials'] or '?'} trials over {', '.join(s['swept']) or '-'}"
-                  + (f"; best: trial {s['best_trial']}" if s["best_trial"] is not None else ""))
+            name = f"sweep {s['name']}"
+            details = (f"{s['trials'] or '?'} trials over {', '.join(s['swept']) or '-'}"
+                       + (f"; best: trial {s['best_trial']}" if s["best_trial"] is not None
+                          else ""))
+        elif r.get("trial"):  # a sweep's trial: its number and swept values
+            swept = ", ".join(f"{k}={v}" for k, v in r["trial"]["swept"].items())
+            details = f"trial {r['trial']['number']}" + (f": {swept}" if swept else "")
+        rows.append([r["run_id"][:8], _when(r["started"]), name, r["graph"] or "-",
+                     r["cluster"] or "-",
+                     str(r["evaluations"]) if r["evaluations"] is not None else "-",
+                     f"{r['hypervolume']:.4f}" if r["hypervolume"] is not None else "-",
+                     *(number(r["best"][o], kind_of(o), units[o])
+                       if r["best"].get(o) is not None else "-" for o in objs),
+                     r["status"], (r["figures"] or "-").split(":")[0], details])
+    if not any(row[-1] for row in rows):  # no sweep here: no details column
+        heads, rows = heads[:-1], [row[:-1] for row in rows]
+    words = {"run", "started", "searcher", "graph", "cluster", "status", "figures", "details"}
+    print("\n".join(aligned(heads, rows, words=words)))
     print(f"({len(runs)} runs in {uri}; `moplace show RUN` for one of them)")
     return 0
 

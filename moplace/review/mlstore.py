@@ -18,12 +18,11 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlparse
 
 from ..errors import MoplaceError
-import re
-
 from .units import axis_label, column_unit, fmt, fmt_duration, kind_of
 
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")

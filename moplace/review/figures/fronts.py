@@ -254,7 +254,7 @@ def front_3d_html(values, objectives, path, *, marks=(), knee=None, title="") ->
     scale = [u[1] for u in units]
 
     def hover(v, name):
-        return "\n".join([name] + [f"{o}: {fmt(v[k], kind_of(o))}"
+        return "\n".join([name] + [f"{label_of(o)}: {fmt(v[k], kind_of(o))}"
                                     for k, o in enumerate(objectives)])
 
     def at(v):  # in the axes' units, clamped to the box
