@@ -242,7 +242,7 @@ def _outputs(cmd: Command) -> set[str]:
     made = {argv[i + 1] for i, w in enumerate(argv[:-1]) if w in ("-o", "--output")}
     if cmd.sub in ("search", "compare") and "--out" in argv:  # the front.json it writes
         made.add(str(Path(_value(argv, "--out")) / "front.json"))
-    if cmd.sub == "profile":  # the cluster file it measured, beside it
+    if cmd.sub == "profile":  # the cluster file it measured, beside it (a Keras model's)
         made |= {str(Path(m).with_suffix("")) + ".cluster.toml" for m in made}
     return made
 
@@ -323,6 +323,8 @@ class Case:
                 os.chdir(cwd)
             PRODUCED[producer.line] = folder
         for name in _outputs(producer):
+            if not (PRODUCED[producer.line] / name).exists():  # a PyTorch profile: no cluster
+                continue
             (self.folder / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(PRODUCED[producer.line] / name, self.folder / name)
 

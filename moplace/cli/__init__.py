@@ -30,7 +30,7 @@ import warnings
 
 from .. import __version__
 from ..errors import MoplaceError, error_line
-from . import catalog, evaluate, fidelity, review, search, sweep, tf
+from . import catalog, evaluate, export, fidelity, review, search, sweep, tf
 from .args import Parser
 
 
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="moplace", description=DESCRIPTION, epilog=EXAMPLES, formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"moplace {__version__}")
     sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
-    for group in (evaluate, search, sweep, review, catalog, tf, fidelity):  # each module registers its command group
+    for group in (evaluate, search, sweep, review, catalog, tf, fidelity, export):  # each module registers its command group
         group.add_commands(sub)
     _Help.names_width = max(map(len, sub.choices))
     return p

@@ -76,6 +76,14 @@ def _require_tensorflow(command: str) -> None:
 
 
 def _profile(args) -> int:
+    from ..tf.source import model_file
+
+    path = model_file(args.model)
+    if path is not None and path.suffix == ".py" and path.is_file():
+        from .torchprofile import imports_torch, profile_torch
+
+        if imports_torch(path):  # a PyTorch model file: its own front end, no TensorFlow
+            return profile_torch(args, path)
     _require_tensorflow("profile")
     for flag, value in (("--batch", args.batch), ("--device-count", args.device_count),
                         ("--steps", args.steps)):

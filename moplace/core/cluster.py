@@ -34,6 +34,11 @@ KIND_SPEED: Mapping[str, float] = {
     "A100": 19.5 / 15.7,        # A100 Tensor Core GPU datasheet: 19.5 TFLOPS FP32
     "H100": 67.0 / 15.7,        # H100 Tensor Core GPU datasheet, SXM5: 67 TFLOPS FP32
     "H100-PCIe": 51.0 / 15.7,   # same datasheet, PCIe: 51 TFLOPS FP32
+    # A100 80GB SXM4 (A100 datasheet): 19.5 TFLOPS FP32 as the 40GB one; its own kind because
+    # its HBM2e (2,039 GB/s) differs in `moplace.costs.devicespecs`.
+    "A100-80GB": 19.5 / 15.7,
+    "H200": 67.0 / 15.7,        # H200 Tensor Core GPU datasheet, SXM: 67 TFLOPS FP32
+    "B200": 75.0 / 15.7,        # NVIDIA HGX B200 specifications, per GPU: 75 TFLOPS FP32
     # One Xeon Gold 6148 socket (Intel ARK): 20 cores x 2.2 GHz AVX-512 base x 32 FP32 FLOP/cycle
     # (two FMA units x 16 lanes x 2) = 1.41 TFLOPS peak; an assumption for host-side ops.
     "cpu": 1.41 / 15.7,

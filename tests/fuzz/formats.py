@@ -449,6 +449,16 @@ class Arguments:
                      ["evaluate", "--strategy", str(binary)], ["evaluate", str(binary)],
                      ["evaluate", "--strategy", str(wd / "nosuch.json")]):
             n.append((" ".join(a[-12:] for a in argv), argv))
+        # a front point exported as the plan a user trains with (issue 35): points, files
+        # and formats that are not there
+        for argv in (["export"], ["export", front], ["export", front, "--point", "99"],
+                     ["export", str(existing)], ["export", str(binary)],
+                     ["export", front, "--point", "0", "--format", "nosuch"],
+                     ["export", front, "--point", "0", "--format", "megatron"],
+                     ["export", front, "--point", "0", "-o", str(existing)],
+                     ["export", front, "--point", "0", "-o", str(wd)],
+                     ["export", front, "--point", "0", "-o", "/proc/nope/plan.json"]):
+            n.append((" ".join(a[-12:] for a in argv), argv))
         for name, argv in b.items():  # an empty string for every value
             for k in range(1, len(argv)):
                 if not argv[k].startswith("--"):

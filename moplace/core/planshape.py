@@ -1,0 +1,198 @@
+"""A strategy in the terms a user trains with (`plan_shape`): the devices it uses, its pipeline
+stages (the co-location groups, "layers", grouped by the devices they run on, in the order data
+flows through them), each stage's data-parallel degree (its groups split on ``batch``: one
+replica per part) and tensor-parallel degree (split on ``channel``), the micro-batches and
+their schedule, the ZeRO stage, the recomputed groups and the bucket size; and whether the plan
+has the regular shape that Megatron-style and torchtitan-style configurations state with a few
+numbers: every stage with the same data- and tensor-parallel degree, stages on disjoint devices,
+data flowing from each stage only to later ones, and ``pp * dp * tp`` the devices used
+(`PlanShape.regular`; `PlanShape.why` says in words what breaks it).
+`moplace.io.export` writes the shape as flags, TOML or per-op JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .baselines import group_order
+from .graph import ROLES, OpGraph
+from .recompute import recomputable_heads
+from .strategy import Strategy
+
+#: roles whose edges give the direction data flows between stages (backward edges run back)
+_FLOW_ROLES = (ROLES.index("forward"), ROLES.index("other"))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: the co-location groups (by their first op) on one set of devices, in
+    data-flow order; ``dp``/``tp`` its data- and tensor-parallel degrees (None where its groups
+    mix batch and channel splits); ``first``/``last`` the names of its first and last group's
+    first op, ``first_layer``/``last_layer`` their positions among all the graph's groups."""
+
+    devices: tuple[int, ...]
+    heads: tuple[int, ...]
+    ops: int
+    dims: tuple[str, ...]
+    dp: int | None
+    tp: int | None
+    first: str
+    last: str
+    first_layer: int
+    last_layer: int
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """A strategy's shape on its graph (see the module docstring). ``dp``, ``tp`` and ``pp``
+    are None unless the plan is regular; ``why`` lists what keeps it from being regular;
+    ``recompute_mode`` is ``"none"``, ``"full"`` (every group that can be is recomputed) or
+    ``"partial"``; ``batch_size`` is the graph's (its metadata), when it says."""
+
+    devices: tuple[int, ...]
+    stages: tuple[Stage, ...]
+    dp: int | None
+    tp: int | None
+    pp: int | None
+    micro_batches: int
+    schedule: str
+    zero_stage: int
+    bucket_bytes: float
+    recompute: tuple[str, ...]
+    recompute_mode: str
+    recomputable: int
+    batch_size: int | None
+    why: tuple[str, ...]
+    layers: int
+
+    @property
+    def regular(self) -> bool:
+        return not self.why
+
+    def why_text(self) -> str:
+        """One paragraph: why no degrees and flags state this plan (empty when they do)."""
+        if not self.why:
+            return ""
+        return ("Not expressible as data/tensor/pipeline-parallel flags: " + "; ".join(self.why)
+                + ". Megatron-style and torchtitan-style configurations give every pipeline "
+                "stage the same data- and tensor-parallel degree on its own devices, with "
+                "pipeline x data x tensor = the devices used; this plan needs its per-op "
+                "placement.")
+
+
+def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
+    """The shape of ``strategy`` (validated for ``graph``) on ``graph``."""
+    order = group_order(graph)
+    heads = np.asarray([graph.groups[g][0] for g in order.tolist()], np.int64)
+    sets, dims = [], []
+    for h in heads.tolist():
+        split = strategy.splits.get(h)
+        sets.append(tuple(sorted(split.devices)) if split else (int(strategy.placement[h]),))
+        dims.append(split.dim if split else None)
+    keys = sorted(set(sets), key=sets.index)
+    why: list[str] = []
+    ordered = _stage_order(graph, strategy, keys, sets, why)
+    sizes = np.bincount(graph.arrays.group, minlength=graph.arrays.n_groups)
+    stages = []
+    for key in ordered:
+        where = [i for i, s in enumerate(sets) if s == key]
+        used = sorted({d for d in (dims[i] for i in where) if d is not None})
+        n = len(key)
+        dp = n if used == ["batch"] or n == 1 else (None if used != ["channel"] else 1)
+        tp = n if used == ["channel"] else (1 if dp is not None else None)
+        stages.append(Stage(
+            devices=key, heads=tuple(int(heads[i]) for i in where),
+            ops=int(sum(int(sizes[order[i]]) for i in where)), dims=tuple(used), dp=dp, tp=tp,
+            first=graph.ops[int(heads[where[0]])].name, last=graph.ops[int(heads[where[-1]])].name,
+            first_layer=where[0], last_layer=where[-1]))
+    _check_stages(stages, len(strategy.used_devices), why)
+    regular = not why
+    heads_all = recomputable_heads(graph)
+    recomputed = strategy.recompute
+    mode = ("none" if not recomputed else
+            "full" if set(recomputed) >= set(heads_all.tolist()) else "partial")
+    batch = graph.metadata.get("batch_size")
+    return PlanShape(
+        devices=tuple(strategy.used_devices), stages=tuple(stages),
+        dp=stages[0].dp if regular else None, tp=stages[0].tp if regular else None,
+        pp=len(stages) if regular else None, micro_batches=int(strategy.micro_batches),
+        schedule=strategy.schedule_name, zero_stage=int(strategy.zero_stage),
+        bucket_bytes=float(strategy.bucket_bytes),
+        recompute=tuple(graph.ops[h].name for h in recomputed), recompute_mode=mode,
+        recomputable=int(heads_all.size),
+        batch_size=batch if isinstance(batch, int) and not isinstance(batch, bool)
+        and batch > 0 else None,
+        why=tuple(why), layers=len(heads))
+
+
+def _stage_order(graph, strategy, keys, sets, why) -> list:
+    """The device sets in the order data flows through them (Kahn's algorithm on the graph of
+    device sets that forward data flows between, ties by first appearance); where that graph
+    has a cycle, the sets in first-appearance order, and a reason in ``why``."""
+    a = graph.arrays
+    index = {k: i for i, k in enumerate(keys)}
+    of_group = np.empty(a.n_groups, np.int64)
+    order = group_order(graph)
+    of_group[order] = [index[s] for s in sets]
+    of_op = of_group[a.group]
+    flow = np.isin(a.role[a.src], _FLOW_ROLES) & np.isin(a.role[a.dst], _FLOW_ROLES)
+    u, v = of_op[a.src[flow]], of_op[a.dst[flow]]
+    pairs = {(int(x), int(y)) for x, y in zip(u.tolist(), v.tolist()) if x != y}
+    indeg = [0] * len(keys)
+    for _, y in pairs:
+        indeg[y] += 1
+    ready = [i for i in range(len(keys)) if indeg[i] == 0]
+    out = []
+    while ready:
+        ready.sort()
+        i = ready.pop(0)
+        out.append(i)
+        for x, y in pairs:
+            if x == i:
+                indeg[y] -= 1
+                if indeg[y] == 0:
+                    ready.append(y)
+    if len(out) < len(keys):
+        stuck = [keys[i] for i in range(len(keys)) if i not in out]
+        why.append(f"data flows back and forth between devices {_devs(stuck[0])} and others "
+                   f"({len(stuck)} device sets on a cycle): the layers do not form a pipeline "
+                   f"of stages")
+        return keys
+    return [keys[i] for i in out]
+
+
+def _check_stages(stages, n_used: int, why: list) -> None:
+    seen: dict[int, int] = {}
+    for k, stage in enumerate(stages):
+        for d in stage.devices:
+            if d in seen and not why:
+                why.append(f"stages {seen[d]} and {k} share device {d} (a device set that "
+                           f"holds some layers whole and others split, or overlapping splits)")
+            seen.setdefault(d, k)
+    mixed = [k for k, stage in enumerate(stages) if stage.dp is None]
+    if mixed:
+        listed = ", ".join(map(str, mixed[:4])) + (", ..." if len(mixed) > 4 else "")
+        what = f"stage {mixed[0]}" if len(mixed) == 1 else f"{len(mixed)} stages ({listed})"
+        why.append(f"{what} split some layers on batch and others on channel over the same "
+                   f"devices (a dp x tp stage would split every layer both ways)")
+    degrees = [(s.dp, s.tp) for s in stages]
+    if len(set(degrees)) > 1 and all(d is not None for d, _ in degrees):
+        shown = ", ".join(f"stage {k} has {_replicas(s)}" for k, s in enumerate(stages))
+        why.append(f"the stages differ in width: {shown}" if len(stages) <= 6 else
+                   f"the {len(stages)} stages differ in width ("
+                   f"{len(set(degrees))} different widths)")
+    if not why and sum(len(s.devices) for s in stages) != n_used:  # pragma: no cover (defensive)
+        why.append(f"pipeline x data x tensor degrees cover {sum(len(s.devices) for s in stages)}"
+                   f" devices, the plan uses {n_used}")
+
+
+def _replicas(stage: Stage) -> str:
+    if stage.tp and stage.tp > 1:
+        return f"{stage.tp}-way tensor parallel"
+    return f"{stage.dp} replica{'s' if stage.dp != 1 else ''}"
+
+
+def _devs(devices) -> str:
+    return "{" + ", ".join(map(str, devices)) + "}"

@@ -1,0 +1,197 @@
+"""A chosen plan written in the terms a user trains with (`plan_document`, the JSON of
+``moplace export``): its degrees, stages, levers and per-op placement; and, where the plan has
+the regular shape (`moplace.core.planshape`), the matching Megatron-LM command-line flags
+(`megatron_flags`, with the fields of megatron-core's ``TransformerConfig`` they set) and a
+torchtitan job-config TOML (`torchtitan_toml`, the ``[parallelism]``, ``[training]`` and
+``[activation_checkpoint]`` tables its ``ConfigManager`` reads with ``--job.config_file``).
+`plan_text` is the short summary a person reads.
+"""
+
+from __future__ import annotations
+
+from ..core.graph import OpGraph
+from ..core.planshape import PlanShape
+from ..core.strategy import Strategy
+
+PLAN_FORMAT = "moplace-plan"
+PLAN_VERSION = 1
+#: torchtitan's names of moplace's schedules (torch.distributed.pipelining's schedule names)
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
+
+
+def batch_sizes(shape: PlanShape) -> dict:
+    """The global, per-replica and micro-batch sizes where the graph names its batch and they
+    divide evenly (a size that does not is None)."""
+    b, dp, m = shape.batch_size, shape.dp or 1, shape.micro_batches
+    local = b // dp if b and b % dp == 0 else None
+    micro = local // m if local and local % m == 0 else None
+    return {"global": b, "per_replica": local, "micro": micro}
+
+
+def megatron_flags(shape: PlanShape) -> dict | None:
+    """Megatron-LM's flags for a regular plan (None otherwise): ``args`` (a list for a
+    command line), ``config`` (the megatron-core ``TransformerConfig`` fields they set) and
+    ``notes`` (what the flags leave out or approximate)."""
+    if not shape.regular:
+        return None
+    args = ["--tensor-model-parallel-size", str(shape.tp),
+            "--pipeline-model-parallel-size", str(shape.pp)]
+    config = {"tensor_model_parallel_size": shape.tp,
+              "pipeline_model_parallel_size": shape.pp}
+    notes = [f"data parallel is implied: {len(shape.devices)} ranks / (tensor {shape.tp} x "
+             f"pipeline {shape.pp}) = {shape.dp}"]
+    sizes = batch_sizes(shape)
+    if sizes["micro"]:
+        args += ["--micro-batch-size", str(sizes["micro"]),
+                 "--global-batch-size", str(sizes["global"])]
+    elif sizes["global"]:
+        notes.append(f"batch {sizes['global']} does not divide into {shape.dp} replicas x "
+                     f"{shape.micro_batches} micro-batches: set the batch sizes by hand")
+    else:
+        notes.append(f"the graph does not name its batch size: set --micro-batch-size and "
+                     f"--global-batch-size for {shape.micro_batches} micro-batches per replica")
+    if shape.recompute_mode == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                 "--recompute-num-layers", "1"]
+        config.update(recompute_granularity="full", recompute_method="uniform",
+                      recompute_num_layers=1)
+    elif shape.recompute_mode == "partial":
+        notes.append(_partial_note(shape))
+    if shape.zero_stage in (1, 2):
+        args.append("--use-distributed-optimizer")
+        if shape.zero_stage == 2:
+            notes.append("ZeRO-2: Megatron's distributed optimizer shards the optimizer state "
+                         "and reduce-scatters the gradients")
+    elif shape.zero_stage == 3:
+        args.append("--use-torch-fsdp2")
+        notes.append("ZeRO-3: weights sharded by PyTorch FSDP2")
+    if shape.pp > 1 and shape.schedule == "gpipe":
+        notes.append("Megatron runs its pipelines 1F1B (no GPipe schedule): the plan was "
+                     "scored under GPipe")
+    if shape.bucket_bytes:
+        notes.append(f"gradient buckets of {shape.bucket_bytes:.0f} bytes "
+                     f"(--ddp-bucket-size counts elements: bytes / element size)")
+    return {"args": args, "config": config, "notes": notes}
+
+
+def torchtitan_toml(shape: PlanShape) -> dict | None:
+    """torchtitan's job config for a regular plan (None otherwise): ``tables`` (table -> key ->
+    value), ``toml`` (the text) and ``notes``."""
+    if not shape.regular:
+        return None
+    sharded = shape.zero_stage > 0
+    par = {"data_parallel_replicate_degree": 1 if sharded else shape.dp,
+           "data_parallel_shard_degree": shape.dp if sharded else 1,
+           "tensor_parallel_degree": shape.tp, "pipeline_parallel_degree": shape.pp,
+           "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[shape.schedule]}
+    notes = []
+    if shape.zero_stage in (1, 2):
+        par["fsdp_reshard_after_forward"] = "never"
+        notes.append(f"ZeRO-{shape.zero_stage} as FSDP that keeps the weights gathered "
+                     f"between forward and backward (reshard never: ZeRO-2)")
+    sizes = batch_sizes(shape)
+    tables = {"parallelism": par}
+    if sizes["micro"]:
+        par["pipeline_parallel_microbatch_size"] = sizes["micro"]
+        tables["training"] = {"local_batch_size": sizes["per_replica"],
+                              "global_batch_size": sizes["global"]}
+    else:
+        notes.append("set [training] local_batch_size and pipeline_parallel_microbatch_size "
+                     f"for {shape.micro_batches} micro-batches per replica")
+    mode = "full" if shape.recompute_mode == "full" else "none"
+    tables["activation_checkpoint"] = {"mode": mode}
+    if shape.recompute_mode == "partial":
+        notes.append(_partial_note(shape))
+    text = "".join(f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in keys.items())
+                   + "\n" for table, keys in tables.items())
+    return {"tables": tables, "toml": text.rstrip("\n") + "\n", "notes": notes}
+
+
+def _partial_note(shape: PlanShape) -> str:
+    return (f"{len(shape.recompute)} of {shape.recomputable} layers are recomputed (listed in "
+            f"'recompute'): no flag names a set of layers; apply it per layer "
+            f"(torch.utils.checkpoint)")
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_names,
+                  **where) -> dict:
+    """The plan as JSON-ready data: ``where`` (e.g. source file, point, cluster) first, then
+    degrees, stages, levers, the flags (None where irregular) with ``why_no_flags``, and the
+    per-op placement and splits by device name (``ranks`` gives each used device's rank)."""
+    names = list(device_names)
+    ops = [op.name for op in graph.ops]
+    return {
+        "format": PLAN_FORMAT, "version": PLAN_VERSION, **where, "graph": graph.name,
+        "devices": [names[d] for d in shape.devices],
+        "ranks": {names[d]: r for r, d in enumerate(shape.devices)},
+        "regular": shape.regular,
+        "degrees": ({"data": shape.dp, "tensor": shape.tp, "pipeline": shape.pp}
+                    if shape.regular else None),
+        "stages": [{"devices": [names[d] for d in s.devices], "data": s.dp, "tensor": s.tp,
+                    "first_op": s.first, "last_op": s.last,
+                    "layers": [s.first_layer, s.last_layer], "layer_count": len(s.heads),
+                    "ops": s.ops} for s in shape.stages],
+        "layers": shape.layers,
+        "micro_batches": shape.micro_batches, "schedule": shape.schedule,
+        "zero_stage": shape.zero_stage, "bucket_bytes": shape.bucket_bytes,
+        "recompute": {"mode": shape.recompute_mode, "groups": list(shape.recompute)},
+        "batch_size": batch_sizes(shape),
+        "megatron": megatron_flags(shape), "torchtitan": torchtitan_toml(shape),
+        "why_no_flags": shape.why_text() or None, "irregular": list(shape.why),
+        "placement": {n: names[int(d)] for n, d in zip(ops, strategy.placement.tolist())},
+        "splits": {ops[i]: {"dim": s.dim, "devices": [names[d] for d in s.devices]}
+                   for i, s in strategy.splits.items()},
+    }
+
+
+def plan_text(doc: dict, *, title: str) -> str:
+    """The short summary of `plan_document`'s ``doc`` a person reads."""
+    devices = doc["devices"]
+    lines = [title, f"devices: {len(devices)} ({_listed(devices)})"]
+    deg = doc["degrees"]
+    lines.append(f"shape: data {deg['data']} x tensor {deg['tensor']} x pipeline "
+                 f"{deg['pipeline']}" if deg else "shape: irregular (per-op placement only)")
+    stages = doc["stages"]
+    lines.append(f"stages ({len(stages)}, in data-flow order, of {doc['layers']} layers):")
+    for k, s in enumerate(stages[:8]):
+        a, b = s["layers"]
+        width = (f"{s['tensor']}-way tensor parallel" if (s["tensor"] or 1) > 1 else
+                 f"{s['data']} replica{'s' if s['data'] != 1 else ''}" if s["data"] else
+                 "batch and channel splits")
+        lines.append(f"  {k}: layers {a}-{b} ({s['layer_count']}), {s['first_op']} .. "
+                     f"{s['last_op']}, {s['ops']} ops on {_listed(s['devices'])}: {width}")
+    if len(stages) > 8:
+        lines.append(f"  ... {len(stages) - 8} more (--format json lists them)")
+    m = doc["micro_batches"]
+    rec = doc["recompute"]
+    lever = [f"{m} micro-batches {doc['schedule'].upper().replace('PIPE', 'Pipe')}"
+             if m > 1 else "1 micro-batch", f"ZeRO-{doc['zero_stage']}",
+             f"{doc['bucket_bytes'] / 2**20:.2f} MiB buckets" if doc["bucket_bytes"]
+             else "no gradient buckets",
+             f"recompute {rec['mode']}" + (f" ({_count(len(rec['groups']), 'layer')})"
+                                           if rec["groups"] else "")]
+    lines.append("levers: " + ", ".join(lever))
+    if doc["megatron"]:
+        lines.append("megatron: " + " ".join(doc["megatron"]["args"]))
+        tt = doc["torchtitan"]["tables"]["parallelism"]
+        lines.append("torchtitan: " + ", ".join(f"{k}={v}" for k, v in tt.items()))
+        for note in doc["megatron"]["notes"] + doc["torchtitan"]["notes"]:
+            lines.append(f"  note: {note}")
+    else:
+        lines.append("why no flags: " + doc["why_no_flags"])
+    return "\n".join(lines)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def _listed(names) -> str:
+    names = list(names)
+    return ", ".join(names) if len(names) <= 4 else f"{names[0]} .. {names[-1]}"

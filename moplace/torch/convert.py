@@ -1,0 +1,198 @@
+"""A traced PyTorch step (`moplace.torch.trace`) as an `OpGraph`.
+
+- Every aten call is an op, except those that only view a tensor (`estimate.ALIASES`: a
+  transpose, a reshape, a detach...), which are folded into the op whose tensor they view.
+- A parameter or buffer is an op of its own holding its bytes (``param_bytes``; role
+  ``forward``, as the weights of PipeDream's profiles are), and each trained parameter gets an
+  update op (the optimizer's step, which is not traced) reading the parameter and its
+  gradient; the two share a co-location group, and the update keeps the optimizer's state
+  (`moplace.core.optimizer`: 16-bit weights mean mixed precision, FP32 master weights and
+  state). The op producing a parameter's gradient has it as ``grad_bytes``.
+- Roles: the ops the loss depends on are forward, the rest of the joint graph backward.
+- An edge carries each distinct tensor its consumer reads once, at its dtype's size.
+- Matmuls, attention and convolutions, forward and backward, may be split on batch or
+  channel; any other op the batch flows into whose output's first dimension holds it, on batch.
+- Compute: roofline estimates per device kind (`moplace.torch.estimate`), marked as such.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from ..core.graph import Edge, Op, OpGraph
+from ..core.optimizer import with_optimizer
+from . import estimate as est
+from ._torch import torch
+from .trace import TracedTorchStep
+
+aten = torch.ops.aten
+SPLITTABLE = frozenset({
+    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+    aten.convolution.default, aten.convolution_backward.default,
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    aten._scaled_dot_product_flash_attention_backward.default})
+#: FLOPs and bytes per element of an update, per optimizer: (flops, tensors read and written)
+UPDATE_WORK = {"sgd": (2, 3), "momentum": (4, 5), "adam": (12, 7)}
+
+
+def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = None) -> OpGraph:
+    """The op graph of ``traced``, its compute estimated on each device kind of ``kinds``;
+    ``twin``: the same step traced at twice the batch, which tells each op's batch dimension
+    (`_splittable`)."""
+    nodes = [n for n in traced.graph.nodes if n.op in ("placeholder", "call_function")]
+    rep, tensor = _fold(nodes)
+    kept = [n for n in nodes if rep[n] is n]
+    names = {n: _op_name(n, traced) for n in kept}
+    forward = _ancestors(next(n for n in nodes if n.name == traced.loss), rep)
+    batched = _batched(kept, traced, twin)
+    grads = {rep[n]: (traced.gradients[n.name], est.nbytes(n.meta.get("val")))
+             for n in nodes if n.name in traced.gradients}
+    ops = []
+    for n in kept:
+        value = n.meta.get("val")
+        param = traced.parameters.get(n.name) if n.op == "placeholder" else None
+        if n.op == "placeholder":
+            compute = {k: 0.0 for k in kinds}
+        else:
+            compute = est.estimate(est.node_flops(n), est.node_bytes(n), est.dtype_name(value),
+                                   kinds)
+        ops.append(Op(names[n], _type(n, param), compute,
+                      output_bytes=0 if param else est.nbytes(value),
+                      param_bytes=est.nbytes(value) if param else 0,
+                      grad_bytes=grads.get(n, (None, 0))[1],
+                      colocation=f"param:{param}" if param else None,
+                      splittable=_splittable(n, batched.get(n, False), n in grads),
+                      role="forward" if param or n in forward else "backward"))
+    edges = _edges(kept, names, rep, tensor)
+    param_of = {p: n for n, p in traced.parameters.items()}
+    by_name = {n.name: n for n in kept}
+    mixed = False
+    for producer, (param, size) in grads.items():
+        node = by_name[param_of[param]]
+        value = node.meta.get("val")
+        mixed |= est.dtype_name(value) in ("float16", "bfloat16")
+        flops, tensors = UPDATE_WORK[traced.optimizer]
+        numel = value.numel()
+        name = f"update/{param}"
+        ops.append(Op(name, f"{traced.optimizer}_update", est.estimate(
+            flops * numel, tensors * est.nbytes(value), "float32", kinds),
+            colocation=f"param:{param}", role="update"))
+        edges += [Edge(names[producer], name, size), Edge(names[node], name, est.nbytes(value))]
+    meta = {"format": "pytorch", "torch_version": torch.__version__,
+            "batch_size": traced.batch_size, "source": traced.source,
+            "trace_seconds": traced.seconds, "optimizer": traced.optimizer,
+            "estimated": {k: "roofline from aten ops' FLOPs and bytes, moplace.torch.estimate"
+                          for k in kinds},
+            "folded_views": len(nodes) - len(kept)}
+    graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
+    return with_optimizer(graph, traced.optimizer + ("-mixed" if mixed else ""))
+
+
+def _fold(nodes):
+    """(each node's kept op, each node's tensor identity): views fold into what they view."""
+    rep, tensor = {}, {}
+    for n in nodes:
+        if n.op == "call_function" and n.target in est.ALIASES:
+            src = n.all_input_nodes[0] if n.all_input_nodes else None
+            rep[n] = rep.get(src)
+            if n.target is operator.getitem and src is not None and rep[src] is src:
+                tensor[n] = (src, n.args[1])  # one output of a multi-output op
+            else:
+                tensor[n] = tensor.get(src)
+        else:
+            rep[n], tensor[n] = n, (n, 0)
+    return rep, tensor
+
+
+def _splittable(n, batched: bool, gradient: bool) -> tuple[str, ...]:
+    """Matmuls, attention and convolutions: batch or channel. Another op: batch when its
+    output has a batch dimension, or when it sums a weight's gradient over the batch (its
+    parts' sums are then all-reduced, as data parallelism does)."""
+    if n.target in SPLITTABLE:
+        return ("batch", "channel")
+    return ("batch",) if batched or (gradient and n.op == "call_function") else ()
+
+
+def _batched(kept, traced, twin) -> dict:
+    """Per kept op: whether its output has a batch dimension. With ``twin`` (the step at twice
+    the batch) a dimension that doubled says so; else the ops the batch flows into whose
+    output's first dimension is a multiple of the batch."""
+    flows = _descendants([n for n in kept if n.name in traced.inputs], kept)
+    shapes = {}
+    if twin is not None:
+        shapes = {n.name: [tuple(t.shape) for t in est.tensors(n.meta.get("val"))]
+                  for n in twin.graph.nodes}
+    out = {}
+    for n in kept:
+        mine = [tuple(t.shape) for t in est.tensors(n.meta.get("val"))]
+        if twin is not None and n.name in shapes and len(shapes[n.name]) == len(mine):
+            out[n] = n in flows and any(a != b for a, b in zip(mine, shapes[n.name]))
+        else:
+            b = traced.batch_size
+            out[n] = n in flows and bool(mine) and bool(mine[0]) and mine[0][0] >= b \
+                and mine[0][0] % b == 0
+    return out
+
+
+def _descendants(roots, kept) -> set:
+    """The kept ops that depend on any of ``roots`` (themselves included)."""
+    kept_set, out = set(kept), set(roots)
+    for n in kept:  # kept is in graph (topological) order
+        if n in out:
+            continue
+        if any(i in out for i in _kept_inputs(n, kept_set)):
+            out.add(n)
+    return out
+
+
+def _kept_inputs(n, kept_set):
+    """The kept ops ``n`` reads, through the views it reads."""
+    stack, out = list(n.all_input_nodes), []
+    while stack:
+        i = stack.pop()
+        if i in kept_set:
+            out.append(i)
+        else:
+            stack.extend(i.all_input_nodes)
+    return out
+
+
+def _ancestors(loss, rep) -> set:
+    """The kept ops the loss depends on (itself included)."""
+    seen, stack = set(), [loss]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return {rep[n] for n in seen if rep.get(n) is not None}
+
+
+def _edges(kept, names, rep, tensor) -> list[Edge]:
+    out = []
+    for n in kept:
+        reads: dict = {}  # producer -> {tensor: bytes}
+        for i in n.all_input_nodes:
+            src = rep.get(i)
+            if src is None or src is n:
+                continue
+            reads.setdefault(src, {})[tensor[i]] = max(
+                reads.get(src, {}).get(tensor[i], 0), est.nbytes(i.meta.get("val")))
+        out += [Edge(names[src], names[n], int(sum(t.values()))) for src, t in reads.items()]
+    return out
+
+
+def _op_name(n, traced: TracedTorchStep) -> str:
+    if n.op == "placeholder":
+        param = traced.parameters.get(n.name)
+        return f"param/{param}" if param else f"input/{n.name}"
+    return n.name
+
+
+def _type(n, param) -> str:
+    if n.op == "placeholder":
+        return "Parameter" if param else "Input"
+    return str(getattr(n.target, "__name__", n.target))

@@ -1,0 +1,56 @@
+"""`moplace profile` for a PyTorch model file: build it without memory, trace its step twice
+(at the batch and at twice the batch, which tells every op's batch dimension), and write the
+op graph with roofline estimates for the device kinds asked for.
+
+Measured op times (``torch.profiler``) are not taken yet: every time is an estimate, and the
+graph and every result computed on it say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from ..progress import Ticker
+
+STAGES = ("building the model (fake tensors)", "tracing the step",
+          "tracing at twice the batch", "writing the op graph")
+
+
+@dataclasses.dataclass
+class TracedModel:
+    """A PyTorch model's op graph and how long each part took."""
+
+    graph: object
+    parameters: int
+    trace_seconds: float
+    total_seconds: float
+
+
+def profile_torch_model(path, batch_size: int, kinds, *, progress=None) -> TracedModel:
+    """The op graph of the model file at ``path`` at ``batch_size``, its compute estimated on
+    each device kind of ``kinds`` (`moplace.torch.estimate`)."""
+    from .convert import to_op_graph
+    from .modelfile import load_setup
+    from .trace import trace_step
+
+    t0 = time.perf_counter()
+    ticker = Ticker(progress, len(STAGES))
+    ticker.stage(STAGES[0])
+    setup = load_setup(path, batch_size)
+    parameters = sum(p.numel() for p in setup.model.parameters())
+    ticker.tick()
+    ticker.stage(STAGES[1])
+    traced = trace_step(setup)
+    ticker.tick()
+    ticker.stage(STAGES[2])
+    twin = trace_step(load_setup(path, 2 * batch_size))
+    ticker.tick()
+    ticker.stage(STAGES[3])
+    graph = to_op_graph(traced, kinds, twin)
+    source = {"model": str(path), "batch_size": int(batch_size), "framework": "pytorch"}
+    graph = type(graph)(graph.ops, graph.edges, name=graph.name,
+                        metadata={**graph.metadata, "source": source,
+                                  "parameters": int(parameters)})
+    ticker.tick()
+    return TracedModel(graph, int(parameters), traced.seconds, time.perf_counter() - t0)

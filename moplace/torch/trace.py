@@ -1,0 +1,79 @@
+"""Trace one training step of a fake-built model (`moplace.torch.modelfile`) at aten level.
+
+AOTAutograd's joint export (``aot_export_module(..., trace_joint=True)``) is used, not
+``torch.export`` (which traces the forward only) nor a bare ``make_fx`` of a function calling
+``torch.autograd.grad`` (which works but names neither the parameters nor their gradients):
+it returns one FX graph of the forward and the backward, decomposed to aten ops with exact
+shapes and dtypes, together with a signature naming which placeholders are parameters,
+buffers and inputs, which node is the loss and which node is each parameter's gradient. Under
+the setup's fake mode nothing is computed or allocated.
+
+The optimizer step is not traced: `moplace.torch.convert` adds one update op per parameter
+with the state the optimizer keeps (`moplace.core.optimizer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from ..errors import MoplaceError
+from ._torch import torch
+from .modelfile import TorchSetup
+
+
+@dataclasses.dataclass
+class TracedTorchStep:
+    """The joint forward-backward graph of one step and what its nodes are."""
+
+    name: str
+    graph: Any  # torch.fx.Graph
+    parameters: dict  # placeholder name -> parameter (or buffer) name
+    trainable: set  # the parameter names that get a gradient
+    gradients: dict  # node name -> parameter name
+    loss: str  # the loss node's name
+    inputs: list  # the batch's placeholder names
+    batch_size: int
+    optimizer: str  # sgd, momentum or adam
+    source: str
+    seconds: float
+
+
+class _Step(torch.nn.Module):
+    """The model and its loss as one module returning the loss (what the joint export takes)."""
+
+    def __init__(self, model, loss, n_inputs: int):
+        super().__init__()
+        self.model, self.loss_fn, self.n_inputs = model, loss, n_inputs
+
+    def forward(self, *batch):
+        x, y = batch[:self.n_inputs], batch[self.n_inputs]
+        return (self.loss_fn(self.model(*x), y),)
+
+
+def trace_step(setup: TorchSetup) -> TracedTorchStep:
+    """The joint graph of ``setup``'s step; a `MoplaceError` naming the model file when
+    PyTorch cannot trace it."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    t0 = time.perf_counter()
+    step = _Step(setup.model, setup.loss, len(setup.x))
+    try:
+        with setup.mode:
+            gm, sig = aot_export_module(step, (*setup.x, setup.y), trace_joint=True,
+                                        output_loss_index=0)
+    except Exception as exc:  # noqa: BLE001 - PyTorch's tracing errors, many kinds
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MoplaceError(f"{setup.source}: PyTorch could not trace the training step: "
+                           f"{type(exc).__name__}: {first}") from None
+    names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+    backward = sig.backward_signature
+    prefix = "model."  # the wrapper's attribute
+    strip = {k: v.removeprefix(prefix) for k, v in names.items()}
+    return TracedTorchStep(
+        setup.name, gm.graph, strip,
+        {v.removeprefix(prefix) for v in sig.inputs_to_parameters.values()},
+        {k: v.removeprefix(prefix) for k, v in backward.gradients_to_parameters.items()},
+        backward.loss_output, list(sig.user_inputs), setup.batch_size, setup.optimizer_name,
+        setup.source, time.perf_counter() - t0)
