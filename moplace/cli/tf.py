@@ -24,7 +24,10 @@ from .args import file_arg, integer
 def add_commands(sub) -> None:
     """Register the front-end subcommands on the CLI's subparsers."""
     p = sub.add_parser("profile", help="trace a Keras model's training step and measure every op")
-    p.add_argument("model", type=file_arg, help="zoo name (see `moplace zoo`) or a .py file defining build(batch_size)")
+    p.add_argument("model", type=file_arg,
+                   help="zoo name (see `moplace zoo`), a .py file defining build(batch_size) "
+                        "(Keras, or PyTorch when it imports torch), or hf:NAME, a Hugging Face "
+                        "model by configuration (hf:gpt2, hf:llama-3-8b..., or hf:PATH.json)")
     p.add_argument("--batch", type=integer(1, 2**20), required=True, help="batch size")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--device-count", type=integer(1, 256), default=1,
@@ -34,6 +37,11 @@ def add_commands(sub) -> None:
                        help="profile on a testbed of K worker processes (one GPU or one share "
                        "of the cores each) and measure the links between them")
     p.add_argument("--steps", type=integer(1, 10**6), default=5, help="traced steps (after 2 warm-up steps)")
+    p.add_argument("--seq-len", type=integer(1, 2**22), metavar="TOKENS",
+                   help="hf:NAME only: tokens per sequence (default: the model's longest context)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="hf:NAME only: the weights' and activations' precision (16-bit: FP32 "
+                        "master weights and optimizer state)")
     p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. V100,H100")
     p.add_argument("--parts", default="", help="also profile at batch/n for these n, e.g. 2,4, "
                    "so split parts get measured costs")
@@ -78,6 +86,10 @@ def _require_tensorflow(command: str) -> None:
 def _profile(args) -> int:
     from ..tf.source import model_file
 
+    if str(args.model).startswith("hf:"):  # a Hugging Face model by configuration
+        from .torchprofile import profile_torch
+
+        return profile_torch(args, str(args.model))
     path = model_file(args.model)
     if path is not None and path.suffix == ".py" and path.is_file():
         from .torchprofile import imports_torch, profile_torch

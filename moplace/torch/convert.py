@@ -2,12 +2,13 @@
 
 - Every aten call is an op, except those that only view a tensor (`estimate.ALIASES`: a
   transpose, a reshape, a detach...), which are folded into the op whose tensor they view.
-- A parameter or buffer is an op of its own holding its bytes (``param_bytes``; role
-  ``forward``, as the weights of PipeDream's profiles are), and each trained parameter gets an
-  update op (the optimizer's step, which is not traced) reading the parameter and its
-  gradient; the two share a co-location group, and the update keeps the optimizer's state
-  (`moplace.core.optimizer`: 16-bit weights mean mixed precision, FP32 master weights and
-  state). The op producing a parameter's gradient has it as ``grad_bytes``.
+- A parameter or buffer (type ``Parameter``, ``Buffer``) is an op of its own holding its
+  bytes (``param_bytes``; role ``forward``, as the weights of PipeDream's profiles are; tied
+  weights are one op), and each trained parameter gets an update op (the optimizer's step,
+  which is not traced) reading the parameter and its gradient; the two share a co-location
+  group, and the update keeps the optimizer's state (`moplace.core.optimizer`: 16-bit weights
+  mean mixed precision, FP32 master weights and state). The first op producing a parameter's
+  gradient has it as ``grad_bytes``.
 - Roles: the ops the loss depends on are forward, the rest of the joint graph backward.
 - An edge carries each distinct tensor its consumer reads once, at its dtype's size.
 - Matmuls, attention and convolutions, forward and backward, may be split on batch or
@@ -42,13 +43,20 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     ``twin``: the same step traced at twice the batch, which tells each op's batch dimension
     (`_splittable`)."""
     nodes = [n for n in traced.graph.nodes if n.op in ("placeholder", "call_function")]
-    rep, tensor = _fold(nodes)
+    rep, tensor = _fold(nodes, traced)
     kept = [n for n in nodes if rep[n] is n]
     names = {n: _op_name(n, traced) for n in kept}
     forward = _ancestors(next(n for n in nodes if n.name == traced.loss), rep)
     batched = _batched(kept, traced, twin)
-    grads = {rep[n]: (traced.gradients[n.name], est.nbytes(n.meta.get("val")))
-             for n in nodes if n.name in traced.gradients}
+    grads: dict = {}  # parameter -> [(the op producing (part of) its gradient, bytes)]
+    for n in nodes:
+        if n.name in traced.gradients:
+            param = traced.gradients[n.name]
+            grads.setdefault(traced.tied.get(param, param), []).append(
+                (rep[n], est.nbytes(n.meta.get("val"))))
+    grad_bytes: dict = {}  # a gradient counted once, on its first producer
+    for parts in grads.values():
+        grad_bytes[parts[0][0]] = grad_bytes.get(parts[0][0], 0) + parts[0][1]
     ops = []
     for n in kept:
         value = n.meta.get("val")
@@ -58,18 +66,18 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         else:
             compute = est.estimate(est.node_flops(n), est.node_bytes(n), est.dtype_name(value),
                                    kinds)
-        ops.append(Op(names[n], _type(n, param), compute,
+        ops.append(Op(names[n], _type(n, param, traced), compute,
                       output_bytes=0 if param else est.nbytes(value),
                       param_bytes=est.nbytes(value) if param else 0,
-                      grad_bytes=grads.get(n, (None, 0))[1],
+                      grad_bytes=grad_bytes.get(n, 0),
                       colocation=f"param:{param}" if param else None,
-                      splittable=_splittable(n, batched.get(n, False), n in grads),
+                      splittable=_splittable(n, batched.get(n, False), n in grad_bytes),
                       role="forward" if param or n in forward else "backward"))
     edges = _edges(kept, names, rep, tensor)
     param_of = {p: n for n, p in traced.parameters.items()}
     by_name = {n.name: n for n in kept}
     mixed = False
-    for producer, (param, size) in grads.items():
+    for param, parts in grads.items():
         node = by_name[param_of[param]]
         value = node.meta.get("val")
         mixed |= est.dtype_name(value) in ("float16", "bfloat16")
@@ -79,7 +87,8 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         ops.append(Op(name, f"{traced.optimizer}_update", est.estimate(
             flops * numel, tensors * est.nbytes(value), "float32", kinds),
             colocation=f"param:{param}", role="update"))
-        edges += [Edge(names[producer], name, size), Edge(names[node], name, est.nbytes(value))]
+        edges += [Edge(names[producer], name, size) for producer, size in parts]
+        edges.append(Edge(names[node], name, est.nbytes(value)))
     meta = {"format": "pytorch", "torch_version": torch.__version__,
             "batch_size": traced.batch_size, "source": traced.source,
             "trace_seconds": traced.seconds, "optimizer": traced.optimizer,
@@ -90,10 +99,17 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     return with_optimizer(graph, traced.optimizer + ("-mixed" if mixed else ""))
 
 
-def _fold(nodes):
-    """(each node's kept op, each node's tensor identity): views fold into what they view."""
+def _fold(nodes, traced):
+    """(each node's kept op, each node's tensor identity): views fold into what they view, and
+    a tied parameter's placeholder into its first name's."""
     rep, tensor = {}, {}
+    placeholder = {traced.parameters[n.name]: n for n in nodes
+                   if n.op == "placeholder" and n.name in traced.parameters}
     for n in nodes:
+        tied = traced.tied.get(traced.parameters.get(n.name)) if n.op == "placeholder" else None
+        if tied in placeholder:
+            rep[n], tensor[n] = placeholder[tied], (placeholder[tied], 0)
+            continue
         if n.op == "call_function" and n.target in est.ALIASES:
             src = n.all_input_nodes[0] if n.all_input_nodes else None
             rep[n] = rep.get(src)
@@ -192,7 +208,9 @@ def _op_name(n, traced: TracedTorchStep) -> str:
     return n.name
 
 
-def _type(n, param) -> str:
+def _type(n, param, traced) -> str:
     if n.op == "placeholder":
-        return "Parameter" if param else "Input"
+        if param:
+            return "Parameter" if param in traced.trainable else "Buffer"
+        return "Input"
     return str(getattr(n.target, "__name__", n.target))

@@ -27,12 +27,22 @@ class TracedModel:
     total_seconds: float
 
 
-def profile_torch_model(path, batch_size: int, kinds, *, progress=None) -> TracedModel:
-    """The op graph of the model file at ``path`` at ``batch_size``, its compute estimated on
-    each device kind of ``kinds`` (`moplace.torch.estimate`)."""
+def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = None,
+                        dtype: str = "fp32", progress=None) -> TracedModel:
+    """The op graph of the model file at ``path`` (or ``hf:NAME``, a Hugging Face model by
+    configuration at ``seq_len`` tokens and ``dtype``: `moplace.torch.hf`) at ``batch_size``,
+    its compute estimated on each device kind of ``kinds`` (`moplace.torch.estimate`)."""
     from .convert import to_op_graph
-    from .modelfile import load_setup
     from .trace import trace_step
+
+    def load_setup(spec, batch):
+        if str(spec).startswith("hf:"):
+            from .hf import load_hf_setup
+
+            return load_hf_setup(str(spec)[3:], batch, seq_len, dtype)
+        from .modelfile import load_setup as from_file
+
+        return from_file(spec, batch)
 
     t0 = time.perf_counter()
     ticker = Ticker(progress, len(STAGES))
@@ -48,8 +58,10 @@ def profile_torch_model(path, batch_size: int, kinds, *, progress=None) -> Trace
     ticker.tick()
     ticker.stage(STAGES[3])
     graph = to_op_graph(traced, kinds, twin)
-    source = {"model": str(path), "batch_size": int(batch_size), "framework": "pytorch"}
-    graph = type(graph)(graph.ops, graph.edges, name=graph.name,
+    source = {"model": str(path), "batch_size": int(batch_size), "framework": "pytorch",
+              **({"seq_len": setup.x[0].shape[1], "dtype": dtype}
+                 if str(path).startswith("hf:") else {})}
+    graph = type(graph)(graph.ops, graph.edges, name=setup.name,
                         metadata={**graph.metadata, "source": source,
                                   "parameters": int(parameters)})
     ticker.tick()

@@ -32,6 +32,7 @@ class TracedTorchStep:
     parameters: dict  # placeholder name -> parameter (or buffer) name
     trainable: set  # the parameter names that get a gradient
     gradients: dict  # node name -> parameter name
+    tied: dict  # a parameter name -> the name of the parameter it shares storage with
     loss: str  # the loss node's name
     inputs: list  # the batch's placeholder names
     batch_size: int
@@ -71,9 +72,14 @@ def trace_step(setup: TorchSetup) -> TracedTorchStep:
     backward = sig.backward_signature
     prefix = "model."  # the wrapper's attribute
     strip = {k: v.removeprefix(prefix) for k, v in names.items()}
+    first: dict = {}  # tied weights (an embedding and the head): one tensor, several names
+    tied = {}
+    for name, p in setup.model.named_parameters(remove_duplicate=False):
+        tied[name] = first.setdefault(id(p), name)
     return TracedTorchStep(
         setup.name, gm.graph, strip,
         {v.removeprefix(prefix) for v in sig.inputs_to_parameters.values()},
         {k: v.removeprefix(prefix) for k, v in backward.gradients_to_parameters.items()},
-        backward.loss_output, list(sig.user_inputs), setup.batch_size, setup.optimizer_name,
-        setup.source, time.perf_counter() - t0)
+        {k: v for k, v in tied.items() if k != v}, backward.loss_output,
+        list(sig.user_inputs), setup.batch_size, setup.optimizer_name, setup.source,
+        time.perf_counter() - t0)
