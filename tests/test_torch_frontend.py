@@ -171,3 +171,34 @@ def test_options_that_need_tensorflow_or_a_known_device_are_refused(tmp_path, ca
     code = main(["profile", str(mlp_file(tmp_path)), "--batch", "2", "-o",
                  str(tmp_path / "g.json"), *argv])
     assert code == 2 and says in capsys.readouterr().err
+
+
+def test_measure_times_every_op_on_this_cpu_and_holds_the_simulator_against_a_real_step(
+        tmp_path, capsys, monkeypatch):
+    import re
+
+    import moplace
+
+    monkeypatch.setenv("GPT_DIMS", "256,4,2,128,1000")
+    out = tmp_path / "gpt.json"
+    assert main(["profile", str(GPT), "--batch", "8", "--measure", "--steps", "3", "-o",
+                 str(out), "--quiet"]) == 0
+    text, err = capsys.readouterr()
+    assert "USDT" not in err and "profiler_start" not in err  # the profiler's native lines
+    g = load_graph(str(out))
+    assert g.metadata["profiled_on"] == "cpu" and g.metadata["measured"]["steps"] == 3
+    assert "cpu" not in g.metadata["estimated"]
+    timed = [op for op in g.ops if op.type not in ("Parameter", "Buffer", "Input")]
+    assert all("cpu" in op.compute for op in g.ops)
+    assert sum(op.compute["cpu"] > 0 for op in timed) > 0.9 * len(timed)
+    cluster = moplace.load_cluster(str(out.with_suffix(".cluster.toml")))
+    assert cluster.kinds == ("cpu",) and cluster.n_devices == 1
+    real, simulated = (float(v) for v in re.search(
+        r"a real step ([\d.]+) ms; the simulator's one-device step on the measured op times "
+        r"([\d.]+) ms", text).groups())
+    assert 0.5 < simulated / real < 2.0, text  # the same step, timed two ways
+    assert main(["evaluate", str(out), "--cluster", str(out.with_suffix(".cluster.toml")),
+                 "--baseline", "single", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["cost_notes"] == [] and result["runtime_s"] == pytest.approx(simulated / 1e3,
+                                                                                rel=1e-3)

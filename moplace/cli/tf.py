@@ -37,6 +37,9 @@ def add_commands(sub) -> None:
                        help="profile on a testbed of K worker processes (one GPU or one share "
                        "of the cores each) and measure the links between them")
     p.add_argument("--steps", type=integer(1, 10**6), default=5, help="traced steps (after 2 warm-up steps)")
+    p.add_argument("--measure", action="store_true",
+                   help="PyTorch model file only: also build it for real and time every op on "
+                        "this CPU with torch.profiler (--steps runs), as device kind cpu")
     p.add_argument("--seq-len", type=integer(1, 2**22), metavar="TOKENS",
                    help="hf:NAME only: tokens per sequence (default: the model's longest context)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",

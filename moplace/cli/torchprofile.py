@@ -28,6 +28,9 @@ def profile_torch(args, path) -> int:
         raise MoplaceError(f"{what}: --testbed, --device-count and --parts measure ops with "
                            f"TensorFlow; a PyTorch model's times are roofline estimates "
                            f"(--estimate KINDS) for now")
+    if hf and args.measure:
+        raise MoplaceError(f"{what}, built from its configuration without weights: --measure "
+                           f"runs a model file's step for real")
     if not hf and (args.seq_len is not None or args.dtype != "fp32"):
         raise MoplaceError(f"{what}: --seq-len and --dtype are for hf:NAME models (a model "
                            f"file sets its own shapes and dtypes)")
@@ -50,22 +53,57 @@ def profile_torch(args, path) -> int:
     if not out_dir.is_dir():
         raise MoplaceError(f"-o {args.output}: folder {out_dir} does not exist")
     check_output(args.output, force=args.force, flag="-o")  # before tracing, not after
+    cluster_path = Path(args.output).with_suffix(".cluster.toml")
+    if args.measure:
+        check_output(cluster_path, force=args.force, flag="-o")
     from ..io import save_graph
     from ..torch.frontend import profile_torch_model
     from .progress import Display
 
     with Display("quiet" if args.quiet else "auto") as display:
         traced = profile_torch_model(path, args.batch, kinds, seq_len=args.seq_len,
-                                     dtype=args.dtype,
+                                     dtype=args.dtype, measure_steps=args.steps if args.measure
+                                     else 0,
                                      progress=display.job(f"trace {getattr(path, 'name', path)}"))
     g = traced.graph
     save_graph(g, args.output)
+    if traced.measured is not None:
+        cluster_path.write_text(_cpu_cluster(g.name))
     steps = ", ".join(f"{k} {g.total_compute(k) * 1e3:.3f} ms" for k in kinds)
     kind = "a Hugging Face model (transformers, eager attention)" if hf else "a PyTorch model"
     print(f"{g.name}: {kind}, {traced.parameters:,} parameters; {len(g.ops)} ops, "
           f"{len(g.edges)} edges ({g.metadata['folded_views']} views folded); traced in "
           f"{traced.total_seconds:.1f} s without allocating it (fake tensors)")
-    print(f"op times are roofline estimates, not measurements: one device's step {steps}")
+    print(f"op times on {' and '.join(kinds)} are roofline estimates, not measurements: one "
+          f"device's step {steps}")
+    if traced.measured is not None:
+        _print_measured(g, traced.measured, cluster_path)
     print(f"wrote {args.output} (search it on a cluster of {' or '.join(kinds)} devices: "
           f"`moplace clusters` lists the presets)")
     return 0
+
+
+def _cpu_cluster(name: str) -> str:
+    """The cluster file of this machine's CPU as one device (its RAM as memory): where
+    ``--measure`` timed the ops, so the graph's ``cpu`` times are evaluated on it."""
+    import os
+
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return (f'name = "{name}-cpu"\ndescription = "this machine\'s CPU, where moplace profile '
+            f'--measure timed every op"\n\n[[servers]]\ncount = 1\nkind = "cpu"\n'
+            f'memory = "{memory}B"\n')
+
+
+def _print_measured(graph, measured, cluster_path) -> None:
+    """The measured step beside the simulator's one-device step on the measured op times."""
+    from ..core.baselines import baseline
+    from ..core.presets import load_cluster
+    from ..simulator.evaluation import evaluate
+
+    cluster = load_cluster(str(cluster_path))
+    simulated = evaluate(graph, cluster, baseline("single", graph, 1)).objectives()["runtime"]
+    error = simulated / measured.step_seconds - 1
+    print(f"measured on this CPU ({measured.threads} threads, torch.profiler, median of "
+          f"{measured.steps}): a real step {measured.step_seconds * 1e3:.3f} ms; the "
+          f"simulator's one-device step on the measured op times {simulated * 1e3:.3f} ms "
+          f"({error:+.1%}); wrote {cluster_path} (the cpu device, as --cluster)")

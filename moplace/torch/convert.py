@@ -38,10 +38,12 @@ SPLITTABLE = frozenset({
 UPDATE_WORK = {"sgd": (2, 3), "momentum": (4, 5), "adam": (12, 7)}
 
 
-def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = None) -> OpGraph:
+def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = None,
+                measured=None) -> OpGraph:
     """The op graph of ``traced``, its compute estimated on each device kind of ``kinds``;
     ``twin``: the same step traced at twice the batch, which tells each op's batch dimension
-    (`_splittable`)."""
+    (`_splittable`); ``measured`` (`moplace.torch.measure.Measured`): each op's time measured
+    on this machine's CPU, as device kind ``cpu``."""
     nodes = [n for n in traced.graph.nodes if n.op in ("placeholder", "call_function")]
     rep, tensor = _fold(nodes, traced)
     kept = [n for n in nodes if rep[n] is n]
@@ -57,6 +59,11 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     grad_bytes: dict = {}  # a gradient counted once, on its first producer
     for parts in grads.values():
         grad_bytes[parts[0][0]] = grad_bytes.get(parts[0][0], 0) + parts[0][1]
+    timed: dict = {}  # kept op -> measured seconds of the nodes folded into it
+    if measured is not None:
+        for n in nodes:
+            if rep[n] is not None and n.name in measured.node_seconds:
+                timed[rep[n]] = timed.get(rep[n], 0.0) + measured.node_seconds[n.name]
     ops = []
     for n in kept:
         value = n.meta.get("val")
@@ -66,6 +73,8 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         else:
             compute = est.estimate(est.node_flops(n), est.node_bytes(n), est.dtype_name(value),
                                    kinds)
+        if measured is not None:
+            compute = {**compute, "cpu": timed.get(n, 0.0)}
         ops.append(Op(names[n], _type(n, param, traced), compute,
                       output_bytes=0 if param else est.nbytes(value),
                       param_bytes=est.nbytes(value) if param else 0,
@@ -77,6 +86,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     param_of = {p: n for n, p in traced.parameters.items()}
     by_name = {n.name: n for n in kept}
     mixed = False
+    total = sum(est.nbytes(by_name[param_of[p]].meta.get("val")) for p in grads) or 1
     for param, parts in grads.items():
         node = by_name[param_of[param]]
         value = node.meta.get("val")
@@ -84,9 +94,11 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         flops, tensors = UPDATE_WORK[traced.optimizer]
         numel = value.numel()
         name = f"update/{param}"
-        ops.append(Op(name, f"{traced.optimizer}_update", est.estimate(
-            flops * numel, tensors * est.nbytes(value), "float32", kinds),
-            colocation=f"param:{param}", role="update"))
+        compute = est.estimate(flops * numel, tensors * est.nbytes(value), "float32", kinds)
+        if measured is not None:  # the optimizer's step, shared by the weights' bytes
+            compute["cpu"] = measured.optimizer_seconds * est.nbytes(value) / total
+        ops.append(Op(name, f"{traced.optimizer}_update", compute,
+                      colocation=f"param:{param}", role="update"))
         edges += [Edge(names[producer], name, size) for producer, size in parts]
         edges.append(Edge(names[node], name, est.nbytes(value)))
     meta = {"format": "pytorch", "torch_version": torch.__version__,
@@ -94,7 +106,12 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
             "trace_seconds": traced.seconds, "optimizer": traced.optimizer,
             "estimated": {k: "roofline from aten ops' FLOPs and bytes, moplace.torch.estimate"
                           for k in kinds},
-            "folded_views": len(nodes) - len(kept)}
+            "folded_views": len(nodes) - len(kept),
+            **({"profiled_on": "cpu", "measured": {
+                "kind": "cpu", "how": "torch.profiler, each node of the traced graph in a "
+                "record_function; the optimizer's step timed whole, shared by bytes",
+                "steps": measured.steps, "threads": measured.threads,
+                "step_median_s": measured.step_seconds}} if measured is not None else {})}
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
     return with_optimizer(graph, traced.optimizer + ("-mixed" if mixed else ""))
 

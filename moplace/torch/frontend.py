@@ -2,8 +2,9 @@
 (at the batch and at twice the batch, which tells every op's batch dimension), and write the
 op graph with roofline estimates for the device kinds asked for.
 
-Measured op times (``torch.profiler``) are not taken yet: every time is an estimate, and the
-graph and every result computed on it say so.
+With ``--measure`` a model file is also built for real and every op timed on this machine's
+CPU (`moplace.torch.measure`), as device kind ``cpu``; every other kind's time is an estimate,
+and the graph and every result computed on it say so.
 """
 
 from __future__ import annotations
@@ -25,13 +26,17 @@ class TracedModel:
     parameters: int
     trace_seconds: float
     total_seconds: float
+    measured: object = None  # moplace.torch.measure.Measured, when measured
 
 
 def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = None,
-                        dtype: str = "fp32", progress=None) -> TracedModel:
+                        dtype: str = "fp32", measure_steps: int = 0,
+                        progress=None) -> TracedModel:
     """The op graph of the model file at ``path`` (or ``hf:NAME``, a Hugging Face model by
     configuration at ``seq_len`` tokens and ``dtype``: `moplace.torch.hf`) at ``batch_size``,
-    its compute estimated on each device kind of ``kinds`` (`moplace.torch.estimate`)."""
+    its compute estimated on each device kind of ``kinds`` (`moplace.torch.estimate`), and
+    with ``measure_steps``, measured on this machine's CPU over that many runs
+    (`moplace.torch.measure`: a model file only, built for real)."""
     from .convert import to_op_graph
     from .trace import trace_step
 
@@ -45,7 +50,7 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
         return from_file(spec, batch)
 
     t0 = time.perf_counter()
-    ticker = Ticker(progress, len(STAGES))
+    ticker = Ticker(progress, len(STAGES) + bool(measure_steps))
     ticker.stage(STAGES[0])
     setup = load_setup(path, batch_size)
     parameters = sum(p.numel() for p in setup.model.parameters())
@@ -56,8 +61,15 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     ticker.stage(STAGES[2])
     twin = trace_step(load_setup(path, 2 * batch_size))
     ticker.tick()
+    measured = None
+    if measure_steps:
+        from .measure import measure
+
+        ticker.stage("measuring every op on this CPU (built for real)")
+        measured = measure(path, batch_size, traced, steps=measure_steps)
+        ticker.tick()
     ticker.stage(STAGES[3])
-    graph = to_op_graph(traced, kinds, twin)
+    graph = to_op_graph(traced, kinds, twin, measured)
     source = {"model": str(path), "batch_size": int(batch_size), "framework": "pytorch",
               **({"seq_len": setup.x[0].shape[1], "dtype": dtype}
                  if str(path).startswith("hf:") else {})}
@@ -65,4 +77,5 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
                         metadata={**graph.metadata, "source": source,
                                   "parameters": int(parameters)})
     ticker.tick()
-    return TracedModel(graph, int(parameters), traced.seconds, time.perf_counter() - t0)
+    return TracedModel(graph, int(parameters), traced.seconds, time.perf_counter() - t0,
+                       measured)

@@ -84,6 +84,19 @@ def load_setup(path, batch_size: int) -> TorchSetup:
     """Run the model file at ``path`` and its ``build(batch_size)`` under fake tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    path = Path(path)
+    model, loss, optimizer, x, y = build_model(path, batch_size, meta=True)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    _make_fake(model, mode)
+    x, y = tuple(_fake(t, mode) for t in x), _fake(y, mode)
+    return TorchSetup(path.stem, model, loss, optimizer, x, y, int(batch_size), mode, str(path))
+
+
+def build_model(path, batch_size: int, *, meta: bool):
+    """``(model, loss, optimizer, x, y)`` of the model file at ``path``, checked: built on the
+    meta device (no storage), or for real (to run it: `moplace.torch.measure`)."""
+    import contextlib
+
     from ._torch import torch
 
     path = Path(path)
@@ -92,7 +105,7 @@ def load_setup(path, batch_size: int) -> TorchSetup:
     if not callable(build):
         raise FormatError(path, "defines no build(batch_size) function")
     try:
-        with torch.device("meta"):
+        with torch.device("meta") if meta else contextlib.nullcontext():
             built = build(batch_size)
     except Exception as exc:  # noqa: BLE001 - the user's code: name the file and line
         raise FormatError(path, f"build({batch_size}) failed: {_where(exc, path)}") from None
@@ -113,10 +126,7 @@ def load_setup(path, batch_size: int) -> TorchSetup:
     x = tuple(x) if isinstance(x, (tuple, list)) else (x,)
     if not all(isinstance(t, torch.Tensor) for t in (*x, y)):
         raise FormatError(path, f"{RETURNS}: x and y must be tensors")
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    _make_fake(model, mode)
-    x, y = tuple(_fake(t, mode) for t in x), _fake(y, mode)
-    return TorchSetup(path.stem, model, loss, optimizer, x, y, int(batch_size), mode, str(path))
+    return model, loss, optimizer, x, y
 
 
 def _fake(t, mode):

@@ -29,6 +29,7 @@ class TracedTorchStep:
 
     name: str
     graph: Any  # torch.fx.Graph
+    module: Any  # the torch.fx.GraphModule that runs it
     parameters: dict  # placeholder name -> parameter (or buffer) name
     trainable: set  # the parameter names that get a gradient
     gradients: dict  # node name -> parameter name
@@ -77,7 +78,7 @@ def trace_step(setup: TorchSetup) -> TracedTorchStep:
     for name, p in setup.model.named_parameters(remove_duplicate=False):
         tied[name] = first.setdefault(id(p), name)
     return TracedTorchStep(
-        setup.name, gm.graph, strip,
+        setup.name, gm.graph, gm, strip,
         {v.removeprefix(prefix) for v in sig.inputs_to_parameters.values()},
         {k: v.removeprefix(prefix) for k, v in backward.gradients_to_parameters.items()},
         {k: v for k, v in tied.items() if k != v}, backward.loss_output,
