@@ -104,3 +104,27 @@ def test_show_prints_the_short_table_and_all_on_request(tmp_path, every, capsys)
     assert len(_rows(out)) == (25 if every else ROW_LIMIT)
     assert ("10 of 25 distinct points shown" in out) != every
     assert "note: op times on H100 are estimates" in out
+
+
+@pytest.mark.parametrize("damage, field", [
+    (lambda d: d["points"][0].update(runtime_s="fast"), "points[0].runtime_s"),
+    (lambda d: d["points"][1].update(feasible=1), "points[1].feasible"),
+    (lambda d: d["points"][0].update(plan={"devices": 2, "micro_batches": 4}),
+     "points[0].plan.schedule"),
+    (lambda d: d.update(baselines={"single": {"runtime_s": 1.0}}),
+     "baselines.single.peak_comm_bytes"),
+    (lambda d: d.update(notes="not a list"), "notes"),
+    (lambda d: d.update(objectives=[3]), "objectives"),
+])
+def test_show_refuses_a_damaged_front_by_field(tmp_path, capsys, damage, field):
+    """What show reads of a front.json besides its strategies is checked first (the fuzz
+    suite found a traceback for each of these)."""
+    from moplace.cli import main
+
+    data = _front(_line_front(3), status="finished", evaluations=3, hypervolume=0.5)
+    damage(data)
+    path = tmp_path / "front.json"
+    path.write_text(json.dumps(data))
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"field '{field}'" in err and "Traceback" not in err, err

@@ -95,7 +95,7 @@ def export_point(front, point) -> tuple[dict, str]:
     graph, cluster = graph_arg(ns), cluster_arg(ns)
     strategy = strategy_from_file(data, front, graph, cluster, point=point)
     k = 0 if point is None else point
-    points, feasible = front_points(data, front)
+    _, feasible = front_points(data, front)
     shape = plan_shape(graph, strategy)
     doc = plan_document(graph, strategy, shape, cluster.device_names, source=str(front),
                         point=k, feasible=feasible, cluster=cluster.name)

@@ -60,7 +60,11 @@ def from_front(args, *, needs_cluster: bool) -> None:
         if path is None or not str(path).endswith(".json"):
             return None
         data = read_json(path)
-        return data if isinstance(data, dict) and data.get("format") == FRONT_FORMAT else None
+        if not (isinstance(data, dict) and data.get("format") == FRONT_FORMAT):
+            return None
+        from ..io.frontcheck import check_front
+
+        return check_front(data, path)
 
     if args.graph is not None and getattr(args, "strategy", None) is None \
             and getattr(args, "baseline", None) is None and front(args.graph) is not None:

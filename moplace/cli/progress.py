@@ -132,10 +132,10 @@ def first_seconds() -> str:
     searcher's setup and first batch (seed strategies such as the list schedulers')."""
     from ..simulator.engine import compiled_on_disk
 
-    compiling = not compiled_on_disk()
-    setup = "setting up: seed strategies and the first batch"
-    return (f"compiling the simulator (first run after installing, about a minute), then "
-            f"{setup[len('setting up: '):]}" if compiling else setup)
+    setup = "seed strategies and the first batch"
+    if compiled_on_disk():
+        return f"setting up: {setup}"
+    return f"compiling the simulator (first run after installing, about a minute), then {setup}"
 
 
 class SearchProgress(Callback):

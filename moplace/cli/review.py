@@ -164,8 +164,10 @@ def _show(args) -> int:
             out["point"] = {"index": args.point, **points[args.point]}
         print(strictjson.dumps(out))
         return 0
-    print(f"{info['what']}: {data.get('status', 'done')}, {data['evaluations']} evaluations, "
-          f"hypervolume {data['hypervolume']:.4f}")
+    evaluations, hv = data.get("evaluations"), data.get("hypervolume")  # a file may lack them
+    print(f"{info['what']}: {data.get('status', 'done')}, "
+          f"{evaluations if evaluations is not None else '?'} evaluations, hypervolume "
+          f"{f'{hv:.4f}' if hv is not None else '?'}")
     if args.point is not None:
         _print_point(points[args.point], args.point, data, knee)
     else:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._topo import lexicographic_topo_order
 from .baselines import group_order
 from .graph import ROLES, OpGraph
 from .recompute import recomputable_heads
@@ -128,9 +129,10 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
 
 
 def _stage_order(graph, strategy, keys, sets, why) -> list:
-    """The device sets in the order data flows through them (Kahn's algorithm on the graph of
-    device sets that forward data flows between, ties by first appearance); where that graph
-    has a cycle, the sets in first-appearance order, and a reason in ``why``."""
+    """The device sets in the order data flows through them (the lexicographic topological
+    order of the graph of device sets that forward data flows between: ties by first
+    appearance); where that graph has a cycle, the sets in first-appearance order, and a
+    reason in ``why``."""
     a = graph.arrays
     index = {k: i for i, k in enumerate(keys)}
     of_group = np.empty(a.n_groups, np.int64)
@@ -139,21 +141,9 @@ def _stage_order(graph, strategy, keys, sets, why) -> list:
     of_op = of_group[a.group]
     flow = np.isin(a.role[a.src], _FLOW_ROLES) & np.isin(a.role[a.dst], _FLOW_ROLES)
     u, v = of_op[a.src[flow]], of_op[a.dst[flow]]
-    pairs = {(int(x), int(y)) for x, y in zip(u.tolist(), v.tolist()) if x != y}
-    indeg = [0] * len(keys)
-    for _, y in pairs:
-        indeg[y] += 1
-    ready = [i for i in range(len(keys)) if indeg[i] == 0]
-    out = []
-    while ready:
-        ready.sort()
-        i = ready.pop(0)
-        out.append(i)
-        for x, y in pairs:
-            if x == i:
-                indeg[y] -= 1
-                if indeg[y] == 0:
-                    ready.append(y)
+    between = u != v
+    out = lexicographic_topo_order(len(keys), u[between].astype(np.int64),
+                                   v[between].astype(np.int64)).tolist()
     if len(out) < len(keys):
         stuck = [keys[i] for i in range(len(keys)) if i not in out]
         why.append(f"data flows back and forth between devices {_devs(stuck[0])} and others "

@@ -20,9 +20,10 @@ graph gave them). Each objective is under the JSON key it was registered with
 evaluations so far, hypervolume and the best feasible value of each objective (``null`` before
 a feasible point was found).
 ``baselines`` (optional) holds the baselines' points on the same problem
-(`moplace.review.marks.baselines_json`),
-so a front point equal to one is named; ``notes`` what the searcher and the costs' origin
-(`moplace.costs.origin`) said.
+(`moplace.review.marks.baselines_json`), so a front point equal to one is named; ``notes`` what
+the searcher and the costs' origin (`moplace.costs.origin`) said. Both are optional: absent in
+older files and ignored by an older moplace, so they need no new version.
+`moplace.io.frontcheck.check_front` checks every field `show` and the front-alone commands read.
 ``graph_fingerprint``, ``cluster_devices`` and ``cluster_fingerprint`` record what the search
 ran on (a hash of the graph's ops, sizes and times; the device names; a hash of the devices'
 kinds, names, memory, speeds and links), so a front read on another graph or cluster is told
@@ -57,21 +58,15 @@ from .strategies import strategy_to_json
 
 def read_front(path) -> dict:
     """The content of the front.json at ``path``; a `MoplaceError` naming the file when it
-    is missing, not JSON, or not a front moplace wrote."""
-    import json
-
+    is missing, not JSON, not a front moplace wrote, or a field is damaged (`check_front`)."""
     from ..errors import MoplaceError
+    from .frontcheck import check_front
+    from .native import read_json
 
     path = Path(path)
     if not path.is_file():
         raise MoplaceError(f"{path}: no such file")
-    try:
-        data = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MoplaceError(f"{path}: not a JSON front file ({exc})") from None
-    if not isinstance(data, dict) or "points" not in data or "objectives" not in data:
-        raise MoplaceError(f"{path}: not a front written by moplace (no points)")
-    return data
+    return check_front(read_json(path), path)
 
 
 def point_json(point, problem) -> dict:

@@ -230,8 +230,13 @@ class FrontJson(StrategyJson):
 
     def command(self, rng):
         point = rng.choice([["--point", "0"]] * 6 + [["--point", "1"], ["--point", "3"], []])
-        return ["evaluate", GRAPH, "--cluster", CLUSTER, "--strategy", "{input}", *point,
-                "--json"]
+        # the file alone (issue 34): show reads its baselines, notes and points; evaluate
+        # its graph, cluster, memory cap, optimizer and in-place setting
+        return rng.choice([
+            ["evaluate", GRAPH, "--cluster", CLUSTER, "--strategy", "{input}", *point, "--json"],
+            ["evaluate", GRAPH, "--cluster", CLUSTER, "--strategy", "{input}", *point, "--json"],
+            ["evaluate", "{input}", *point, "--json"], ["show", "{input}"],
+            ["show", "{input}", "--all"]])
 
 
 # -- command lines -------------------------------------------------------------------------------
@@ -442,6 +447,7 @@ class Arguments:
             n.append((f"show --save {v[-20:]!r}", b["show"] + ["--save", v]))
         for v in (str(existing), str(binary), "/proc/nope.json", str(wd / "nosuch.json")):
             n.append((f"show front file {v[-20:]!r}", ["show", v, "--best", "runtime"]))
+        n.append(("search --all", b["search-random"] + ["--all"]))
         # a front.json alone names the graph and cluster (issue 34): and when it cannot
         for argv in (["evaluate"], ["evaluate", GRAPH], ["evaluate", front],
                      ["evaluate", front, "--point", "99"], ["evaluate", front, "--baseline", "all"],
