@@ -39,8 +39,9 @@ def digest(*arrays) -> str:
     return h.hexdigest()
 
 
-def record(graphs=None, cluster=CLUSTER, **options) -> dict:
-    """{graph: {baseline: figures}} for the bundled graphs (all by default). In ``options``,
+def record(graphs=None, cluster=CLUSTER, baselines=None, **options) -> dict:
+    """{graph: {baseline: figures}} for the bundled graphs (all by default) and ``baselines``
+    (all registered by default). In ``options``,
     ``inplace`` goes to the cost model (default on), ``optimizer`` to `load_graph` (default
     "auto"), the others to the baseline strategies (see `strategy_for`)."""
     c = moplace.load_cluster(cluster)
@@ -51,7 +52,7 @@ def record(graphs=None, cluster=CLUSTER, **options) -> dict:
         g = moplace.load_graph(name, optimizer=optimizer)
         costs = CostModel(g, c, inplace=inplace)
         rows = {}
-        for b in sorted(BASELINES):
+        for b in sorted(BASELINES if baselines is None else baselines):
             s = strategy_for(b, g, c.n_devices, **options)
             t = moplace.simulate(g, c, s, costs=costs)
             rows[b] = {"makespan": t.makespan, "sent": t.sent.tolist(),

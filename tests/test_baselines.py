@@ -42,7 +42,8 @@ def clusters():
 
 
 def test_registry_names():
-    assert BASELINES.names() == ["single", "data-parallel", "round-robin", "layer-split"]
+    assert BASELINES.names() == ["single", "data-parallel", "tensor-parallel", "round-robin",
+                                "layer-split"]
 
 
 def test_bundled_list_is_not_empty():
@@ -173,8 +174,8 @@ def test_group_order_and_topological_priority():
 
 
 def test_unknown_baseline_lists_known_ones():
-    with pytest.raises(MoplaceError, match="unknown baseline 'magic'; known: single, "
-                                           "data-parallel, round-robin, layer-split"):
+    with pytest.raises(MoplaceError, match="unknown baseline 'magic'; known: single, data-"
+                                           "parallel, tensor-parallel, round-robin, layer-split"):
         baseline("magic", graph_of("pipedream:vgg16"), 4)
 
 

@@ -72,7 +72,7 @@ def test_seeds_put_everything_on_one_device_of_each_kind():
     assert [d.kind for d in mixed.cluster.devices] == ["P100", "A100", "A100"]
     for p, devices in ((vgg, [0]), (mixed, [0, 1, 2])):
         seeds = heuristic_strategies(p)
-        assert len(seeds) == 2 + 4 + len(devices)  # DPOS, HEFT, the baselines, the singles
-        for s, d in zip(seeds[6:], devices):
+        assert len(seeds) == 2 + 5 + len(devices)  # DPOS, HEFT, the baselines, the singles
+        for s, d in zip(seeds[7:], devices):
             assert np.all(s.placement == d)
             np.testing.assert_array_equal(s.priority, memory_priority(p.graph))

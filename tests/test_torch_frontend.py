@@ -57,7 +57,10 @@ def test_an_mlp_step_is_forward_backward_and_one_update_per_parameter(tmp_path):
     # the gradients: one producer per parameter, of the parameter's size
     assert sum(op.grad_bytes for op in g.ops) == sum(op.param_bytes for op in params.values())
     assert by["input/arg4_1"].output_bytes == 8 * 16 * 4
-    assert "batch" in by["relu"].splittable and by["addmm"].splittable == ("batch", "channel")
+    assert "batch" in by["relu"].splittable
+    # linear, relu, linear: a Megatron MLP block, which may also split on tensor
+    assert by["addmm"].splittable == ("batch", "channel", "tensor")
+    assert by["addmm_1"].partial_sums and not by["addmm"].partial_sums
     assert not by["nll_loss_forward"].splittable  # the scalar loss
     assert set(g.metadata["estimated"]) == {"H100"} and g.metadata["optimizer"] == "adam"
     assert all(op.compute["H100"] >= 0 for op in g.ops)
@@ -99,8 +102,11 @@ def test_every_op_the_batch_flows_through_is_split_on_batch_and_data_parallelism
     assert sb and all("batch" in op.splittable for op in sb)
     unsplit = {op.type for op in g.ops if not op.splittable and op.role != "update"
                and op.type != "Parameter"}
+    # (and the outputs of those that live apart: the loss's total weight)
     assert unsplit <= {"arange.default", "embedding.default", "nll_loss_forward.default",
-                       "ones_like.default", "sum.dim_IntList", "Input"}, unsplit
+                       "ones_like.default", "sum.dim_IntList", "Input", "Output"}, unsplit
+    assert all(op.splittable == g.ops[g.index[op.name.rsplit(".", 1)[0]]].splittable
+               for op in g.ops if op.type == "Output")
     cluster = moplace.load_cluster("8xH100-80GB-NVLink")
     single, dp = (moplace.evaluate(g, cluster, moplace.baseline(b, g, 8)).objectives()
                   for b in ("single", "data-parallel"))

@@ -132,6 +132,29 @@ def data_parallel(graph: OpGraph, n_devices: int,
     return plan.with_options(bucket_bytes=bucket_bytes) if reduces_gradients(graph) else plan
 
 
+@BASELINES.register("tensor-parallel")
+def tensor_parallel(graph: OpGraph, n_devices: int) -> Strategy:
+    """Megatron-LM's tensor parallelism with sequence parallelism on all n devices: every
+    group that may split on tensor (a transformer's attention and MLP blocks, forward and
+    backward, with their weights) split n ways on it, part k on device k, and every other
+    batch-splittable group n ways on batch (the norms, dropouts and residual adds between
+    blocks: each device its slice, so the blocks' all-reduces become reduce-scatters); on a
+    graph without tensor-splittable groups, that is data parallelism."""
+    if n_devices < 2:
+        return single(graph, n_devices)
+    devices = tuple(range(n_devices))
+    splits = {}
+    for g, members in enumerate(graph.groups):
+        dims = [set(graph.ops[i].splittable) for i in members]
+        if all("tensor" in d for d in dims):
+            splits[g] = Split("tensor", devices)
+        elif all("batch" in d for d in dims):
+            splits[g] = Split("batch", devices)
+    plan = spread_groups(graph, np.zeros(len(graph.groups), np.int64), splits,
+                         topological_priority(graph))
+    return plan.with_options(bucket_bytes=DDP_BUCKET_BYTES) if reduces_gradients(graph) else plan
+
+
 def partition_optimizer_state(graph: OpGraph, strategy: Strategy, n_devices: int) -> Strategy:
     """``strategy`` with its unsplit co-location groups that keep optimizer state (update ops'
     ``param_bytes``) spread over the devices, the largest first onto the device holding the

@@ -22,7 +22,7 @@ from ..errors import GraphError, shown
 from ._topo import depths, lexicographic_topo_order
 
 ROLES = ("forward", "backward", "update", "other")
-SPLIT_DIMS = ("batch", "channel")
+SPLIT_DIMS = ("batch", "channel", "tensor")
 
 #: Limits no real training step comes near; a value beyond them is a damaged file, and keeping
 #: them makes every sum the simulator forms fit an int64 of bytes and a finite float of seconds.
@@ -51,6 +51,8 @@ class Op:
     role: ``forward``, ``backward``, ``update`` or ``other``.
     part_compute: measured seconds of one part when split n ways on batch,
         ``{n: {kind: seconds}}``; without it a part costs compute / n plus a fixed overhead.
+    partial_sums: split on ``tensor``, each part yields a partial sum of the whole output (cut on
+        its reduction dimension, as a row-parallel linear), which an all-reduce completes.
     """
 
     name: str
@@ -63,6 +65,7 @@ class Op:
     splittable: tuple[str, ...] = ()
     role: str = "other"
     part_compute: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    partial_sums: bool = False
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -104,8 +107,10 @@ class Op:
         bad = [d for d in self.splittable if not isinstance(d, str) or d not in SPLIT_DIMS]
         if bad:
             raise GraphError(f"{where}: unknown split dimension {bad[0]!r} (known: {SPLIT_DIMS})")
-        if self.role not in ROLES:
-            raise GraphError(f"{where}: unknown role {self.role!r} (known: {ROLES})")
+        if self.role not in ROLES or not isinstance(self.partial_sums, (bool, np.bool_)):
+            raise GraphError(f"{where}: unknown role {self.role!r} (known: {ROLES})"
+                             if self.role not in ROLES else f"{where}: partial_sums must be "
+                             f"true or false, got {shown(self.partial_sums)}")
 
 
 def _check_seconds(where: str, seconds) -> None:
@@ -158,8 +163,8 @@ class CompiledGraph:
 
     ``out_ptr``/``out_edge`` and ``in_ptr``/``in_edge`` are CSR indexes into the edge arrays.
     ``group`` numbers co-location groups 0..n_groups-1 (an op without one is its own group).
-    ``split_mask`` bit 0 = batch, bit 1 = channel. ``role`` indexes `ROLES`. ``inplace``: the
-    op's type is one of `INPLACE_TYPES`.
+    ``split_mask`` bit k: dimension `SPLIT_DIMS`[k]. ``role`` indexes `ROLES`. ``inplace``: the op's
+    type is one of `INPLACE_TYPES`. ``partial_sums``: `Op.partial_sums`.
     """
 
     src: np.ndarray
@@ -178,6 +183,7 @@ class CompiledGraph:
     n_groups: int
     topo: np.ndarray
     inplace: np.ndarray
+    partial_sums: np.ndarray
 
 
 class OpGraph:
@@ -344,7 +350,8 @@ class OpGraph:
             split_mask=np.array([sum(1 << SPLIT_DIMS.index(d) for d in set(op.splittable))
                                  for op in self.ops], np.int64),
             group=group, n_groups=n_groups, topo=topo,
-            inplace=np.array([op.type.lower() in INPLACE_TYPES for op in self.ops], bool))
+            inplace=np.array([op.type.lower() in INPLACE_TYPES for op in self.ops], bool),
+            partial_sums=np.array([bool(op.partial_sums) for op in self.ops], bool))
         for value in vars(compiled).values():  # the graph is immutable: so are its arrays
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False

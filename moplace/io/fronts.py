@@ -157,6 +157,8 @@ def hash_graph(h, graph) -> None:
     a = graph.arrays
     hash_arrays(h, a.src, a.dst, a.edge_bytes, a.output_bytes, a.param_bytes, a.grad_bytes,
                 a.role, a.split_mask, a.group)
+    if a.partial_sums.any():  # (graphs without them hash as they did before they existed)
+        hash_arrays(h, a.partial_sums)
     for op in graph.ops:
         parts = sorted((n, sorted(t.items())) for n, t in op.part_compute.items())
         h.update(repr((op.name, sorted(op.compute.items()), op.splittable, parts)).encode())

@@ -22,7 +22,7 @@ FORMAT = "moplace-graph"
 VERSION = 1
 TOP_KEYS = {"format", "version", "name", "metadata", "ops", "edges"}
 OP_KEYS = {"name", "type", "compute", "output_bytes", "param_bytes", "grad_bytes", "colocation",
-           "splittable", "role", "part_compute"}
+           "splittable", "role", "part_compute", "partial_sums"}
 EDGE_KEYS = {"src", "dst", "bytes"}
 
 
@@ -74,6 +74,8 @@ def _op_record(op: Op) -> dict:
     if op.part_compute:
         record["part_compute"] = {str(n): {k: _py(v) for k, v in t.items()}
                                   for n, t in op.part_compute.items()}
+    if op.partial_sums:
+        record["partial_sums"] = True
     return record
 
 
@@ -172,6 +174,11 @@ def _read_op(r: _Reader, rec, at: str) -> Op:
         kw["role"] = rec["role"]
     if "part_compute" in rec:
         kw["part_compute"] = _read_parts(r, rec["part_compute"], f"{at}.part_compute")
+    if "partial_sums" in rec:
+        if not isinstance(rec["partial_sums"], bool):
+            r.fail(f"{at}.partial_sums", f"must be true or false, got "
+                   f"{shown(rec['partial_sums'])}")
+        kw["partial_sums"] = rec["partial_sums"]
     try:
         return Op(**kw)
     except GraphError as exc:

@@ -49,7 +49,7 @@ from .plugins import PluginRegistry
 #: the entry-point group seed sources are registered in
 GROUP = "moplace.seeds"
 #: the baselines that are also run on each device subset
-SUBSET_BASELINES = ("data-parallel", "layer-split")
+SUBSET_BASELINES = ("data-parallel", "tensor-parallel", "layer-split")
 
 
 class Seed(NamedTuple):

@@ -8,10 +8,10 @@ import numpy as np
 from ..arrays import csr_ptr, segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS
 from .collectives import ALL_GATHER, ALL_REDUCE, PIECE_BYTES, REDUCE_SCATTER, ring_plans
-from .gathers import sharded_weights, weight_gathers
+from .gathers import activation_gathers, sharded_weights, weight_gathers
 
 _UPDATE = ROLES.index("update")
-_BATCH = SPLIT_DIMS.index("batch")
+_BATCH, _TENSOR = SPLIT_DIMS.index("batch"), SPLIT_DIMS.index("tensor")
 
 
 class BucketedCollectives:
@@ -30,6 +30,13 @@ class BucketedCollectives:
     each piece's first task follows the previous piece's first, and the bucket's last task
     (the last piece's last) follows every piece's last. Update ops read the reduced gradient
     from the bucket's last task.
+
+    A tensor-split op whose parts yield partial sums (`Op.partial_sums`) on two or more
+    devices, read by an op that is not itself a partial sum, is a bucket of its own (after
+    the gradients' buckets): its output all-reduced among its parts' devices, or
+    reduce-scattered when every such reader is split on batch into as many parts on the same
+    devices (sequence parallelism, each reading its slice where it runs); its readers read
+    the sum from the bucket's last task (`summed`).
 
     Per collective task: ``ops`` (the bucket's last gradient's op), ``kind``, ``dur``,
     ``bytes_per_device``, its devices and resources (CSR ``ptr``/``devices``,
@@ -106,6 +113,23 @@ class BucketedCollectives:
                 fed_by = np.repeat(weights.exit + offset, n_use)
                 fed_op = np.array([w for use in g_users for w in use], np.int64)
                 tables.append(weights)
+        #: per op: its partial sums are completed by a collective of their own
+        self.summed = np.zeros(parts.size, bool)
+        s_ops, s_kind = _partial_sums(a, parts, dims, mask_of)
+        if s_ops.size:
+            entry = self._own_buckets(tables, s_ops, mask_of,
+                                      ring_plans(cl, mask_of[s_ops], s_kind), a.output_bytes)
+            self.summed[s_ops] = True
+            feeds.append((s_ops, entry))
+        #: per graph edge: read from a gather in the backward (`activation_gathers`)
+        g_ops, self.regathered, g_wait = activation_gathers(
+            a, parts, dims, mask_of, self.bucket_of_op >= 0)
+        if g_ops.size:
+            entry = self._own_buckets(tables, g_ops, mask_of,
+                                      ring_plans(cl, mask_of[g_ops], ALL_GATHER), a.output_bytes)
+            count = np.array([len(w) for w in g_wait], np.int64)
+            feeds.append((np.array([p for w in g_wait for p in w], np.int64),
+                          np.repeat(entry, count)))
         self._merge(tables)
         ops, colls = (np.concatenate(x) for x in zip(*feeds))
         keep = colls >= 0
@@ -121,6 +145,23 @@ class BucketedCollectives:
         #: updates), else 0
         self.task_mask = np.zeros(self.kind.size, np.int64)
         self.task_mask[self.exit] = self.mask
+
+    def _own_buckets(self, tables, ops, mask_of, plans, output_bytes) -> np.ndarray:
+        """Give each op of ``ops`` a bucket of its own after the others, whose collective
+        (``plans``, as `ring_plans` gives them) carries its output and serves its gated
+        readers; the tasks go in a table after ``tables``. Returns each one's first task."""
+        offset, n_have = sum(t.kind.size for t in tables), self.mask.size
+        table = _tasks(*plans, output_bytes[ops], ops)
+        self.bucket_of_op[ops] = n_have + np.arange(ops.size)
+        self.serve_ptr = np.concatenate([self.serve_ptr,
+                                         self.serve_ptr[-1] + 1 + np.arange(ops.size)])
+        self.serve = np.concatenate([self.serve, ops])
+        self.mask = np.concatenate([self.mask, mask_of[ops]])
+        self.entry = np.concatenate([self.entry, table.entry + offset])
+        self.exit = np.concatenate([self.exit, table.exit + offset])
+        self.first = np.concatenate([self.first, table.first])
+        tables.append(table)
+        return table.entry + offset
 
     def _merge(self, tables) -> None:
         """The tasks of every table, one after the other (CSR indexes shifted)."""
@@ -145,6 +186,21 @@ def _device_masks(ptr, parts, dev) -> np.ndarray:
     if starts.size == 0:
         return np.zeros(0, np.int64)
     return np.bitwise_or.reduceat(np.left_shift(np.int64(1), dev[:ptr[-1]]), starts)
+
+
+def _partial_sums(a, parts, dims, mask_of) -> tuple[np.ndarray, np.ndarray]:
+    """The ops whose partial sums a collective completes (see `BucketedCollectives`), in op
+    order, and its kind for each: `REDUCE_SCATTER` when every reader that is not a partial
+    sum is split on batch into as many parts on the same devices, else `ALL_REDUCE`."""
+    adds = (dims == _TENSOR) & a.partial_sums
+    multi = (mask_of & (mask_of - 1)) != 0
+    e = np.flatnonzero((adds & (parts > 1) & multi)[a.src] & ~adds[a.dst])
+    u, v = a.src[e], a.dst[e]
+    ops = np.unique(u)
+    scatter = (dims[v] == _BATCH) & (parts[v] == parts[u]) & (mask_of[v] == mask_of[u])
+    whole = np.zeros(parts.size, bool)
+    whole[u[~scatter]] = True
+    return ops.astype(np.int64), np.where(whole[ops], ALL_REDUCE, REDUCE_SCATTER)
 
 
 def _update_edges(a, ops) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ from ..arrays import segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS
 
 _FORWARD, _BACKWARD = ROLES.index("forward"), ROLES.index("backward")
-_BATCH = SPLIT_DIMS.index("batch")
+_BATCH, _TENSOR = SPLIT_DIMS.index("batch"), SPLIT_DIMS.index("tensor")
 
 
 def sharded_weights(a, parts, dims, mask_of) -> np.ndarray:
@@ -56,6 +56,30 @@ def weight_gathers(a, parts, dims, mask_of, weighted, n_ops: int):
             wait = set().union(*(_two_back(a, w) for w in use))
             triggers.append(sorted(p for p in wait if position[p] < first))
     return np.array(sizes, np.float64), np.array(masks, np.int64), users, triggers
+
+
+def activation_gathers(a, parts, dims, mask_of, taken) -> tuple[np.ndarray, np.ndarray, list]:
+    """Sequence parallelism's gathers in the backward (Megatron-LM): a backward op split on
+    tensor that reads a forward op's output split on batch into as many parts on the same
+    devices (a shard, such as a norm's output that a column-parallel linear's weight gradient
+    needs whole) reads it through an all-gather that starts one op ahead, instead of keeping
+    the gathered copy from the forward pass. Returns the producers whose output is gathered
+    again (in op order; not those in ``taken``, already read from a collective), the graph
+    edges read from the gather, and per producer the ops whose parts start it."""
+    u, v = a.src, a.dst
+    edge = ((dims[v] == _TENSOR) & (a.role[v] == _BACKWARD) & (parts[v] > 1)
+            & (dims[u] == _BATCH) & (a.role[u] == _FORWARD) & (parts[u] == parts[v])
+            & (mask_of[u] == mask_of[v]) & ~taken[u] & (a.edge_bytes > 0))
+    ops = np.unique(u[edge]).astype(np.int64)
+    triggers = []
+    for op in ops.tolist():
+        readers = v[edge & (u == op)].tolist()
+        ahead = set().union(*(_two_back(a, r) for r in readers)) - {op}
+        ahead = {p for p in ahead if a.role[p] == _BACKWARD} or {
+            p for r in readers for p in a.src[a.in_edge[a.in_ptr[r]:a.in_ptr[r + 1]]].tolist()
+            if p != op}
+        triggers.append(sorted(ahead | {op}))
+    return ops, edge, triggers
 
 
 def _two_back(a, w: int) -> set[int]:

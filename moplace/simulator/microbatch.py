@@ -100,7 +100,7 @@ class MicrobatchPlan:
             in_edge=np.argsort(dst, kind="stable").astype(np.int64), output_bytes=out_v,
             param_bytes=np.where(vmb == 0, a.param_bytes[b], 0.0), grad_bytes=a.grad_bytes[b],
             role=a.role[b], split_mask=a.split_mask[b], group=a.group[b], n_groups=a.n_groups,
-            topo=topo, inplace=a.inplace[b])
+            topo=topo, inplace=a.inplace[b], partial_sums=a.partial_sums[b])
 
 
 def microbatch_plan(graph: OpGraph, heads: tuple[int, ...], m: int) -> MicrobatchPlan:

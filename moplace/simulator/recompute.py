@@ -77,7 +77,7 @@ class RecomputePlan:
             output_bytes=a.output_bytes[o], param_bytes=np.where(clone, 0.0, a.param_bytes[o]),
             grad_bytes=np.where(clone, 0.0, a.grad_bytes[o]), role=a.role[o],
             split_mask=a.split_mask[o], group=a.group[o], n_groups=a.n_groups, topo=topo,
-            inplace=a.inplace[o])
+            inplace=a.inplace[o], partial_sums=a.partial_sums[o])
         self.nbytes = src.nbytes * 3 + o.nbytes * 8
 
     @property

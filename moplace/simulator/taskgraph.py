@@ -42,7 +42,16 @@ from .schedule import (ScheduleShape, one_f_one_b_waits, stage_limits, task_prio
                        with_waits)
 
 _UPDATE = ROLES.index("update")
-_DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1
+_DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1, tensor 2
+_BATCH, _CHANNEL, _TENSOR = _DIM_CODE["batch"], _DIM_CODE["channel"], _DIM_CODE["tensor"]
+#: what a producer's part holds beyond its split dimension's code: a replica of weights (a
+#: batch split of an op that holds weights and makes no activation: each part the whole) and
+#: a partial sum (of the whole output, `Op.partial_sums`)
+_REPLICA, _PARTIAL = 3, 4
+#: what a consumer's part needs beyond whole (-1), its batch slice (0) and its channel slice
+#: (1): the partial sum of its own index, which it adds to its own (a partial sum of partials)
+_OWN = 2
+_HELD, _NEED = 6, 4  # how many codes each takes (from -1)
 
 
 @dataclass(eq=False)
@@ -135,11 +144,12 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel,
                                 plan.partial if strategy.pipelined else None)
     dur = _durations(a, costs, ptr, vop, orig, dev, parts * in_time, dims,
                      colls.sharded_update)
-    out_b, par_b = _memory(a, vop, parts, dims, colls.sharded_update | colls.weighted)
+    held = _held(a, graph.arrays, orig, dims)
+    out_b, par_b = _memory(a, vop, parts, held, colls.sharded_update | colls.weighted)
     par_b = par_b + held_while_gathered(ptr, parts, dev, colls.weighted, a.param_bytes,
                                         vop.size)
     n_compute, n_coll = len(vop), len(colls.ops)
-    edges = _edges(a, ptr, parts, dims, dev, colls, n_compute)
+    edges = _edges(a, ptr, parts, dims, held, dev, colls, n_compute)
     moved_bytes = edges.pop("moved_bytes")
     capable = np.concatenate([a.inplace[vop] & costs.inplace, np.zeros(n_coll, bool)])
     ip_src = inplace_sources(edges["e_src"], edges["e_dst"], edges["e_bytes"], edges["out_ptr"],
@@ -259,15 +269,27 @@ def _durations(a, costs, ptr, vop, orig, dev, parts, dims, sharded) -> np.ndarra
     return dur
 
 
-def _memory(a, task_op, parts, dims, sharded) -> tuple[np.ndarray, np.ndarray]:
+def _held(a, g, orig, dims) -> np.ndarray:
+    """Per op of ``a``'s graph (the plan's, whose ops run ``orig`` of graph ``g``): what each
+    of its parts holds, as its dimension's code, `_REPLICA` or `_PARTIAL`."""
+    held = dims.copy()
+    weights = (g.param_bytes[orig] > 0) & (g.output_bytes[orig] == 0) & (a.role != _UPDATE)
+    held[(dims == _BATCH) & weights] = _REPLICA
+    held[(dims == _TENSOR) & a.partial_sums] = _PARTIAL
+    return held
+
+
+def _memory(a, task_op, parts, held, sharded) -> tuple[np.ndarray, np.ndarray]:
     """Per task its output's and its parameters' bytes; ``sharded`` ops' replicas keep 1/n
-    of the parameters (ZeRO)."""
+    of the parameters (ZeRO); a partial sum is as large as the whole output."""
     n = parts[task_op].astype(np.float64)
-    batch = dims[task_op] == _DIM_CODE["batch"]
+    h = held[task_op]
+    batch = (h == _BATCH) | (h == _REPLICA)
     grad = a.grad_bytes[task_op]
     out = a.output_bytes[task_op]
     # a batch part holds its slice of activations but a full weight gradient
-    out_b = np.where(batch, (out - np.minimum(grad, out)) / n + np.minimum(grad, out), out / n)
+    out_b = np.where(batch, (out - np.minimum(grad, out)) / n + np.minimum(grad, out),
+                     np.where(h == _PARTIAL, out, out / n))
     par = a.param_bytes[task_op]
     par_b = np.where(batch & ~sharded[task_op], par, par / n)
     return out_b, par_b
@@ -277,8 +299,16 @@ def _memory(a, task_op, parts, dims, sharded) -> tuple[np.ndarray, np.ndarray]:
 def _overlap(n_src: int, dim_src: int, n_dst: int, need_dim: int):
     """(k, j, fraction) of data producer part k gives consumer part j.
 
-    ``need_dim`` is the dimension along which consumer part j needs only its slice (-1: whole).
+    ``dim_src`` is what a producer part holds (`_held`); ``need_dim`` the dimension along
+    which consumer part j needs only its slice (-1: whole; `_OWN`: the partial sum of its
+    index). A replica, and a partial sum to a partial sum, serves the part of its index (scaled
+    when the counts differ) whole; a partial sum read otherwise is read whole from every part
+    (its parts on one device: nothing to all-reduce); a tensor shard is a channel slice.
     """
+    if dim_src == _REPLICA or (dim_src == _PARTIAL and need_dim == _OWN):
+        js = np.arange(n_dst, dtype=np.int64)
+        return js * n_src // n_dst, js, np.ones(n_dst)
+    dim_src = {_TENSOR: _CHANNEL, _PARTIAL: -1}.get(dim_src, dim_src)
     held = [_region(k, n_src, dim_src) for k in range(n_src)]
     need = [_region(j, n_dst, need_dim) for j in range(n_dst)]
     ks, js, fs = [], [], []
@@ -290,14 +320,20 @@ def _overlap(n_src: int, dim_src: int, n_dst: int, need_dim: int):
     return np.array(ks, np.int64), np.array(js, np.int64), np.array(fs)
 
 
-def _need_dim(role, dim):
-    """Slice a consumer part needs: a batch part its batch slice of the input (conv, matmul and
-    elementwise ops need all input channels); an update part split on channel only its shard
-    of the gradient, a batch-replicated update the whole gradient."""
-    update = role == _UPDATE
-    batch, channel = _DIM_CODE["batch"], _DIM_CODE["channel"]
-    return np.where((dim == batch) & ~update, batch,
-                    np.where((dim == channel) & update, channel, -1))
+def _need_dim(a, dims, held):
+    """Per graph edge, the slice a consumer part needs: a batch part its batch slice of the
+    input (conv, matmul and elementwise ops need all input channels); an update part split on
+    channel only its shard of the gradient, a batch-replicated update the whole gradient; a
+    tensor part its shard of a tensor-split input (the shards of a Megatron block stay on
+    their devices), its own partial sum of a partial sum it adds to, else the whole input."""
+    u, v = a.src, a.dst
+    dim = dims[v]
+    update = a.role[v] == _UPDATE
+    need = np.where((dim == _BATCH) & ~update, _BATCH,
+                    np.where((dim == _CHANNEL) & update, _CHANNEL, -1))
+    own = (held[u] == _PARTIAL) & a.partial_sums[v]
+    return np.where(dim == _TENSOR, np.where(held[u] == _TENSOR, _CHANNEL,
+                                             np.where(own, _OWN, -1)), need)
 
 
 def _region(k, n, dim):
@@ -309,18 +345,21 @@ def _len(x, y) -> float:
     return max(0.0, min(x[1], y[1]) - max(x[0], y[0]))
 
 
-def _edges(a, ptr, parts, dims, dev, colls: BucketedCollectives, n_compute) -> dict:
+def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute) -> dict:
     """The task edges, sorted by source, and their CSR indexes (`build_edges`)."""
     b = colls.bucket_of_op
-    # update ops read the reduced gradient from the bucket's last task, not from the parts
-    gated = (b[a.src] >= 0) & (a.role[a.dst] == _UPDATE)
+    # update ops read the reduced gradient from the bucket's last task, not from the parts;
+    # an op other than a partial sum reads an all-reduced partial sum from its last task
+    adds = (dims[a.dst] == _TENSOR) & a.partial_sums[a.dst]
+    gated = (((b[a.src] >= 0) & (a.role[a.dst] == _UPDATE)) | (colls.summed[a.src] & ~adds)
+             | colls.regathered)
     n_coll = colls.ops.size
     serve_ptr = np.zeros(n_coll + 1, np.int64)  # per task: the ops whose updates it feeds
     serve_ptr[colls.exit + 1] = np.diff(colls.serve_ptr)
     np.cumsum(serve_ptr, out=serve_ptr)
     mask, first = np.zeros(n_coll, np.int64), np.zeros(n_coll, np.int64)
     mask[colls.exit], first[colls.exit] = colls.mask, colls.first
-    edge_shape, shape_rows, row_j, row_f = _edge_shapes(a, parts, dims)
+    edge_shape, shape_rows, row_j, row_f = _edge_shapes(a, parts, held, _need_dim(a, dims, held))
     (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge) = build_edges(
         a.out_ptr, a.out_edge, a.dst, a.edge_bytes, gated, edge_shape, shape_rows, row_j, row_f,
         ptr, parts, dev, n_compute, colls.feeds_ptr, colls.feeds, colls.succ_ptr, colls.succ,
@@ -329,14 +368,15 @@ def _edges(a, ptr, parts, dims, dev, colls: BucketedCollectives, n_compute) -> d
                 out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge, moved_bytes=e_moved)
 
 
-def _edge_shapes(a, parts, dims):
-    """Each graph edge's shape (parts and dimension of its producer, parts and needed slice of
-    its consumer) as an index ``s``, and per shape the (consumer part, fraction) rows of each
-    producer part k: rows ``shape_rows[s, k]:shape_rows[s, k + 1]`` of ``row_j``, ``row_f``."""
+def _edge_shapes(a, parts, held, need):
+    """Each graph edge's shape (parts and holding of its producer, `_held`; parts and
+    ``need``, the needed slice of its consumer) as an index ``s``, and per shape the (consumer
+    part, fraction) rows of each producer part k: rows ``shape_rows[s, k]:shape_rows[s, k + 1]``
+    of ``row_j``, ``row_f``."""
     u, v = a.src, a.dst
     width = int(parts.max()) + 1 if parts.size else 1
-    code = ((parts[u] * 3 + dims[u] + 1) * width + parts[v]) * 3 + _need_dim(a.role[v], dims[v]) + 1
-    seen = np.zeros(9 * width * width, bool)
+    code = ((parts[u] * _HELD + held[u] + 1) * width + parts[v]) * _NEED + need + 1
+    seen = np.zeros(_HELD * _NEED * width * width, bool)
     seen[code] = True
     present = np.flatnonzero(seen)
     lookup = np.zeros(seen.size, np.int64)
@@ -344,9 +384,9 @@ def _edge_shapes(a, parts, dims):
     shape_rows = np.zeros((present.size, width + 1), np.int64)
     row_j, row_f, offset = [], [], 0
     for s, c in enumerate(present.tolist()):
-        nd, rest = c % 3 - 1, c // 3
+        nd, rest = c % _NEED - 1, c // _NEED
         nv, rest = rest % width, rest // width
-        du, nu = rest % 3 - 1, rest // 3
+        du, nu = rest % _HELD - 1, rest // _HELD
         ks, js, fs = _overlap(nu, du, nv, nd)
         shape_rows[s] = offset + np.searchsorted(ks, np.minimum(np.arange(width + 1), nu))
         row_j.append(js), row_f.append(fs)

@@ -12,7 +12,13 @@
 - Roles: the ops the loss depends on are forward, the rest of the joint graph backward.
 - An edge carries each distinct tensor its consumer reads once, at its dtype's size.
 - Matmuls, attention and convolutions, forward and backward, may be split on batch or
-  channel; any other op the batch flows into whose output's first dimension holds it, on batch.
+  channel; any other op the batch flows into whose output's first dimension holds it, on batch;
+  parameters and buffers on batch (replicas), their updates with them.
+- Tensor parallelism as Megatron-LM runs it (`moplace.torch.megatron`): the forward and
+  backward ops of each block (column-parallel linears, the per-head or per-feature ops after
+  them, a row-parallel linear), its weights and their updates are one co-location group that
+  may be split on ``tensor``; the row-parallel linear and the gradient of the block's input
+  are partial sums (`Op.partial_sums`).
 - Compute: roofline estimates per device kind (`moplace.torch.estimate`), marked as such.
 """
 
@@ -24,6 +30,8 @@ from ..core.graph import Edge, Op, OpGraph
 from ..core.optimizer import with_optimizer
 from . import estimate as est
 from ._torch import torch
+from .megatron import PARTIAL, megatron_blocks
+from .outputs import separate_outputs
 from .trace import TracedTorchStep
 
 aten = torch.ops.aten
@@ -50,6 +58,17 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     names = {n: _op_name(n, traced) for n in kept}
     forward = _ancestors(next(n for n in nodes if n.name == traced.loss), rep)
     batched = _batched(kept, traced, twin)
+    block_of, status = {}, {}  # kept op -> its tensor-parallel block's name; shard or partial
+    for block in megatron_blocks(kept, traced, rep, forward):
+        for n, how in block.status.items():
+            block_of[n], status[n] = f"tensor:{block.name}", how
+        for n in block.core:  # a group of its own: recomputed selectively
+            block_of[n] = f"tensor:{block.name}:attention-core"
+    apart = separate_outputs(kept, rep, tensor, forward)
+    held_apart: dict = {}  # producer -> bytes of its outputs held by ops of their own
+    for sep in apart.values():
+        held_apart[sep.producer] = held_apart.get(sep.producer, 0) + sep.nbytes
+    producers = set(held_apart)
     grads: dict = {}  # parameter -> [(the op producing (part of) its gradient, bytes)]
     for n in nodes:
         if n.name in traced.gradients:
@@ -76,13 +95,17 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         if measured is not None:
             compute = {**compute, "cpu": timed.get(n, 0.0)}
         ops.append(Op(names[n], _type(n, param, traced), compute,
-                      output_bytes=0 if param else est.nbytes(value),
+                      output_bytes=0 if param else est.nbytes(value) - held_apart.get(n, 0),
                       param_bytes=est.nbytes(value) if param else 0,
                       grad_bytes=grad_bytes.get(n, 0),
-                      colocation=f"param:{param}" if param else None,
-                      splittable=_splittable(n, batched.get(n, False), n in grad_bytes),
-                      role="forward" if param or n in forward else "backward"))
-    edges = _edges(kept, names, rep, tensor)
+                      colocation=block_of.get(n, f"param:{param}" if param else
+                                              f"op:{n.name}" if n in producers else None),
+                      splittable=_splittable(n, batched.get(n, False), n in grad_bytes,
+                                             param is not None, n in block_of),
+                      role="forward" if param or n in forward else "backward",
+                      partial_sums=status.get(n) == PARTIAL))
+    ops = _with_outputs_apart(ops, kept, apart)
+    edges = _edges(kept, names, rep, tensor, apart)
     param_of = {p: n for n, p in traced.parameters.items()}
     by_name = {n.name: n for n in kept}
     mixed = False
@@ -97,8 +120,10 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         compute = est.estimate(flops * numel, tensors * est.nbytes(value), "float32", kinds)
         if measured is not None:  # the optimizer's step, shared by the weights' bytes
             compute["cpu"] = measured.optimizer_seconds * est.nbytes(value) / total
-        ops.append(Op(name, f"{traced.optimizer}_update", compute,
-                      colocation=f"param:{param}", role="update"))
+        group = block_of.get(node, f"param:{param}")
+        ops.append(Op(name, f"{traced.optimizer}_update", compute, colocation=group,
+                      splittable=("batch", "tensor") if node in block_of else ("batch",),
+                      role="update"))
         edges += [Edge(names[producer], name, size) for producer, size in parts]
         edges.append(Edge(names[node], name, est.nbytes(value)))
     meta = {"format": "pytorch", "torch_version": torch.__version__,
@@ -114,6 +139,22 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
                 "step_median_s": measured.step_seconds}} if measured is not None else {})}
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
     return with_optimizer(graph, traced.optimizer + ("-mixed" if mixed else ""))
+
+
+def _with_outputs_apart(ops, kept, apart) -> list[Op]:
+    """``ops`` (one per kept node) with the op holding each output that lives apart
+    (`moplace.torch.outputs`) right after its producer's, so that it runs right after it in
+    the graph's topological order: no compute, the producer's group and splits."""
+    after: dict = {}
+    for sep in apart.values():
+        after.setdefault(sep.producer, []).append(sep)
+    out = []
+    for n, op in zip(kept, ops):
+        out.append(op)
+        out += [Op(sep.name, "Output", {k: 0.0 for k in op.compute}, output_bytes=sep.nbytes,
+                   colocation=op.colocation, splittable=op.splittable, role="forward")
+                for sep in after.get(n, ())]
+    return out
 
 
 def _fold(nodes, traced):
@@ -139,13 +180,20 @@ def _fold(nodes, traced):
     return rep, tensor
 
 
-def _splittable(n, batched: bool, gradient: bool) -> tuple[str, ...]:
+def _splittable(n, batched: bool, gradient: bool, weights: bool,
+                in_block: bool) -> tuple[str, ...]:
     """Matmuls, attention and convolutions: batch or channel. Another op: batch when its
     output has a batch dimension, or when it sums a weight's gradient over the batch (its
-    parts' sums are then all-reduced, as data parallelism does)."""
+    parts' sums are then all-reduced, as data parallelism does). A parameter or buffer:
+    batch, its replicas each holding all of it. An op of a tensor-parallel block
+    (`moplace.torch.megatron`): tensor too."""
     if n.target in SPLITTABLE:
-        return ("batch", "channel")
-    return ("batch",) if batched or (gradient and n.op == "call_function") else ()
+        dims = ("batch", "channel")
+    elif batched or weights or (gradient and n.op == "call_function"):
+        dims = ("batch",)
+    else:
+        dims = ()
+    return dims + ("tensor",) if in_block else dims
 
 
 def _batched(kept, traced, twin) -> dict:
@@ -204,17 +252,22 @@ def _ancestors(loss, rep) -> set:
     return {rep[n] for n in seen if rep.get(n) is not None}
 
 
-def _edges(kept, names, rep, tensor) -> list[Edge]:
-    out = []
+def _edges(kept, names, rep, tensor, apart) -> list[Edge]:
+    """Per reader and producer an edge carrying each distinct tensor it reads once; a tensor
+    that lives apart (`moplace.torch.outputs`) comes from the op holding it, which takes it
+    from its producer."""
+    out = [Edge(names[sep.producer], sep.name, sep.nbytes) for sep in apart.values()]
     for n in kept:
-        reads: dict = {}  # producer -> {tensor: bytes}
+        reads: dict = {}  # producer's name -> {tensor: bytes}
         for i in n.all_input_nodes:
             src = rep.get(i)
             if src is None or src is n:
                 continue
-            reads.setdefault(src, {})[tensor[i]] = max(
-                reads.get(src, {}).get(tensor[i], 0), est.nbytes(i.meta.get("val")))
-        out += [Edge(names[src], names[n], int(sum(t.values()))) for src, t in reads.items()]
+            sep = apart.get(tensor[i])
+            key = sep.name if sep is not None else names[src]
+            reads.setdefault(key, {})[tensor[i]] = max(
+                reads.get(key, {}).get(tensor[i], 0), est.nbytes(i.meta.get("val")))
+        out += [Edge(src, names[n], int(sum(t.values()))) for src, t in reads.items()]
     return out
 
 

@@ -76,6 +76,7 @@ def hf_config(spec: str):
         raise MoplaceError(f"hf:{spec}: transformers cannot make a {kind!r} configuration: "
                            f"{exc}") from None
     config._attn_implementation = "eager"
+    config.use_cache = False  # training keeps no key-value cache
     return config, name
 
 
@@ -88,6 +89,7 @@ def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str) -
     from ._torch import torch
 
     config, name = hf_config(spec)
+    _one_sequence_per_row()
     longest = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions")
     seq_len = int(seq_len or longest)
     if not 1 <= seq_len <= longest:
@@ -104,6 +106,15 @@ def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str) -
     _make_fake(model, mode)
     return TorchSetup(name, model, _next_token_loss, optimizer, (_fake(x, mode),),
                       _fake(y, mode), int(batch_size), mode, f"hf:{spec}")
+
+
+def _one_sequence_per_row() -> None:
+    """Without a key-value cache (training keeps none) transformers looks for sequences packed
+    into one row by reading the position ids' values, which fake tensors do not have: the
+    steps moplace traces hold one sequence per row, so the answer is none."""
+    from transformers import masking_utils
+
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
 
 
 def _next_token_loss(output, y):

@@ -1,0 +1,146 @@
+"""Tensor parallelism on traced transformers (issue 35): Megatron-LM's blocks found from the
+data flow of Hugging Face models, one all-reduce forward and one backward per block, and the
+activation memory of Korthikanti et al. (2022) per layer, with and without tensor and sequence
+parallelism and with selective recomputation."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="the PyTorch front end needs torch ('moplace[torch]')")
+pytest.importorskip("transformers", reason="hf: models need transformers ('moplace[torch]')")
+
+from moplace.core.baselines import baseline, single  # noqa: E402
+from moplace.core.cluster import Cluster  # noqa: E402
+from moplace.costs.costmodel import CostModel  # noqa: E402
+from moplace.simulator.build import build_task_graph  # noqa: E402
+from moplace.simulator.collectives import KINDS  # noqa: E402
+from moplace.simulator.engine import simulate  # noqa: E402
+
+H, HEADS, SEQ, BATCH = 256, 4, 128, 2
+GPT2 = {"model_type": "gpt2", "n_embd": H, "n_head": HEADS, "n_positions": SEQ,
+        "vocab_size": 512, "activation_function": "gelu"}
+LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "vocab_size": 500, "max_position_embeddings": 64}
+
+
+def profile(tmp_path_factory, config, name, seq, dtype="fp32"):
+    from moplace.torch.frontend import profile_torch_model
+
+    path = tmp_path_factory.mktemp(name) / "config.json"
+    path.write_text(json.dumps(config))
+    return profile_torch_model(f"hf:{path}", BATCH, ["H100"], seq_len=seq, dtype=dtype).graph
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """GPT-2 with exact GeLU (one aten op, as Korthikanti et al. count it) in bf16, with one
+    and with two layers: their difference is one layer."""
+    return {n: profile(tmp_path_factory, {**GPT2, "n_layer": n}, f"gpt2-{n}", SEQ, "bf16")
+            for n in (1, 2)}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return profile(tmp_path_factory, LLAMA, "llama", 32)
+
+
+def groups(graph):
+    out = collections.defaultdict(list)
+    for op in graph.ops:
+        out[op.colocation].append(op)
+    return out
+
+
+def cluster(n):
+    return Cluster.uniform(n, kind="H100", memory_bytes=80 * 2**30, bandwidth=300e9)
+
+
+def test_every_attention_and_mlp_is_a_block_and_the_lm_head_is_not(gpt2, llama):
+    for graph, layers in ((gpt2[2], 2), (llama, 2)):
+        blocks = {g: ops for g, ops in groups(graph).items()
+                  if g and g.startswith("tensor:") and not g.endswith(":attention-core")}
+        assert len(blocks) == 2 * layers
+        cores = [g for g in groups(graph) if g and g.endswith(":attention-core")]
+        assert len(cores) == layers  # the attention blocks' scores, softmax, dropout
+        for ops in blocks.values():
+            assert {"batch", "tensor"} <= set.intersection(*(set(o.splittable) for o in ops))
+            kinds = {o.type for o in ops}
+            assert "Parameter" in kinds and any(o.role == "update" for o in ops)
+            assert {o.role for o in ops} >= {"forward", "backward", "update"}
+            assert any(o.partial_sums and o.role == "forward" for o in ops)  # row-parallel
+            assert any(o.partial_sums and o.role == "backward" for o in ops)  # X's gradient
+        weights = {o.name for ops in blocks.values() for o in ops if o.type == "Parameter"}
+        assert not any("lm_head" in w or "wte" in w or "embed" in w or "norm" in w or "ln_" in w
+                       for w in weights)
+    llama_weights = {o.name for o in llama.ops if o.type == "Parameter"
+                     and (o.colocation or "").startswith("tensor:")}
+    assert {f"param/model.layers.0.self_attn.{p}_proj.weight" for p in "qkvo"} <= llama_weights
+    assert {f"param/model.layers.1.mlp.{p}_proj.weight" for p in ("gate", "up", "down")} \
+        <= llama_weights
+
+
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_a_block_needs_one_collective_forward_and_one_backward(gpt2, llama, which):
+    """Under the tensor-parallel baseline (with sequence parallelism) each block's row-parallel
+    output and its input's gradient are reduce-scattered once, even where three projections'
+    gradients are summed first (Llama's query, key and value)."""
+    graph = gpt2[2] if which == "gpt2" else llama
+    n_blocks = len({o.colocation for o in graph.ops if (o.colocation or "").startswith("tensor:")
+                    and not o.colocation.endswith(":attention-core")})
+    plan = baseline("tensor-parallel", graph, 4)
+    tg = build_task_graph(graph, plan, CostModel(graph, cluster(4)))
+    partial = np.array([graph.ops[o].partial_sums for o in tg.task_op[tg.n_compute:]], bool)
+    kinds = collections.Counter(KINDS[k] for k in tg.coll_kind[partial])
+    assert kinds == {"reduce-scatter": 2 * n_blocks}
+    # without the norms' sequence parallelism they are all-reduces
+    unsplit = plan.splits
+    only_blocks = {o: s for o, s in unsplit.items() if s.dim == "tensor"}
+    from moplace.core.strategy import Strategy
+
+    tp = Strategy(plan.placement, plan.priority, only_blocks).validate(graph, 4)
+    tg = build_task_graph(graph, tp, CostModel(graph, cluster(4)))
+    partial = np.array([graph.ops[o].partial_sums for o in tg.task_op[tg.n_compute:]], bool)
+    assert collections.Counter(KINDS[k] for k in tg.coll_kind[partial]) == {
+        "all-reduce": 2 * n_blocks}
+
+
+def held_at_forward_end(graph, plan, n):
+    """Bytes device 0 holds beyond its weights and optimizer state when the loss is done."""
+    trace = simulate(graph, cluster(n), plan, record=True)
+    loss = next(i for i, op in enumerate(graph.ops) if op.type.startswith("nll_loss_forward"))
+    rows = trace.memory[(trace.memory[:, 1] == 0) & (trace.memory[:, 0] <= trace.op_end[loss])]
+    return rows[-1, 2] - trace.static_memory[0]
+
+
+def per_layer(gpt2, t, selective=False):
+    out = []
+    for graph in (gpt2[1], gpt2[2]):
+        plan = single(graph, 1) if t == 1 else baseline("tensor-parallel", graph, t)
+        if selective:
+            plan = plan.with_recompute(sorted({int(graph.group_head[i])
+                                               for i, op in enumerate(graph.ops)
+                                               if (op.colocation or "").endswith("-core")}))
+        out.append(held_at_forward_end(graph, plan, t))
+    return out[1] - out[0]
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_activations_per_layer_match_korthikanti(gpt2, t):
+    """s·b·h·(34 + 5·a·s/h) bytes per layer at 16 bits, divided by t under tensor and sequence
+    parallelism (Korthikanti et al. 2022, eq. 2 and 5), within 5%."""
+    want = SEQ * BATCH * H * (34 + 5 * HEADS * SEQ / H) / t
+    assert per_layer(gpt2, t) == pytest.approx(want, rel=0.05)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_selective_recomputation_keeps_34_sbh_over_t(gpt2, t):
+    """Recomputing each attention's core (scores, softmax, dropout, attention over values)
+    leaves 34·s·b·h/t bytes per layer (Korthikanti et al. 2022, eq. 6), within 5%."""
+    want = 34 * SEQ * BATCH * H / t
+    assert per_layer(gpt2, t, selective=True) == pytest.approx(want, rel=0.05)
