@@ -35,11 +35,13 @@ from moplace.optimize.seeds import Seed, seed_strategies
 class SeedPhase:
     """The seed batch of one search: asked once, told once. ``enabled`` false (a searcher's
     ``seed_heuristics=false``) makes a phase with no seeds, done from the start; ``subsets``
-    false leaves out the baselines on device subsets (to test that a search reaches them by
-    itself)."""
+    false leaves out the baselines on device subsets, ``baselines`` false every baseline (to
+    test that a search reaches them by itself)."""
 
-    def __init__(self, problem, *, enabled: bool = True, subsets: bool = True):
-        self.seeds: list[Seed] = seed_strategies(problem, subsets=subsets) if enabled else []
+    def __init__(self, problem, *, enabled: bool = True, subsets: bool = True,
+                 baselines: bool = True):
+        self.seeds: list[Seed] = seed_strategies(problem, subsets=subsets,
+                                                 baselines=baselines) if enabled else []
         self.asked = False
         self.done = not self.seeds
         #: the seeds that were evaluated, with their evaluations, in the order asked

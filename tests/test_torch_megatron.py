@@ -144,3 +144,45 @@ def test_selective_recomputation_keeps_34_sbh_over_t(gpt2, t):
     leaves 34·s·b·h/t bytes per layer (Korthikanti et al. 2022, eq. 6), within 5%."""
     want = 34 * SEQ * BATCH * H / t
     assert per_layer(gpt2, t, selective=True) == pytest.approx(want, rel=0.05)
+
+
+def test_tensor_parallel_plans_export_as_megatron_tp_with_sequence_parallelism(gpt2):
+    pytest.importorskip("megatron.core", reason="megatron-core is in the test extra")
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from moplace.core.levers import plan_of
+    from moplace.core.planshape import plan_shape
+    from moplace.core.recompute import attention_cores
+    from moplace.io.export import megatron_flags
+    from moplace.review.units import plan_text
+
+    graph = gpt2[2]
+    tp = baseline("tensor-parallel", graph, 4)
+    for plan, mode in ((tp, "none"), (tp.with_recompute(attention_cores(graph)), "selective")):
+        shape = plan_shape(graph, plan)
+        assert (shape.dp, shape.tp, shape.pp) == (1, 4, 1) and shape.sequence_parallel
+        assert shape.recompute_mode == mode
+        flags = megatron_flags(shape)
+        assert "--sequence-parallel" in flags["args"]
+        made = TransformerConfig(num_layers=2, hidden_size=H, num_attention_heads=HEADS,
+                                 params_dtype=torch.bfloat16, **flags["config"])
+        assert made.tensor_model_parallel_size == 4 and made.sequence_parallel
+        assert made.recompute_granularity == (None if mode == "none" else "selective")
+    blocks = len({o.colocation for o in graph.ops if (o.colocation or "").startswith("tensor:")})
+    assert f"({blocks} tensor-parallel)" in plan_text(plan_of(tp, graph))
+
+
+def test_the_seeds_hold_fsdp_and_selective_tensor_parallelism_unless_withheld(gpt2):
+    import moplace
+    from moplace.optimize.seeds import seed_strategies
+
+    problem = moplace.Problem(gpt2[2], cluster(4))
+    labels = [s.label for s in seed_strategies(problem)]
+    for want in ("data-parallel", "tensor-parallel", "FSDP (data-parallel, ZeRO-3)",
+                 "FSDP, every group recomputed",
+                 "tensor-parallel, attention cores recomputed (selective)"):
+        assert want in labels
+    withheld = seed_strategies(problem, baselines=False)
+    assert withheld and not any("parallel" in s.label or "FSDP" in s.label for s in withheld)
+    assert not any(s.strategy.splits for s in withheld if s.label.startswith("all on"))

@@ -19,7 +19,7 @@ import numpy as np
 from ._topo import lexicographic_topo_order
 from .baselines import group_order
 from .graph import ROLES, OpGraph
-from .recompute import recomputable_heads
+from .recompute import attention_cores, recomputable_heads
 from .strategy import Strategy
 
 #: roles whose edges give the direction data flows between stages (backward edges run back)
@@ -49,8 +49,11 @@ class Stage:
 class PlanShape:
     """A strategy's shape on its graph (see the module docstring). ``dp``, ``tp`` and ``pp``
     are None unless the plan is regular; ``why`` lists what keeps it from being regular;
-    ``recompute_mode`` is ``"none"``, ``"full"`` (every group that can be is recomputed) or
-    ``"partial"``; ``batch_size`` is the graph's (its metadata), when it says."""
+    ``recompute_mode`` is ``"none"``, ``"full"`` (every group that can be is recomputed),
+    ``"selective"`` (each attention's core: Megatron-LM's selective recomputation) or
+    ``"partial"``; ``sequence_parallel``: tensor-parallel blocks with the ops between them
+    split on batch over the same devices; ``batch_size`` is the graph's (its metadata), when
+    it says."""
 
     devices: tuple[int, ...]
     stages: tuple[Stage, ...]
@@ -67,6 +70,7 @@ class PlanShape:
     batch_size: int | None
     why: tuple[str, ...]
     layers: int
+    sequence_parallel: bool = False
 
     @property
     def regular(self) -> bool:
@@ -92,6 +96,7 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         split = strategy.splits.get(h)
         sets.append(tuple(sorted(split.devices)) if split else (int(strategy.placement[h]),))
         dims.append(split.dim if split else None)
+    _replicate_unsplittable(graph, order, sets, dims)
     keys = sorted(set(sets), key=sets.index)
     why: list[str] = []
     ordered = _stage_order(graph, strategy, keys, sets, why)
@@ -101,8 +106,12 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         where = [i for i, s in enumerate(sets) if s == key]
         used = sorted({d for d in (dims[i] for i in where) if d is not None})
         n = len(key)
-        dp = n if used == ["batch"] or n == 1 else (None if used != ["channel"] else 1)
-        tp = n if used == ["channel"] else (1 if dp is not None else None)
+        # Megatron's tensor parallelism: blocks on tensor, the norms between them on batch
+        # (sequence parallelism) or whole; a channel split is a tensor-parallel op too
+        tensor = "tensor" in used and set(used) <= {"tensor", "batch"}
+        dp = n if used == ["batch"] or n == 1 else (
+            1 if used == ["channel"] or tensor else None)
+        tp = n if used == ["channel"] or tensor else (1 if dp is not None else None)
         stages.append(Stage(
             devices=key, heads=tuple(int(heads[i]) for i in where),
             ops=int(sum(int(sizes[order[i]]) for i in where)), dims=tuple(used), dp=dp, tp=tp,
@@ -112,8 +121,10 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
     regular = not why
     heads_all = recomputable_heads(graph)
     recomputed = strategy.recompute
+    cores = set(attention_cores(graph).tolist())
     mode = ("none" if not recomputed else
-            "full" if set(recomputed) >= set(heads_all.tolist()) else "partial")
+            "full" if set(recomputed) >= set(heads_all.tolist()) else
+            "selective" if cores and set(recomputed) == cores else "partial")
     batch = graph.metadata.get("batch_size")
     return PlanShape(
         devices=tuple(strategy.used_devices), stages=tuple(stages),
@@ -123,9 +134,23 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         bucket_bytes=float(strategy.bucket_bytes),
         recompute=tuple(graph.ops[h].name for h in recomputed), recompute_mode=mode,
         recomputable=int(heads_all.size),
+        sequence_parallel=regular and any(set(st.dims) == {"tensor", "batch"} for st in stages),
         batch_size=batch if isinstance(batch, int) and not isinstance(batch, bool)
         and batch > 0 else None,
         why=tuple(why), layers=len(heads))
+
+
+def _replicate_unsplittable(graph, order, sets, dims) -> None:
+    """A group that cannot be split at all (a loss, an index computation), placed on a device
+    of exactly one split device set, belongs to that set's stage: trainers run it on every
+    rank of the stage, as they do what they cannot shard."""
+    split_sets = {s for s, d in zip(sets, dims) if d is not None}
+    for i, g in enumerate(order.tolist()):
+        if dims[i] is not None or any(graph.ops[op].splittable for op in graph.groups[g]):
+            continue
+        holding = [s for s in split_sets if sets[i][0] in s]
+        if len(holding) == 1:
+            sets[i] = holding[0]
 
 
 def _stage_order(graph, strategy, keys, sets, why) -> list:

@@ -59,3 +59,16 @@ def recomputable_heads(graph: OpGraph) -> np.ndarray:
         heads.flags.writeable = False
         _HEADS[graph] = heads
     return heads
+
+
+#: the suffix of the co-location group a front end gives each attention's core (scores,
+#: softmax, dropout, attention over values: `moplace.torch.megatron.attention_core`)
+CORE_SUFFIX = ":attention-core"
+
+
+def attention_cores(graph: OpGraph) -> np.ndarray:
+    """The recomputable groups (`recomputable_heads`) that are attention cores: recomputing
+    just those is Megatron-LM's selective recomputation (Korthikanti et al. 2022)."""
+    heads = recomputable_heads(graph)
+    return heads[[(graph.ops[h].colocation or "").endswith(CORE_SUFFIX)
+                  for h in heads.tolist()]] if heads.size else heads

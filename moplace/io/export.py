@@ -50,11 +50,17 @@ def megatron_flags(shape: PlanShape) -> dict | None:
     else:
         notes.append(f"the graph does not name its batch size: set --micro-batch-size and "
                      f"--global-batch-size for {shape.micro_batches} micro-batches per replica")
+    if shape.sequence_parallel:
+        args.append("--sequence-parallel")
+        config["sequence_parallel"] = True
     if shape.recompute_mode == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform",
                  "--recompute-num-layers", "1"]
         config.update(recompute_granularity="full", recompute_method="uniform",
                       recompute_num_layers=1)
+    elif shape.recompute_mode == "selective":
+        args += ["--recompute-granularity", "selective"]
+        config.update(recompute_granularity="selective")
     elif shape.recompute_mode == "partial":
         notes.append(_partial_note(shape))
     if shape.zero_stage in (1, 2):
@@ -98,8 +104,16 @@ def torchtitan_toml(shape: PlanShape) -> dict | None:
     else:
         notes.append("set [training] local_batch_size and pipeline_parallel_microbatch_size "
                      f"for {shape.micro_batches} micro-batches per replica")
-    mode = "full" if shape.recompute_mode == "full" else "none"
+    mode = shape.recompute_mode if shape.recompute_mode in ("full", "selective") else "none"
     tables["activation_checkpoint"] = {"mode": mode}
+    if mode == "selective":
+        tables["activation_checkpoint"]["selective_ac_option"] = "op"
+        notes.append("selective: torchtitan's per-op option saves matmul outputs and "
+                     "recomputes the rest, close to (not the same as) recomputing each "
+                     "attention's core")
+    if shape.sequence_parallel:
+        notes.append("sequence parallelism: torchtitan shards the norms' activations on the "
+                     "sequence under tensor parallelism by itself")
     if shape.recompute_mode == "partial":
         notes.append(_partial_note(shape))
     text = "".join(f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in keys.items())

@@ -18,8 +18,9 @@ once; the first label is kept):
 
 1. every registered source's seeds (moplace's: each candidate schedule of DPOS, HEFT and
    m-ETF: three memory budgets, groups kept or regrouped);
-2. the four baselines on the whole cluster (single, data-parallel, round-robin, layer-split);
-3. with ``subsets``, data parallelism and layer-split on each device subset of
+2. the baselines on the whole cluster (single, data-parallel, tensor-parallel, round-robin,
+   layer-split);
+3. with ``subsets``, data and tensor parallelism and layer-split on each device subset of
    `moplace.core.subsets.device_subsets` (each server, the best-connected k devices for every
    k): using fewer devices than the cluster has is often faster (one server's 4 GPUs against
    8 GPUs whose all-reduce crosses InfiniBand);
@@ -27,11 +28,17 @@ once; the first label is kept):
    (`moplace.core.baselines.memory_priority`), once for each kind of device (kind, memory,
    speed): the zero-communication end of the front lies among single-device placements, and
    the topological order of ``single`` can need far more memory;
-5. data parallelism with ZeRO-1 (optimizer state sharded across the replicas), when it shards
-   anything (`moplace.core.baselines.shards_updates`);
+5. data parallelism with ZeRO-1 (optimizer state sharded across the replicas) and FSDP
+   (ZeRO-3: the weights too), the latter also with every recomputable group recomputed, when
+   they shard anything (`moplace.core.baselines.shards_updates`); tensor parallelism with
+   each attention's core recomputed (Megatron-LM's selective recomputation), when the graph
+   names attention cores (`moplace.core.recompute.attention_cores`);
 6. when the graph has groups that can be recomputed (`moplace.core.recompute`), data
    parallelism and the first memory-ordered single-device placement with every other such
    group recomputed: the low-memory end of the front, at some more time.
+
+``baselines=False`` leaves out 2, 3, 5 and the data-parallel seed of 6 (to test that a search
+finds the plans people run, data, tensor and fully sharded data parallelism, by itself).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from typing import Callable, NamedTuple
 
 from ..core.baselines import (BASELINES, baseline, on_devices, one_device_each_kind,
                               reduces_gradients, shards_updates)
-from ..core.recompute import recomputable_heads
+from ..core.recompute import attention_cores, recomputable_heads
 from ..core.strategy import Strategy
 from ..core.subsets import device_subsets
 from ..errors import MoplaceError
@@ -81,13 +88,22 @@ def seed_sources() -> list[tuple[str, Callable]]:
     return _SOURCES
 
 
-def seed_strategies(problem, *, subsets: bool = True) -> list[Seed]:
+def seed_strategies(problem, *, subsets: bool = True, baselines: bool = True) -> list[Seed]:
     """The seeds of ``problem`` (see the module docstring), in that order."""
     graph = problem.graph
     out: list[Seed] = []
     if len(graph.ops):
         for _, source in seed_sources():
             out += source(problem)
+    if not baselines:
+        kinds = one_device_each_kind(graph, problem.cluster)
+        out += [Seed(f"all on {name}, memory order", s) for name, s in kinds]
+        every_other = recomputable_heads(graph)[::2]
+        if every_other.size:
+            name, s = kinds[0]
+            out.append(Seed(f"all on {name}, memory order, every other group recomputed",
+                            s.with_recompute(every_other)))
+        return _distinct(out)
     out += [Seed(name, baseline(name, graph, problem.n_devices)) for name in BASELINES]
     if subsets and len(graph.ops):
         for subset in device_subsets(problem.cluster):
@@ -95,10 +111,18 @@ def seed_strategies(problem, *, subsets: bool = True) -> list[Seed]:
                     for name in SUBSET_BASELINES]
     kinds = one_device_each_kind(graph, problem.cluster)
     out += [Seed(f"all on {name}, memory order", s) for name, s in kinds]
+    dp = baseline("data-parallel", graph, problem.n_devices)
     if problem.n_devices > 1 and reduces_gradients(graph) and shards_updates(graph):
-        out.append(Seed("data-parallel, ZeRO-1", baseline("data-parallel", graph,
-                                                          problem.n_devices
-                                                          ).with_options(zero_stage=1)))
+        out.append(Seed("data-parallel, ZeRO-1", dp.with_options(zero_stage=1)))
+        out.append(Seed("FSDP (data-parallel, ZeRO-3)", dp.with_options(zero_stage=3)))
+        if recomputable_heads(graph).size:
+            out.append(Seed("FSDP, every group recomputed", dp.with_options(
+                zero_stage=3).with_recompute(recomputable_heads(graph))))
+    cores = attention_cores(graph)
+    if problem.n_devices > 1 and cores.size:
+        out.append(Seed("tensor-parallel, attention cores recomputed (selective)",
+                        baseline("tensor-parallel", graph, problem.n_devices
+                                 ).with_recompute(cores)))
     every_other = recomputable_heads(graph)[::2]
     if every_other.size:
         out.append(Seed("data-parallel, every other group recomputed",

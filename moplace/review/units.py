@@ -124,7 +124,9 @@ def plan_text(plan: dict) -> str:
     n = plan["devices"]
     parts = [f"{n} device{'s' if n != 1 else ''}"]
     if plan.get("split_groups"):
-        parts.append(f"{plan['split_groups']} split")
+        tensor = plan.get("tensor_groups")
+        parts.append(f"{plan['split_groups']} split" + (f" ({tensor} tensor-parallel)"
+                                                         if tensor else ""))
     if plan.get("bucket_bytes"):
         parts.append(f"{fmt(plan['bucket_bytes'], 'bytes')} buckets")
     if plan.get("zero_stage"):

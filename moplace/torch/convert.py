@@ -28,6 +28,7 @@ import operator
 
 from ..core.graph import Edge, Op, OpGraph
 from ..core.optimizer import with_optimizer
+from ..core.recompute import CORE_SUFFIX
 from . import estimate as est
 from ._torch import torch
 from .megatron import PARTIAL, megatron_blocks
@@ -63,7 +64,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         for n, how in block.status.items():
             block_of[n], status[n] = f"tensor:{block.name}", how
         for n in block.core:  # a group of its own: recomputed selectively
-            block_of[n] = f"tensor:{block.name}:attention-core"
+            block_of[n] = f"tensor:{block.name}{CORE_SUFFIX}"
     apart = separate_outputs(kept, rep, tensor, forward)
     held_apart: dict = {}  # producer -> bytes of its outputs held by ops of their own
     for sep in apart.values():

@@ -46,7 +46,7 @@ class McmcSearcher(Searcher):
         cfg = self.config
         self.scalarization = Scalarization(spread_weights(cfg.chains, len(p.objectives)),
                                            p.reference, cfg.rho, cfg.penalty, capacity)
-        self.seeding = SeedPhase(p, subsets=cfg.seed_subsets)
+        self.seeding = SeedPhase(p, subsets=cfg.seed_subsets, baselines=cfg.seed_baselines)
         self.moves = Moves(self.space, p.graph, cfg.move_weights, cfg.neighbour_prob,
                            cfg.adjacent_prob)
         self.chain_state = Chains(cfg.chains)

@@ -61,6 +61,9 @@ class McmcSettings(Settings):
     seed_subsets: bool = setting(True, "include the baselines on device subsets among the "
                                  "seeds (every chain starts from the best seed under its "
                                  "weights; see searchers.seeding)")
+    seed_baselines: bool = setting(True, "include the baselines (data, tensor and sharded "
+                                   "data parallelism...) among the seeds; false: the list "
+                                   "schedulers' plans and the single-device ones only")
 
     def check(self) -> None:
         if sum(self.move_weights) <= 0:

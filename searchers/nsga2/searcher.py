@@ -80,6 +80,9 @@ class Nsga2Settings(Settings):
                              "mutants of the seeds the genome encodes", low=0, high=1)
     seed_subsets: bool = setting(True, "include the baselines on device subsets among the "
                                  "seeds")
+    seed_baselines: bool = setting(True, "include the baselines (data, tensor and sharded "
+                                   "data parallelism...) among the seeds; false: the list "
+                                   "schedulers' plans and the single-device ones only")
 
     def check(self) -> None:
         rates = self.rates
@@ -119,7 +122,9 @@ class Nsga2Searcher(Searcher):
         lo, hi = self.space.bounds
         self.n_var = lo.size
         self._scale = float(np.sum(p.cluster.memory)) or 1.0
-        self.seeding = SeedPhase(p, enabled=self.config.seed_heuristics, subsets=self.config.seed_subsets)
+        self.seeding = SeedPhase(p, enabled=self.config.seed_heuristics,
+                                 subsets=self.config.seed_subsets,
+                                 baselines=self.config.seed_baselines)
         if self.n_var == 0:  # an empty graph: nothing to search, one strategy
             self._one_shot = [self.space.decode(np.empty(0))]
             self.seeding.done = True

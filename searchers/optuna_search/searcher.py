@@ -68,7 +68,8 @@ class OptunaSearcher(PolishMixin, Searcher):
         self._setup_polish()
         #: every seed, evaluated as the first batch; the encodable ones are then enqueued as
         #: trials, told their known scores instead of simulated again (`_seed_known`)
-        self.seeding = SeedPhase(p, enabled=cfg.seed_heuristics, subsets=cfg.seed_subsets)
+        self.seeding = SeedPhase(p, enabled=cfg.seed_heuristics, subsets=cfg.seed_subsets,
+                                 baselines=cfg.seed_baselines)
         self._seed_known: dict[bytes, object] = {}
 
     def _sampler(self, seed: int):

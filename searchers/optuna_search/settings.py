@@ -46,6 +46,9 @@ class OptunaSettings(Settings):
     known_trials: int = setting(8, _KNOWN_TRIALS, low=0)
     polish: int = setting(0, _POLISH, low=0)
     seed_subsets: bool = setting(True, "include the baselines on device subsets among the seeds")
+    seed_baselines: bool = setting(True, "include the baselines (data, tensor and sharded "
+                                   "data parallelism...) among the seeds; false: the list "
+                                   "schedulers' plans and the single-device ones only")
 
 
 @dataclass(frozen=True)
