@@ -24,9 +24,12 @@ def make_cluster(n, *, bandwidth=1e9, latency=0.0, memory=2**40, kind="V100", ro
 @pytest.fixture(scope="session", autouse=True)
 def _session_working_folder(tmp_path_factory):
     """Fixtures wider than one test (a module's profiled model, a shared search) run in a
-    temporary folder of the session, not in the checkout: see `_own_working_folder`."""
+    temporary folder of the session, not in the checkout: see `_own_working_folder`. What
+    moplace caches (traced PyTorch graphs) goes to a folder of the session too, never to the
+    user's ~/.cache."""
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path_factory.mktemp("session-cwd"))
+        mp.setenv("MOPLACE_CACHE", str(tmp_path_factory.mktemp("moplace-cache")))
         yield
 
 

@@ -209,3 +209,31 @@ def test_measure_times_every_op_on_this_cpu_and_holds_the_simulator_against_a_re
     result = json.loads(capsys.readouterr().out)
     assert result["cost_notes"] == [] and result["runtime_s"] == pytest.approx(simulated / 1e3,
                                                                                 rel=1e-3)
+
+
+def test_a_trace_is_kept_and_read_back_per_model_and_batch(tmp_path, monkeypatch, capsys):
+    from moplace.torch.cache import TraceCache
+    from moplace.torch.frontend import profile_torch_model
+
+    monkeypatch.setenv("MOPLACE_CACHE", str(tmp_path / "cache"))
+    path = mlp_file(tmp_path)
+    first = profile_torch_model(path, 8, ["H100"])
+    assert first.cached is None
+    again = profile_torch_model(path, 8, ["H100"])
+    assert again.cached is not None and again.cached.parent == tmp_path / "cache" / "traces"
+    assert again.graph.ops == first.graph.ops and again.graph.edges == first.graph.edges
+    assert again.parameters == first.parameters
+    assert profile_torch_model(path, 4, ["H100"]).cached is None  # another batch
+    assert profile_torch_model(path, 8, ["H100", "A100"]).cached is None  # other kinds
+    assert profile_torch_model(path, 8, ["H100"], cache=False).cached is None
+    again.cached.write_text("{ damaged")  # traced again, and kept again
+    assert profile_torch_model(path, 8, ["H100"]).cached is None
+    assert TraceCache().load(again.cached.stem) is not None
+    path.write_text(path.read_text().replace("64", "32"))  # another model: traced again
+    assert profile_torch_model(path, 8, ["H100"]).cached is None
+    out = tmp_path / "g.json"
+    assert main(["profile", str(path), "--batch", "8", "-o", str(out), "--quiet"]) == 0
+    assert "read from the trace cache" in capsys.readouterr().out
+    assert main(["profile", str(path), "--batch", "8", "-o", str(out), "--quiet", "--force",
+                 "--no-cache"]) == 0
+    assert "traced in" in capsys.readouterr().out

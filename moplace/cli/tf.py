@@ -46,6 +46,10 @@ def add_commands(sub) -> None:
                    help="hf:NAME only: the weights' and activations' precision (16-bit: FP32 "
                         "master weights and optimizer state)")
     p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. V100,H100")
+    p.add_argument("--no-cache", action="store_true",
+                   help="PyTorch and hf:NAME models: trace again even when the same model, "
+                        "batch, sequence length and dtype were traced before (traces are kept "
+                        "in $MOPLACE_CACHE or ~/.cache/moplace)")
     p.add_argument("--parts", default="", help="also profile at batch/n for these n, e.g. 2,4, "
                    "so split parts get measured costs")
     p.add_argument("-o", "--output", type=file_arg, required=True, help="graph JSON to write")
@@ -99,6 +103,9 @@ def _profile(args) -> int:
 
         if imports_torch(path):  # a PyTorch model file: its own front end, no TensorFlow
             return profile_torch(args, path)
+    if args.no_cache:
+        raise MoplaceError(f"--no-cache: {args.model} is a Keras model, whose ops are measured "
+                           f"each time, never cached (the flag is for PyTorch and hf: models)")
     _require_tensorflow("profile")
     for flag, value in (("--batch", args.batch), ("--device-count", args.device_count),
                         ("--steps", args.steps)):

@@ -64,16 +64,20 @@ def profile_torch(args, path) -> int:
         traced = profile_torch_model(path, args.batch, kinds, seq_len=args.seq_len,
                                      dtype=args.dtype, measure_steps=args.steps if args.measure
                                      else 0,
-                                     progress=display.job(f"trace {getattr(path, 'name', path)}"))
+                                     progress=display.job(f"trace {getattr(path, 'name', path)}"),
+                                     cache=not args.no_cache)
     g = traced.graph
     save_graph(g, args.output)
     if traced.measured is not None:
         cluster_path.write_text(_cpu_cluster(g.name))
     steps = ", ".join(f"{k} {g.total_compute(k) * 1e3:.3f} ms" for k in kinds)
     kind = "a Hugging Face model (transformers, eager attention)" if hf else "a PyTorch model"
+    how = (f"read from the trace cache in {traced.total_seconds:.1f} s (traced in "
+           f"{traced.trace_seconds:.1f} s before; {traced.cached}; --no-cache traces again)"
+           if traced.cached else f"traced in {traced.total_seconds:.1f} s without allocating "
+           f"it (fake tensors)")
     print(f"{g.name}: {kind}, {traced.parameters:,} parameters; {len(g.ops)} ops, "
-          f"{len(g.edges)} edges ({g.metadata['folded_views']} views folded); traced in "
-          f"{traced.total_seconds:.1f} s without allocating it (fake tensors)")
+          f"{len(g.edges)} edges ({g.metadata['folded_views']} views folded); {how}")
     print(f"op times on {' and '.join(kinds)} are roofline estimates, not measurements: one "
           f"device's step {steps}")
     if traced.measured is not None:

@@ -2,6 +2,9 @@
 (at the batch and at twice the batch, which tells every op's batch dimension), and write the
 op graph with roofline estimates for the device kinds asked for.
 
+A trace is kept per model, batch, sequence length, dtype and device kinds
+(`moplace.torch.cache`), so tracing the same model again reads it back.
+
 With ``--measure`` a model file is also built for real and every op timed on this machine's
 CPU (`moplace.torch.measure`), as device kind ``cpu``; every other kind's time is an estimate,
 and the graph and every result computed on it say so.
@@ -27,18 +30,33 @@ class TracedModel:
     trace_seconds: float
     total_seconds: float
     measured: object = None  # moplace.torch.measure.Measured, when measured
+    cached: object = None  # the trace cache's file, when the graph came from it
 
 
 def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = None,
-                        dtype: str = "fp32", measure_steps: int = 0,
-                        progress=None) -> TracedModel:
+                        dtype: str = "fp32", measure_steps: int = 0, progress=None,
+                        cache: bool = True) -> TracedModel:
     """The op graph of the model file at ``path`` (or ``hf:NAME``, a Hugging Face model by
     configuration at ``seq_len`` tokens and ``dtype``: `moplace.torch.hf`) at ``batch_size``,
     its compute estimated on each device kind of ``kinds`` (`moplace.torch.estimate`), and
     with ``measure_steps``, measured on this machine's CPU over that many runs
-    (`moplace.torch.measure`: a model file only, built for real)."""
+    (`moplace.torch.measure`: a model file only, built for real). With ``cache`` (and no
+    measuring) a graph traced before with the same inputs is read from the trace cache, and a
+    new one kept there (`moplace.torch.cache`)."""
+    from .cache import TraceCache, trace_key
     from .convert import to_op_graph
     from .trace import trace_step
+
+    t0 = time.perf_counter()
+    key = trace_key(path, batch_size, kinds, seq_len, dtype) if cache and not measure_steps \
+        else None
+    store = TraceCache()
+    if key is not None:
+        kept = store.load(key)
+        if kept is not None:
+            return TracedModel(kept, int(kept.metadata.get("parameters", 0)),
+                               float(kept.metadata.get("trace_seconds", 0.0)),
+                               time.perf_counter() - t0, cached=store.path(key))
 
     def load_setup(spec, batch):
         if str(spec).startswith("hf:"):
@@ -49,7 +67,6 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
 
         return from_file(spec, batch)
 
-    t0 = time.perf_counter()
     ticker = Ticker(progress, len(STAGES) + bool(measure_steps))
     ticker.stage(STAGES[0])
     setup = load_setup(path, batch_size)
@@ -77,5 +94,7 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
                         metadata={**graph.metadata, "source": source,
                                   "parameters": int(parameters)})
     ticker.tick()
+    if key is not None:
+        store.store(key, graph)
     return TracedModel(graph, int(parameters), traced.seconds, time.perf_counter() - t0,
                        measured)

@@ -243,7 +243,8 @@ class FrontJson(StrategyJson):
 #: settings whose values the random cases replace with junk, per searcher
 SETTINGS = {
     "random": ["batch_size", "splits"],
-    "nsga2": ["pop_size", "seed_heuristics", "crossover_prob", "rates", "coarsen", "mutants"],
+    "nsga2": ["pop_size", "seed_heuristics", "crossover_prob", "rates", "coarsen", "mutants",
+              "seed_baselines"],
     "mcmc": ["chains", "steps_per_ask", "temperature", "restart_after", "neighbour_prob", "rho",
              "penalty", "move_weights", "restarts", "reweight", "adjacent_prob", "extra_move",
              "known_steps", "delta"],
@@ -413,7 +414,7 @@ class Arguments:
             n.append((f"profile model file {Path(model).name!r}",
                       ["profile", model, "--batch", "2", "--quiet", "-o", str(wd / "g.json")]))
         for extra in (["--testbed", "0"], ["--testbed", "2", "--device-count", "2"],
-                      ["--testbed", "x"]):
+                      ["--testbed", "x"], ["--no-cache"], ["--no-cache", "x"]):
             n.append((f"profile {' '.join(extra)[:30]}",
                       ["profile", "mlp", "--batch", "4", "-o", str(wd / "g.json"), *extra]))
             n.append((f"apply {' '.join(extra)[:30]}",

@@ -1,0 +1,122 @@
+"""Traced graphs kept per model, batch, sequence length and dtype (`TraceCache`).
+
+Tracing Llama 3 8B takes most of a minute; the graph it gives depends only on what was traced
+and how. A trace is kept under a key that hashes
+
+- the model: a model file's bytes, a given ``config.json``'s bytes, or a bundled
+  configuration's numbers (`moplace.torch.hf.CONFIGS`);
+- the batch, the sequence length, the dtype and the device kinds estimated for;
+- what made it: the versions of torch and transformers, and the source of the front end and
+  of the roofline (``moplace/torch``, ``moplace/costs``, ``moplace/core/optimizer.py``), so
+  that a changed converter or device table never serves a stale graph.
+
+The folder is ``$MOPLACE_CACHE`` or ``$XDG_CACHE_HOME/moplace`` (``~/.cache/moplace``), a file
+``traces/KEY.json`` each, written whole then renamed (two processes never see half a file). A
+file that does not load is traced again and replaced. A step measured for real (``--measure``)
+is never kept: its times are this run's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+#: the sources whose change changes a traced graph (relative to the moplace package)
+SOURCES = ("torch", "costs", "core/optimizer.py")
+
+
+def cache_root() -> Path:
+    """Where moplace keeps what it can make again: ``$MOPLACE_CACHE``, else
+    ``$XDG_CACHE_HOME/moplace``, else ``~/.cache/moplace``."""
+    if os.environ.get("MOPLACE_CACHE"):
+        return Path(os.environ["MOPLACE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "moplace"
+
+
+def _source_digest() -> str:
+    h = hashlib.sha256()
+    package = Path(__file__).resolve().parents[1]
+    for rel in SOURCES:
+        where = package / rel
+        files = sorted(where.rglob("*.py")) if where.is_dir() else [where]
+        for f in files:
+            h.update(str(f.relative_to(package)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def model_identity(spec: str) -> bytes:
+    """What a model spec (a file, ``hf:NAME`` or ``hf:PATH.json``) names, as bytes."""
+    if spec.startswith("hf:"):
+        name = spec[3:]
+        from .hf import CONFIGS
+
+        if name in CONFIGS:
+            return repr(("hf", CONFIGS[name][:2])).encode()
+        return b"hf-file:" + Path(name).read_bytes()
+    return b"file:" + Path(spec).read_bytes()
+
+
+def trace_key(spec, batch: int, kinds, seq_len, dtype: str) -> str | None:
+    """The key of a trace (module docstring), 32 hex digits; None when the model cannot be
+    read (tracing then says why)."""
+    import torch
+
+    try:
+        model = model_identity(str(spec))
+    except OSError:
+        return None
+
+    try:
+        import transformers
+        tf_version = transformers.__version__
+    except ImportError:  # model files need no transformers
+        tf_version = None
+    h = hashlib.sha256(model)
+    h.update(repr((int(batch), sorted(kinds), seq_len, dtype, torch.__version__, tf_version,
+                   _source_digest())).encode())
+    return h.hexdigest()[:32]
+
+
+class TraceCache:
+    """The kept traces in ``root`` (`cache_root` by default)."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root is not None else cache_root() / "traces"
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def load(self, key: str):
+        """The graph kept under ``key``, or None (none kept, or one that does not load)."""
+        from ..errors import MoplaceError
+        from ..io.native import load_native
+
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        try:
+            return load_native(path)
+        except (MoplaceError, OSError, ValueError):
+            return None
+
+    def store(self, key: str, graph) -> Path | None:
+        """Keep ``graph`` under ``key``; None when the folder cannot be written (a read-only
+        home: the trace is then just not kept)."""
+        from ..io.native import save_graph
+
+        tmp = None
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".part")
+            os.close(fd)
+            save_graph(graph, tmp)
+            os.replace(tmp, self.path(key))
+        except OSError:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            return None
+        return self.path(key)
