@@ -10,8 +10,8 @@ per GPU) and cluster, the configurations people train such models with are built
 - ``DDP``: data parallelism, 25 MiB gradient buckets;
 - ``ZeRO-1``: the same, optimizer state sharded;
 - ``FSDP``: ZeRO-3 (weights, gradients and state sharded, weights gathered before each use),
-  and ``FSDP + full recompute`` (every recomputable group recomputed: activation
-  checkpointing);
+  and ``FSDP + layers checkpointed`` (activation checkpointing per layer: every group
+  recomputed but the layer boundaries found from the graph's repeated structure);
 - ``TP=8 + SP``: Megatron-LM tensor parallelism with sequence parallelism over one server's 8
   GPUs (on 16 GPUs: only the first server's), and ``TP=8 + SP, selective recompute`` (each
   attention's core recomputed, Korthikanti et al. 2022);
@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import moplace  # noqa: E402
 from moplace.core.baselines import DDP_BUCKET_BYTES, baseline, layer_split  # noqa: E402
-from moplace.core.recompute import attention_cores, recomputable_heads  # noqa: E402
+from moplace.core.recompute import attention_cores, layer_checkpoints  # noqa: E402
 from moplace.core.strategy import Split, spread_groups  # noqa: E402
 from moplace.review.units import plan_text  # noqa: E402
 from moplace.core.levers import plan_of  # noqa: E402
@@ -72,10 +72,10 @@ def configurations(graph, cluster) -> dict:
     """The configurations people run (module docstring), by name."""
     n = cluster.n_devices
     dp = baseline("data-parallel", graph, n)
-    every = recomputable_heads(graph)
     out = {"DDP": dp, "ZeRO-1": dp.with_options(zero_stage=1),
            "FSDP": dp.with_options(zero_stage=3),
-           "FSDP + full recompute": dp.with_options(zero_stage=3).with_recompute(every)}
+           "FSDP + layers checkpointed": dp.with_options(zero_stage=3).with_recompute(
+               layer_checkpoints(graph))}
     tp = moplace.core.baselines.on_devices("tensor-parallel", graph, range(min(n, 8)))
     out["TP=8 + SP"] = tp
     out["TP=8 + SP, selective recompute"] = tp.with_recompute(attention_cores(graph))

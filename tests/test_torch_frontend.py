@@ -231,6 +231,13 @@ def test_a_trace_is_kept_and_read_back_per_model_and_batch(tmp_path, monkeypatch
     assert TraceCache().load(again.cached.stem) is not None
     path.write_text(path.read_text().replace("64", "32"))  # another model: traced again
     assert profile_torch_model(path, 8, ["H100"]).cached is None
+    # a model file whose sizes come from elsewhere (the environment) is told apart by what
+    # it builds, not by its bytes
+    monkeypatch.setenv("GPT_DIMS", "64,4,1,32,500")
+    assert profile_torch_model(GPT, 2, ["H100"]).cached is None
+    assert profile_torch_model(GPT, 2, ["H100"]).cached is not None
+    monkeypatch.setenv("GPT_DIMS", "64,4,2,32,500")
+    assert profile_torch_model(GPT, 2, ["H100"]).cached is None
     out = tmp_path / "g.json"
     assert main(["profile", str(path), "--batch", "8", "-o", str(out), "--quiet"]) == 0
     assert "read from the trace cache" in capsys.readouterr().out

@@ -180,9 +180,39 @@ def test_the_seeds_hold_fsdp_and_selective_tensor_parallelism_unless_withheld(gp
     problem = moplace.Problem(gpt2[2], cluster(4))
     labels = [s.label for s in seed_strategies(problem)]
     for want in ("data-parallel", "tensor-parallel", "FSDP (data-parallel, ZeRO-3)",
-                 "FSDP, every group recomputed",
+                 "FSDP, each layer checkpointed",
                  "tensor-parallel, attention cores recomputed (selective)"):
         assert want in labels
     withheld = seed_strategies(problem, baselines=False)
     assert withheld and not any("parallel" in s.label or "FSDP" in s.label for s in withheld)
     assert not any(s.strategy.splits for s in withheld if s.label.startswith("all on"))
+
+
+@pytest.mark.parametrize("which, names", [
+    ("gpt2", ("add", "native_dropout")), ("llama", ("add",))])
+def test_layers_are_found_from_the_repeated_structure(gpt2, llama, which, names):
+    """The residual stream's ops dominate the loss; between them an attention and an MLP
+    segment repeat once per layer, whatever the modules are called."""
+    graph = gpt2[2] if which == "gpt2" else llama
+    layers = graph.metadata["layers"]
+    assert (layers["period"], layers["count"]) == (2, 2)
+    assert all(graph.ops[graph.index[b]].role == "forward" for b in layers["boundaries"])
+    assert sum(graph.ops[graph.index[b]].type.startswith("add") for b in
+               layers["boundaries"]) >= 4  # after each attention and each MLP
+    one = gpt2[1].metadata["layers"]
+    assert one["count"] == 0 or one["period"] == 2  # one layer repeats nothing
+
+
+def test_layer_checkpoints_keep_the_boundaries_and_save_memory(gpt2):
+    from moplace.core.recompute import layer_checkpoints, recomputable_heads
+
+    graph = gpt2[2]
+    every, layers = recomputable_heads(graph), layer_checkpoints(graph)
+    assert 0 < layers.size < every.size
+    boundary_groups = {int(graph.group_head[graph.index[b]])
+                       for b in graph.metadata["layers"]["boundaries"]}
+    assert not boundary_groups & set(layers.tolist())
+    dp = baseline("data-parallel", graph, 2)
+    held = {name: held_at_forward_end(graph, dp.with_recompute(heads), 2)
+            for name, heads in (("none", ()), ("every", every), ("layers", layers))}
+    assert held["layers"] < held["none"] / 3

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from ..core.recompute import CORE_SUFFIX
 from ..errors import MoplaceError
 from ..torch.modelfile import imports_torch
 
@@ -78,6 +79,12 @@ def profile_torch(args, path) -> int:
            f"it (fake tensors)")
     print(f"{g.name}: {kind}, {traced.parameters:,} parameters; {len(g.ops)} ops, "
           f"{len(g.edges)} edges ({g.metadata['folded_views']} views folded); {how}")
+    layers, blocks = g.metadata.get("layers"), {
+        op.colocation for op in g.ops if (op.colocation or "").startswith("tensor:")
+        and not op.colocation.endswith(CORE_SUFFIX)}
+    if layers and layers.get("count"):
+        print(f"structure: {layers['count']} repeated layers of {layers['period']} segments "
+              f"(found from the data flow); {len(blocks)} tensor-parallel blocks")
     print(f"op times on {' and '.join(kinds)} are roofline estimates, not measurements: one "
           f"device's step {steps}")
     if traced.measured is not None:

@@ -19,7 +19,7 @@ import numpy as np
 from ._topo import lexicographic_topo_order
 from .baselines import group_order
 from .graph import ROLES, OpGraph
-from .recompute import attention_cores, recomputable_heads
+from .recompute import attention_cores, layer_checkpoints, recomputable_heads
 from .strategy import Strategy
 
 #: roles whose edges give the direction data flows between stages (backward edges run back)
@@ -123,7 +123,7 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
     recomputed = strategy.recompute
     cores = set(attention_cores(graph).tolist())
     mode = ("none" if not recomputed else
-            "full" if set(recomputed) >= set(heads_all.tolist()) else
+            "full" if set(recomputed) >= set(layer_checkpoints(graph).tolist()) else
             "selective" if cores and set(recomputed) == cores else "partial")
     batch = graph.metadata.get("batch_size")
     return PlanShape(

@@ -72,3 +72,31 @@ def attention_cores(graph: OpGraph) -> np.ndarray:
     heads = recomputable_heads(graph)
     return heads[[(graph.ops[h].colocation or "").endswith(CORE_SUFFIX)
                   for h in heads.tolist()]] if heads.size else heads
+
+
+def layer_checkpoints(graph: OpGraph) -> np.ndarray:
+    """Activation checkpointing per layer, as Megatron-LM's full recomputation and
+    ``torch.utils.checkpoint`` run it: every recomputable group but those of the layer
+    boundaries a front end found (``graph.metadata["layers"]["boundaries"]``, op names:
+    `moplace.torch.layers`) and those the batch does not flow into, so each run of recomputed
+    ops keeps only the boundary before it. Every recomputable group when the graph names no
+    boundaries."""
+    heads = recomputable_heads(graph)
+    layers = graph.metadata.get("layers")
+    names = layers.get("boundaries") if isinstance(layers, dict) else None
+    bounds = [graph.index[n] for n in names if isinstance(n, str) and n in graph.index] \
+        if isinstance(names, list) else []
+    if not bounds or not heads.size:
+        return heads
+    kept = {int(graph.group_head[b]) for b in bounds}
+    # only what the batch flows into after the first boundary: a constant every layer reads
+    # (rotary angles, a causal mask) recomputed would join every layer's run into one
+    a = graph.arrays
+    flows = np.zeros(a.role.size, bool)
+    flows[bounds[0]] = True
+    for v in a.topo.tolist():
+        if flows[v]:
+            flows[a.dst[a.out_edge[a.out_ptr[v]:a.out_ptr[v + 1]]]] = True
+    group_flows = np.zeros(a.n_groups, bool)
+    group_flows[a.group[flows]] = True
+    return heads[[h not in kept and bool(group_flows[a.group[h]]) for h in heads.tolist()]]

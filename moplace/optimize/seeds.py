@@ -29,7 +29,9 @@ once; the first label is kept):
    speed): the zero-communication end of the front lies among single-device placements, and
    the topological order of ``single`` can need far more memory;
 5. data parallelism with ZeRO-1 (optimizer state sharded across the replicas) and FSDP
-   (ZeRO-3: the weights too), the latter also with every recomputable group recomputed, when
+   (ZeRO-3: the weights too), the latter also with each layer checkpointed
+   (`moplace.core.recompute.layer_checkpoints`: every group recomputed but the layer
+   boundaries, when the graph names them), when
    they shard anything (`moplace.core.baselines.shards_updates`); tensor parallelism with
    each attention's core recomputed (Megatron-LM's selective recomputation), when the graph
    names attention cores (`moplace.core.recompute.attention_cores`);
@@ -47,7 +49,7 @@ from typing import Callable, NamedTuple
 
 from ..core.baselines import (BASELINES, baseline, on_devices, one_device_each_kind,
                               reduces_gradients, shards_updates)
-from ..core.recompute import attention_cores, recomputable_heads
+from ..core.recompute import attention_cores, layer_checkpoints, recomputable_heads
 from ..core.strategy import Strategy
 from ..core.subsets import device_subsets
 from ..errors import MoplaceError
@@ -116,8 +118,8 @@ def seed_strategies(problem, *, subsets: bool = True, baselines: bool = True) ->
         out.append(Seed("data-parallel, ZeRO-1", dp.with_options(zero_stage=1)))
         out.append(Seed("FSDP (data-parallel, ZeRO-3)", dp.with_options(zero_stage=3)))
         if recomputable_heads(graph).size:
-            out.append(Seed("FSDP, every group recomputed", dp.with_options(
-                zero_stage=3).with_recompute(recomputable_heads(graph))))
+            out.append(Seed("FSDP, each layer checkpointed", dp.with_options(
+                zero_stage=3).with_recompute(layer_checkpoints(graph))))
     cores = attention_cores(graph)
     if problem.n_devices > 1 and cores.size:
         out.append(Seed("tensor-parallel, attention cores recomputed (selective)",

@@ -125,6 +125,39 @@ def _needed_and_runs(n, src, dst, out_ptr, out_edge, forward, candidate, topo):
     return needed, run
 
 
+def _carries_gradient(n, a, forward) -> np.ndarray:
+    """Per op: a non-forward op that depends on the loss: one that reads the last forward op
+    in topological order (the loss), or a non-forward op that does. A backward op that reads
+    only forward values (PyTorch's decomposed backward of SiLU or of a norm makes the
+    sigmoid or the statistics again from the saved input) can run as soon as the forward is
+    done: it must not decide when a run's recomputation starts."""
+    out = np.zeros(n, bool)
+    if n == 0:
+        return out
+    fwd_order = a.topo[forward[a.topo]]
+    loss = int(fwd_order[-1]) if fwd_order.size else -1
+    for v in a.topo.tolist():
+        if forward[v]:
+            continue
+        ins = a.src[a.in_edge[a.in_ptr[v]:a.in_ptr[v + 1]]]
+        out[v] = bool(np.any(ins == loss) or np.any(out[ins]))
+    return out
+
+
+def _needed_at(n, a, forward, carries, position) -> np.ndarray:
+    """Per non-forward op, the topological position where the gradient needs it: its own
+    when it carries the gradient, else the earliest of its non-forward readers' (n: never)."""
+    when = np.where(carries, position, n)
+    for v in a.topo[::-1].tolist():
+        if forward[v] or carries[v]:
+            continue
+        readers = a.dst[a.out_edge[a.out_ptr[v]:a.out_ptr[v + 1]]]
+        readers = readers[~forward[readers]]
+        if readers.size:
+            when[v] = min(int(when[readers].min()), n)
+    return when
+
+
 def _clone_edges(n, a, forward, candidate, position):
     """Per op its clone's index (-1: none), and the edges of the graph with the clones, in no
     particular order (see the module docstring)."""
@@ -138,16 +171,19 @@ def _clone_edges(n, a, forward, candidate, position):
     into = np.flatnonzero(needed[dst])  # the clones' inputs
     s = src[into]
     edges.append((np.where(needed[s], clone_of[s], s), clone_of[dst[into]], nbytes[into]))
-    # each run's first backward reader, in topological order
+    # each run's first backward reader, in topological order; a reader that only makes
+    # forward values again counts where the gradient first needs it
+    carries = _carries_gradient(n, a, forward)
+    when = _needed_at(n, a, forward, carries, position)
     first = np.full(n, n, np.int64)
-    np.minimum.at(first, run[src[back]], position[dst[back]])
+    np.minimum.at(first, run[src[back]], when[dst[back]])
     # the ops a run waits for: non-forward feeders of its backward readers before the first
     pairs = np.unique(np.stack([run[src[back]], dst[back]], 1), axis=0)
     r, v = pairs[:, 0], pairs[:, 1]
     count = a.in_ptr[v + 1] - a.in_ptr[v]
     k = np.repeat(a.in_ptr[v], count) + segment_ranks(count)
     r, p = np.repeat(r, count), src[a.in_edge[k]]
-    keep = ~forward[p] & (position[p] < first[r])
+    keep = ~forward[p] & carries[p] & (position[p] < first[r])
     waits = np.unique(np.stack([r[keep], p[keep]], 1), axis=0)  # sorted by run
     # the roots (clones without cloned inputs) of every run wait for all of its ops
     inner = needed[src] & needed[dst]

@@ -3,9 +3,10 @@
 Tracing Llama 3 8B takes most of a minute; the graph it gives depends only on what was traced
 and how. A trace is kept under a key that hashes
 
-- the model: a model file's bytes, a given ``config.json``'s bytes, or a bundled
-  configuration's numbers (`moplace.torch.hf.CONFIGS`);
-- the batch, the sequence length, the dtype and the device kinds estimated for;
+- the built step (`setup_identity`: built on the meta device first, in a second): its modules,
+  every parameter's and buffer's shape and dtype, the batch's shapes, the loss, the optimizer
+  and its settings; so a model file that reads its sizes from elsewhere is told apart;
+- the sequence length, the dtype and the device kinds estimated for;
 - what made it: the versions of torch and transformers, and the source of the front end and
   of the roofline (``moplace/torch``, ``moplace/costs``, ``moplace/core/optimizer.py``), so
   that a changed converter or device table never serves a stale graph.
@@ -48,35 +49,35 @@ def _source_digest() -> str:
     return h.hexdigest()
 
 
-def model_identity(spec: str) -> bytes:
-    """What a model spec (a file, ``hf:NAME`` or ``hf:PATH.json``) names, as bytes."""
-    if spec.startswith("hf:"):
-        name = spec[3:]
-        from .hf import CONFIGS
+def setup_identity(setup) -> bytes:
+    """What a built step is, as bytes: the model's modules (their repr) and every parameter's
+    and buffer's name, shape, dtype and whether it trains, the batch's shapes and dtypes, the
+    loss, the optimizer and its settings. Built without memory in a second, it catches what
+    a file's bytes miss (a model file reading its sizes from the environment)."""
+    def tensor(t):
+        return (tuple(t.shape), str(t.dtype)) if hasattr(t, "shape") else repr(t)
 
-        if name in CONFIGS:
-            return repr(("hf", CONFIGS[name][:2])).encode()
-        return b"hf-file:" + Path(name).read_bytes()
-    return b"file:" + Path(spec).read_bytes()
+    model = setup.model
+    params = [(n, tensor(p), bool(p.requires_grad)) for n, p in model.named_parameters()]
+    buffers = [(n, tensor(b)) for n, b in model.named_buffers()]
+    opt = setup.optimizer
+    settings = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    return repr((setup.name, repr(model), params, buffers, [tensor(x) for x in setup.x],
+                 tensor(setup.y), getattr(setup.loss, "__qualname__", repr(setup.loss)),
+                 type(opt).__qualname__, settings, setup.batch_size)).encode()
 
 
-def trace_key(spec, batch: int, kinds, seq_len, dtype: str) -> str | None:
-    """The key of a trace (module docstring), 32 hex digits; None when the model cannot be
-    read (tracing then says why)."""
+def trace_key(setup, kinds, seq_len, dtype: str) -> str:
+    """The key of a trace of the built step ``setup`` (module docstring), 32 hex digits."""
     import torch
-
-    try:
-        model = model_identity(str(spec))
-    except OSError:
-        return None
 
     try:
         import transformers
         tf_version = transformers.__version__
     except ImportError:  # model files need no transformers
         tf_version = None
-    h = hashlib.sha256(model)
-    h.update(repr((int(batch), sorted(kinds), seq_len, dtype, torch.__version__, tf_version,
+    h = hashlib.sha256(setup_identity(setup))
+    h.update(repr((sorted(kinds), seq_len, dtype, torch.__version__, tf_version,
                    _source_digest())).encode())
     return h.hexdigest()[:32]
 

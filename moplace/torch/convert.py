@@ -31,6 +31,7 @@ from ..core.optimizer import with_optimizer
 from ..core.recompute import CORE_SUFFIX
 from . import estimate as est
 from ._torch import torch
+from .layers import find_layers
 from .megatron import PARTIAL, megatron_blocks
 from .outputs import separate_outputs
 from .trace import TracedTorchStep
@@ -139,6 +140,11 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
                 "steps": measured.steps, "threads": measured.threads,
                 "step_median_s": measured.step_seconds}} if measured is not None else {})}
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
+    loss = next(n for n in nodes if n.name == traced.loss)
+    layers = find_layers(graph, [names[n] for n in kept if n.name in traced.inputs],
+                         names[rep[loss]])
+    if layers is not None:
+        graph = OpGraph(ops, edges, name=traced.name, metadata={**meta, "layers": layers})
     return with_optimizer(graph, traced.optimizer + ("-mixed" if mixed else ""))
 
 

@@ -48,15 +48,6 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     from .trace import trace_step
 
     t0 = time.perf_counter()
-    key = trace_key(path, batch_size, kinds, seq_len, dtype) if cache and not measure_steps \
-        else None
-    store = TraceCache()
-    if key is not None:
-        kept = store.load(key)
-        if kept is not None:
-            return TracedModel(kept, int(kept.metadata.get("parameters", 0)),
-                               float(kept.metadata.get("trace_seconds", 0.0)),
-                               time.perf_counter() - t0, cached=store.path(key))
 
     def load_setup(spec, batch):
         if str(spec).startswith("hf:"):
@@ -72,6 +63,15 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     setup = load_setup(path, batch_size)
     parameters = sum(p.numel() for p in setup.model.parameters())
     ticker.tick()
+    key = trace_key(setup, kinds, seq_len, dtype) if cache and not measure_steps else None
+    store = TraceCache()
+    if key is not None:
+        kept = store.load(key)
+        if kept is not None:
+            ticker.tick(len(STAGES) - 1)
+            return TracedModel(kept, int(parameters),
+                               float(kept.metadata.get("trace_seconds", 0.0)),
+                               time.perf_counter() - t0, cached=store.path(key))
     ticker.stage(STAGES[1])
     traced = trace_step(setup)
     ticker.tick()
