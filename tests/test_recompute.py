@@ -217,3 +217,26 @@ def test_the_figures_tell_recomputed_ops_apart_and_show_what_recomputation_frees
                               lever="recomputation")
     assert (tmp_path / "gantt.png").stat().st_size > 10_000
     assert (tmp_path / "memory.png").stat().st_size > 10_000
+
+
+def test_a_backward_op_that_only_remakes_forward_values_does_not_start_the_recomputation():
+    """PyTorch's decomposed backward of SiLU or of a norm makes a value again from the saved
+    input alone (no gradient): it could run right after the forward, but the recomputation
+    it reads from still waits for the gradient to reach the layer."""
+    g = _layers()
+    ops = list(g.ops)
+    ops.insert(g.index["L2"] + 1, Op("L2/remake", "sigmoid", {"V100": 1e-4}, output_bytes=MIB,
+                                     colocation="L2", role="backward"))  # early in the order
+    names = [op.name for op in g.ops]
+    edges = [Edge(names[e.src], names[e.dst], e.bytes) for e in g.edges]
+    edges += [Edge("L2", "L2/remake", 200 * MIB), Edge("L2/remake", "L2/grad", MIB)]
+    g = OpGraph(ops, edges, name="remake")
+    i = g.index
+    plan = recompute_plan(g, (i["L2"],))
+    a = plan.arrays
+    edges = {(int(s), int(d)) for s, d in zip(a.src, a.dst)}
+    assert (i["L3/grad"], len(g.ops)) in edges  # the clone still waits for L3's gradient
+    rec = simulate(g, moplace.Cluster.single(), _one_device(g, ("L2",)), record=True)
+    clone = int(np.flatnonzero(rec.recomputed)[0])
+    assert rec.task_start[clone] >= rec.op_end[i["L3/grad"]]
+    assert rec.peak_memory[0] < (100 + 200 + 300 + 10) * MIB  # L2 not held through L3

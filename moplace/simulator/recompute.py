@@ -14,8 +14,11 @@ A strategy that recomputes co-location groups (`Strategy.recompute`) is simulate
   only the inputs it has from outside resident, as ``torch.utils.checkpoint`` keeps a
   segment's input;
 - the clones of a run start when the backward reaches it: each clone without recomputed
-  inputs waits (an edge with no bytes) for every non-forward op that feeds the run's backward
-  readers and comes before all of them in the graph's topological order. A run whose backward
+  inputs waits (an edge with no bytes) for every non-forward op that carries the gradient
+  (depends on the loss), feeds the run's backward readers and comes before all of them in the
+  graph's topological order; a backward reader that only makes forward values again (no
+  gradient: PyTorch's decomposed SiLU or norm backward) counts where the gradient first needs
+  it. A run whose backward
   readers have no such op (the last layers, whose gradient starts from the loss) is recomputed
   as soon as its inputs are there, which saves nothing, as checkpointing the last segment does.
 
