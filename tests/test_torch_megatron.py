@@ -216,3 +216,27 @@ def test_layer_checkpoints_keep_the_boundaries_and_save_memory(gpt2):
     held = {name: held_at_forward_end(graph, dp.with_recompute(heads), 2)
             for name, heads in (("none", ()), ("every", every), ("layers", layers))}
     assert held["layers"] < held["none"] / 3
+
+
+def test_nsga2_mutates_toward_the_recomputation_practitioners_use(gpt2):
+    from moplace.core.genome import GenomeSpace
+    from moplace.core.recompute import attention_cores, layer_checkpoints
+    from searchers.nsga2.operators import GenomeStructure, MutationRates, mutate
+
+    graph = gpt2[2]
+    space = GenomeSpace(graph, 4)
+    s = GenomeStructure.of(space)
+    heads = space.recompute_heads
+    want = [np.isin(heads, layer_checkpoints(graph)), np.isin(heads, attention_cores(graph))]
+    assert len(s.recompute_patterns) == 2
+    assert all(np.array_equal(p, w) for p, w in zip(s.recompute_patterns, want))
+    only = MutationRates(moves=0, block=0, splits=0, swaps=0, jitter=0, reset=0, devices=0,
+                         bucket=0, zero=0, micro_batches=0, schedule=0, recompute=0,
+                         recompute_pattern=1.0)
+    rng = np.random.default_rng(0)
+    x = space.encode(baseline("data-parallel", graph, 4))
+    seen = set()
+    for _ in range(30):
+        rec = mutate(s, x, rng, only)[space.recompute_genes]
+        seen.add(tuple(rec.astype(int)))
+    assert seen == {tuple(w.astype(int)) for w in want} | {(0,) * heads.size}

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moplace.core.baselines import group_order
+from moplace.core.recompute import attention_cores, layer_checkpoints
 from moplace.core.genome import (GenomeSpace, sample_genomes, sparse_micro_batches,
                                  sparse_recompute)
 
@@ -82,6 +83,9 @@ class GenomeStructure:
     succs: np.ndarray
     starts: np.ndarray         # [B+1] block boundaries in topological group order
     space: GenomeSpace | None = None  # for device-set moves (`GenomeSpace.random_resize`)
+    #: the recompute genes of the granularities practitioners use, where the graph names them
+    #: (`moplace.core.recompute`: each layer checkpointed, the attention cores alone)
+    recompute_patterns: tuple = ()
 
     @classmethod
     def of(cls, space: GenomeSpace, coarsen: int | None = None) -> "GenomeStructure":
@@ -107,11 +111,21 @@ class GenomeStructure:
                    op_pos=pos[np.asarray(arr.group, np.int64)] if N else np.zeros(0, np.int64),
                    gptr=gptr, gadj=gadj, optr=optr, oadj=oadj,
                    pred_ptr=pred_ptr, preds=preds, succ_ptr=succ_ptr, succs=succs,
-                   starts=starts.astype(np.int64), space=space)
+                   starts=starts.astype(np.int64), space=space,
+                   recompute_patterns=_recompute_patterns(space))
 
     @property
     def size(self) -> int:
         return self.lo.size
+
+
+def _recompute_patterns(space: GenomeSpace) -> tuple:
+    """The recompute genes (0/1 over ``space.recompute_heads``) of per-layer checkpointing and
+    of selective recomputation, for the graphs that name layers or attention cores."""
+    heads, graph = space.recompute_heads, space.graph
+    chosen = ([layer_checkpoints(graph)] if graph.metadata.get("layers") else []) + \
+        [attention_cores(graph)]
+    return tuple(np.isin(heads, c).astype(np.float64) for c in chosen if c.size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,6 +217,9 @@ class MutationRates:
     schedule: float = 0.05      # probability of the other pipeline schedule
     recompute: float = 0.5      # recompute-gene changes: one group flipped, or a run of
     #                             groups (in the order of their first ops) set alike
+    recompute_pattern: float = 0.05  # probability of every recompute gene set to a pattern
+    #                             practitioners use (each layer checkpointed, attention cores
+    #                             only) or all off, on graphs that name layers or cores
 
 
 def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
@@ -268,6 +285,9 @@ def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
     if y.size > P + N + 3 and s.hi[P + N + 3] > 0 and rng.random() < rates.schedule:
         y[P + N + 3] = 1.0 - np.rint(y[P + N + 3])
     rec = y[P + N + 4:]  # the recompute genes (a view; `GenomeSpace`'s layout)
+    if rec.size and s.recompute_patterns and rng.random() < rates.recompute_pattern:
+        k = int(rng.integers(len(s.recompute_patterns) + 1))
+        rec[:] = s.recompute_patterns[k] if k < len(s.recompute_patterns) else 0.0
     if rec.size:
         for _ in range(rng.poisson(rates.recompute)):
             i = int(rng.integers(rec.size))
