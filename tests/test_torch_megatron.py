@@ -240,3 +240,19 @@ def test_nsga2_mutates_toward_the_recomputation_practitioners_use(gpt2):
         rec = mutate(s, x, rng, only)[space.recompute_genes]
         seen.add(tuple(rec.astype(int)))
     assert seen == {tuple(w.astype(int)) for w in want} | {(0,) * heads.size}
+
+
+def test_a_causal_mask_and_rotary_angles_are_made_on_every_device(llama):
+    """Values no input or trained weight decides are held like weights: a batch split of
+    them is a replica each device makes, not a tensor sent to every tensor-parallel part."""
+    made = [op for op in llama.ops if op.output_bytes == 0 and op.param_bytes > 0
+            and op.type not in ("Parameter", "Buffer") and op.role == "forward"]
+    # the mask, and the cosines and sines of the rotary embedding
+    assert "where.self" in {op.type for op in made} and len(made) >= 3
+    plan = baseline("tensor-parallel", llama, 4)
+    tg = build_task_graph(llama, plan, CostModel(llama, cluster(4)))
+    nc = tg.n_compute
+    names = {op.name for op in made}
+    moved = [tg.e_bytes[e] for e in range(tg.e_src.size) if tg.e_src[e] < nc
+             and llama.ops[tg.task_op[tg.e_src[e]]].name in names and not tg.e_local[e]]
+    assert sum(moved) == 0

@@ -24,9 +24,13 @@ _BATCH, _TENSOR = SPLIT_DIMS.index("batch"), SPLIT_DIMS.index("tensor")
 
 
 def sharded_weights(a, parts, dims, mask_of) -> np.ndarray:
-    """Per op: forward, split on batch over two or more devices, holding weights."""
+    """Per op: forward, split on batch over two or more devices, holding weights (not a
+    holder of a value made from other ops, such as a causal mask: each replica makes its
+    own)."""
     multi = (mask_of & (mask_of - 1)) != 0
-    return (dims == _BATCH) & (parts > 1) & multi & (a.param_bytes > 0) & (a.role == _FORWARD)
+    made = (a.output_bytes == 0) & (np.diff(a.in_ptr) > 0)
+    return ((dims == _BATCH) & (parts > 1) & multi & (a.param_bytes > 0) & (a.role == _FORWARD)
+            & ~made)
 
 
 def weight_gathers(a, parts, dims, mask_of, weighted, n_ops: int):

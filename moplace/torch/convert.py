@@ -60,6 +60,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     names = {n: _op_name(n, traced) for n in kept}
     forward = _ancestors(next(n for n in nodes if n.name == traced.loss), rep)
     batched = _batched(kept, traced, twin)
+    constants = _constants(kept, traced)
     block_of, status = {}, {}  # kept op -> its tensor-parallel block's name; shard or partial
     for block in megatron_blocks(kept, traced, rep, forward):
         for n, how in block.status.items():
@@ -97,13 +98,15 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         if measured is not None:
             compute = {**compute, "cpu": timed.get(n, 0.0)}
         ops.append(Op(names[n], _type(n, param, traced), compute,
-                      output_bytes=0 if param else est.nbytes(value) - held_apart.get(n, 0),
-                      param_bytes=est.nbytes(value) if param else 0,
+                      output_bytes=0 if param or n in constants
+                      else est.nbytes(value) - held_apart.get(n, 0),
+                      param_bytes=est.nbytes(value) if param or n in constants else 0,
                       grad_bytes=grad_bytes.get(n, 0),
                       colocation=block_of.get(n, f"param:{param}" if param else
                                               f"op:{n.name}" if n in producers else None),
                       splittable=_splittable(n, batched.get(n, False), n in grad_bytes,
-                                             param is not None, n in block_of),
+                                             param is not None or n in constants,
+                                             n in block_of),
                       role="forward" if param or n in forward else "backward",
                       partial_sums=status.get(n) == PARTIAL))
     ops = _with_outputs_apart(ops, kept, apart)
@@ -201,6 +204,23 @@ def _splittable(n, batched: bool, gradient: bool, weights: bool,
     else:
         dims = ()
     return dims + ("tensor",) if in_block else dims
+
+
+def _constants(kept, traced) -> set:
+    """The ops whose value no input or trained parameter decides (a causal mask, rotary
+    angles: made from shapes and buffers) and that an op the batch flows into reads. Each is held like a weight
+    (its bytes kept for the step, no activation), so a batch split of it is a replica that
+    every device makes for itself, as trainers make such tensors on every rank, instead of
+    one device sending it to every tensor-parallel part of every layer."""
+    sources = [n for n in kept if n.name in traced.inputs
+               or traced.parameters.get(n.name) in traced.trainable]
+    decided = _descendants(sources, kept)
+    kept_set = set(kept)
+    out = set()
+    for m in decided:  # what decided ops read (through the views they read) that is not
+        out.update(i for i in _kept_inputs(m, kept_set)
+                   if i not in decided and i.op == "call_function")
+    return out
 
 
 def _batched(kept, traced, twin) -> dict:

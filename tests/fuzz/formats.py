@@ -115,6 +115,22 @@ class Native(FileFormat):
         path = self.workdir / "seeds" / "native_part_costs.json"
         save_graph(OpGraph(ops, graph.edges, name=graph.name, metadata=graph.metadata), path)
         seeds.append(("native with part costs", path.read_bytes()))
+        # a Megatron block: tensor splits and partial sums, as the PyTorch front end writes
+        from moplace.core.graph import Edge, Op
+
+        t = ("batch", "tensor")
+        block = [Op("x", compute={"H100": 1e-4}, output_bytes=8, splittable=("batch",),
+                    role="forward"),
+                 Op("w", "Parameter", param_bytes=64, splittable=t, colocation="b",
+                    role="forward"),
+                 Op("fc1", compute={"H100": 1e-3}, output_bytes=32, splittable=t,
+                    colocation="b", role="forward"),
+                 Op("fc2", compute={"H100": 1e-3}, output_bytes=8, splittable=t,
+                    colocation="b", role="forward", partial_sums=True)]
+        path = self.workdir / "seeds" / "native_tensor_block.json"
+        save_graph(OpGraph(block, [Edge("x", "fc1", 8), Edge("w", "fc1", 64),
+                                   Edge("fc1", "fc2", 32)], name="block"), path)
+        seeds.append(("native tensor block", path.read_bytes()))
         return seeds
 
 
