@@ -256,3 +256,31 @@ def test_a_causal_mask_and_rotary_angles_are_made_on_every_device(llama):
     moved = [tg.e_bytes[e] for e in range(tg.e_src.size) if tg.e_src[e] < nc
              and llama.ops[tg.task_op[tg.e_src[e]]].name in names and not tg.e_local[e]]
     assert sum(moved) == 0
+
+
+def test_the_known_good_benchmark_finds_every_configuration_people_run_on_the_front(
+        tmp_path, capsys):
+    """experiments/known_good.py on a small GPT-2: seeded, the front holds or dominates DDP,
+    ZeRO-1, FSDP (with and without per-layer checkpointing) and TP + SP (with and without
+    selective recomputation); the withheld search is reported, not required."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("known_good",
+                                                  root / "experiments" / "known_good.py")
+    known_good = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(known_good)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**GPT2, "n_layer": 2, "n_positions": 64}))
+    out = tmp_path / "kg.json"
+    assert known_good.main(["--models", f"hf:{config}", "--clusters", "8xH100-80GB-NVLink",
+                            "--evaluations", "80", "--seq-len", "64", "--json", str(out)]) == 0
+    (entry,) = json.loads(out.read_text())
+    assert set(entry["known"]) == {"DDP", "ZeRO-1", "FSDP", "FSDP + layers checkpointed",
+                                   "TP=8 + SP", "TP=8 + SP, selective recompute"}
+    verdicts = entry["searches"]["seeded"]["verdicts"]
+    assert all(v.startswith(("on the front", "dominated by")) for v in verdicts.values()), \
+        verdicts
+    assert set(entry["searches"]["withheld"]["verdicts"]) == set(verdicts)
+    assert "nsga2, withheld" in capsys.readouterr().out
