@@ -124,9 +124,9 @@ def main(argv=None) -> int:
                 result = moplace.search(problem, searcher, budget=args.evaluations, seed=0)
                 front = sorted(result.front, key=lambda p: float(p.values[0]))
                 secs = time.perf_counter() - t1
-                print(f"\nnsga2, {label} ({'baselines among the seeds' if seeded else 'baselines withheld'}"
-                      f"): {result.n_evaluations} evaluations in {secs:.1f} s, "
-                      f"{len(front)} points")
+                how = "baselines among the seeds" if seeded else "baselines withheld"
+                print(f"\nnsga2, {label} ({how}): {result.n_evaluations} evaluations in "
+                      f"{secs:.1f} s, {len(front)} points")
                 for k, p in enumerate(front[:12]):
                     print(row(f"  #{k}", p.evaluation) + "  " + plan_text(plan_of(p.strategy,
                                                                                   graph)))
