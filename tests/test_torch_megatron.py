@@ -284,3 +284,17 @@ def test_the_known_good_benchmark_finds_every_configuration_people_run_on_the_fr
         verdicts
     assert set(entry["searches"]["withheld"]["verdicts"]) == set(verdicts)
     assert "nsga2, withheld" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_tensor_parallel_plans_run_to_the_end(gpt2, llama, which):
+    """A regression: a value every layer's backward reads (rotary angles) was gathered once for
+    all its readers, the gather waiting on ops after the first reader: the step deadlocked."""
+    from moplace.core.recompute import attention_cores, layer_checkpoints
+
+    graph = gpt2[2] if which == "gpt2" else llama
+    tp = baseline("tensor-parallel", graph, 4)
+    for plan in (tp, tp.with_recompute(attention_cores(graph)),
+                 tp.with_recompute(layer_checkpoints(graph)),
+                 tp.with_options(micro_batches=2)):
+        assert simulate(graph, cluster(4), plan).makespan > 0

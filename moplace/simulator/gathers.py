@@ -71,17 +71,21 @@ def activation_gathers(a, parts, dims, mask_of, taken) -> tuple[np.ndarray, np.n
     again (in op order; not those in ``taken``, already read from a collective), the graph
     edges read from the gather, and per producer the ops whose parts start it."""
     u, v = a.src, a.dst
+    replica = (a.param_bytes > 0) & (a.output_bytes == 0)  # each part holds it whole
     edge = ((dims[v] == _TENSOR) & (a.role[v] == _BACKWARD) & (parts[v] > 1)
             & (dims[u] == _BATCH) & (a.role[u] == _FORWARD) & (parts[u] == parts[v])
-            & (mask_of[u] == mask_of[v]) & ~taken[u] & (a.edge_bytes > 0))
+            & (mask_of[u] == mask_of[v]) & ~taken[u] & ~replica[u] & (a.edge_bytes > 0))
     ops = np.unique(u[edge]).astype(np.int64)
+    position = np.empty(a.role.size, np.int64)
+    position[a.topo] = np.arange(a.role.size)
     triggers = []
     for op in ops.tolist():
         readers = v[edge & (u == op)].tolist()
+        first = min(position[r] for r in readers)  # wait only for ops before every reader
         ahead = set().union(*(_two_back(a, r) for r in readers)) - {op}
-        ahead = {p for p in ahead if a.role[p] == _BACKWARD} or {
+        ahead = {p for p in ahead if a.role[p] == _BACKWARD and position[p] < first} or {
             p for r in readers for p in a.src[a.in_edge[a.in_ptr[r]:a.in_ptr[r + 1]]].tolist()
-            if p != op}
+            if p != op and position[p] < first}
         triggers.append(sorted(ahead | {op}))
     return ops, edge, triggers
 
