@@ -1,6 +1,6 @@
 """A strategy's plan at a glance: how many devices it uses, how many co-location groups it
-splits (and how many of those on tensor), its gradient bucket size, its ZeRO stage, how many groups it recomputes, and its
-micro-batches and their schedule (None with one micro-batch)
+splits (and how many of those on tensor), its gradient bucket size, its ZeRO stage, how many
+groups it recomputes, and its micro-batches and their schedule (None with one micro-batch)
 (`plan_of`), as data for ``front.json`` and ``--json`` (`moplace.review.units.plan_text`
 writes it as a line for the front table)."""
 

@@ -208,10 +208,10 @@ def _splittable(n, batched: bool, gradient: bool, weights: bool,
 
 def _constants(kept, traced) -> set:
     """The ops whose value no input or trained parameter decides (a causal mask, rotary
-    angles: made from shapes and buffers) and that an op the batch flows into reads. Each is held like a weight
-    (its bytes kept for the step, no activation), so a batch split of it is a replica that
-    every device makes for itself, as trainers make such tensors on every rank, instead of
-    one device sending it to every tensor-parallel part of every layer."""
+    angles: made from shapes and buffers) and that an op the batch flows into reads. Each is
+    held like a weight (its bytes kept for the step, no activation), so a batch split of it
+    is a replica that every device makes for itself, as trainers make such tensors on every
+    rank, instead of one device sending it to every tensor-parallel part of every layer."""
     sources = [n for n in kept if n.name in traced.inputs
                or traced.parameters.get(n.name) in traced.trainable]
     decided = _descendants(sources, kept)
