@@ -221,8 +221,8 @@ def test_the_figures_tell_recomputed_ops_apart_and_show_what_recomputation_frees
 
 def test_a_backward_op_that_only_remakes_forward_values_does_not_start_the_recomputation():
     """PyTorch's decomposed backward of SiLU or of a norm makes a value again from the saved
-    input alone (no gradient): it could run right after the forward, but the recomputation
-    it reads from still waits for the gradient to reach the layer."""
+    input alone (no gradient): it could run right after the forward, but in a PyTorch trace
+    the recomputation it reads from still waits for the gradient to reach the layer."""
     g = _layers()
     ops = list(g.ops)
     ops.insert(g.index["L2"] + 1, Op("L2/remake", "sigmoid", {"V100": 1e-4}, output_bytes=MIB,
@@ -230,7 +230,7 @@ def test_a_backward_op_that_only_remakes_forward_values_does_not_start_the_recom
     names = [op.name for op in g.ops]
     edges = [Edge(names[e.src], names[e.dst], e.bytes) for e in g.edges]
     edges += [Edge("L2", "L2/remake", 200 * MIB), Edge("L2/remake", "L2/grad", MIB)]
-    g = OpGraph(ops, edges, name="remake")
+    g = OpGraph(ops, edges, name="remake", metadata={"format": "pytorch"})
     i = g.index
     plan = recompute_plan(g, (i["L2"],))
     a = plan.arrays

@@ -29,9 +29,9 @@ once; the first label is kept):
    speed): the zero-communication end of the front lies among single-device placements, and
    the topological order of ``single`` can need far more memory;
 5. data parallelism with ZeRO-1 (optimizer state sharded across the replicas) and FSDP
-   (ZeRO-3: the weights too), the latter also with each layer checkpointed
-   (`moplace.core.recompute.layer_checkpoints`: every group recomputed but the layer
-   boundaries, when the graph names them), when
+   (ZeRO-3: the weights too), the latter also with each layer checkpointed when the graph
+   names its layers (`moplace.core.recompute.layer_checkpoints`: every group recomputed but
+   the layer boundaries), when
    they shard anything (`moplace.core.baselines.shards_updates`); tensor parallelism with
    each attention's core recomputed (Megatron-LM's selective recomputation), when the graph
    names attention cores (`moplace.core.recompute.attention_cores`);
@@ -117,7 +117,7 @@ def seed_strategies(problem, *, subsets: bool = True, baselines: bool = True) ->
     if problem.n_devices > 1 and reduces_gradients(graph) and shards_updates(graph):
         out.append(Seed("data-parallel, ZeRO-1", dp.with_options(zero_stage=1)))
         out.append(Seed("FSDP (data-parallel, ZeRO-3)", dp.with_options(zero_stage=3)))
-        if recomputable_heads(graph).size:
+        if graph.metadata.get("layers") and layer_checkpoints(graph).size:
             out.append(Seed("FSDP, each layer checkpointed", dp.with_options(
                 zero_stage=3).with_recompute(layer_checkpoints(graph))))
     cores = attention_cores(graph)

@@ -16,9 +16,9 @@ A strategy that recomputes co-location groups (`Strategy.recompute`) is simulate
 - the clones of a run start when the backward reaches it: each clone without recomputed
   inputs waits (an edge with no bytes) for every non-forward op that carries the gradient
   (depends on the loss), feeds the run's backward readers and comes before all of them in the
-  graph's topological order; a backward reader that only makes forward values again (no
-  gradient: PyTorch's decomposed SiLU or norm backward) counts where the gradient first needs
-  it. A run whose backward
+  graph's topological order; in a PyTorch trace, a backward reader that only makes forward
+  values again (no gradient: the decomposed SiLU or norm backward) counts where the gradient
+  first needs it (other graphs: every non-forward op counts where it is). A run whose backward
   readers have no such op (the last layers, whose gradient starts from the loss) is recomputed
   as soon as its inputs are there, which saves nothing, as checkpointing the last segment does.
 
@@ -60,8 +60,11 @@ class RecomputePlan:
         forward = a.role == _FORWARD
         position = np.empty(n, np.int64)
         position[a.topo] = np.arange(n)
+        # PyTorch's joint graphs decompose backward ops into some that only remake forward
+        # values; other graphs keep the rule their figures were measured with
+        remakes = graph.metadata.get("format") == "pytorch"
         clone_of, src, dst, nbytes = _clone_edges(n, a, forward, chosen & can_run_again(graph),
-                                                  position)
+                                                  position, remakes)
         self.n_ops = n
         self.orig = np.concatenate([np.arange(n), np.flatnonzero(clone_of >= 0)])
         nv = self.orig.size
@@ -161,7 +164,7 @@ def _needed_at(n, a, forward, carries, position) -> np.ndarray:
     return when
 
 
-def _clone_edges(n, a, forward, candidate, position):
+def _clone_edges(n, a, forward, candidate, position, remakes: bool = True):
     """Per op its clone's index (-1: none), and the edges of the graph with the clones, in no
     particular order (see the module docstring)."""
     src, dst, nbytes = a.src, a.dst, a.edge_bytes
@@ -176,7 +179,7 @@ def _clone_edges(n, a, forward, candidate, position):
     edges.append((np.where(needed[s], clone_of[s], s), clone_of[dst[into]], nbytes[into]))
     # each run's first backward reader, in topological order; a reader that only makes
     # forward values again counts where the gradient first needs it
-    carries = _carries_gradient(n, a, forward)
+    carries = _carries_gradient(n, a, forward) if remakes else ~forward
     when = _needed_at(n, a, forward, carries, position)
     first = np.full(n, n, np.int64)
     np.minimum.at(first, run[src[back]], when[dst[back]])
