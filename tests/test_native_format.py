@@ -93,7 +93,7 @@ def test_unknown_op_key_is_named(tmp_path):
     (lambda d: d["ops"][1].update(name="fc1"), "ops[1].name"),
     (lambda d: d["edges"][1].update(dst="fc9"), "edges[1].dst"),
     (lambda d: d["edges"][0].update(weight=3), "edges[0].weight"),
-    (lambda d: d.update(version=2), "version"),
+    (lambda d: d.update(version=3), "version"),
     (lambda d: d.update(format="other"), "format"),
     (lambda d: d.update(extra=1), "extra"),
 ])

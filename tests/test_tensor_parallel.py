@@ -13,7 +13,7 @@ from moplace.core.cluster import Cluster
 from moplace.core.graph import Edge, Op, OpGraph
 from moplace.core.strategy import Split, Strategy
 from moplace.costs.costmodel import CostModel
-from moplace.errors import GraphError
+from moplace.errors import FormatError, GraphError
 from moplace.io.native import graph_to_dict, load_native, save_graph
 from moplace.simulator.build import build_task_graph
 from moplace.simulator.collectives import ALL_REDUCE, REDUCE_SCATTER
@@ -136,5 +136,13 @@ def test_partial_sums_go_through_the_graph_format(tmp_path):
     again = load_native(tmp_path / "mlp.json")
     assert [op.partial_sums for op in again.ops] == [op.partial_sums for op in g.ops]
     assert "partial_sums" not in graph_to_dict(g)["ops"][0]  # written only where true
+    # version 2 only where tensor parallelism is used; version 1 files stay readable, and one
+    # claiming version 1 while using it is refused, naming the op
+    assert graph_to_dict(g)["version"] == 2
+    assert graph_to_dict(mlp_block(("batch",), False, None))["version"] == 1
+    text = (tmp_path / "mlp.json").read_text().replace('"version": 2', '"version": 1')
+    (tmp_path / "v1.json").write_text(text)
+    with pytest.raises(FormatError, match=r"ops\[1\].*needs version 2"):
+        load_native(tmp_path / "v1.json")
     with pytest.raises(GraphError, match="partial_sums must be true or false"):
         Op("x", partial_sums="yes")

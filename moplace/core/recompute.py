@@ -27,19 +27,28 @@ NEVER_RECOMPUTED = frozenset({
     "randompoissonv2", "while", "if", "case", "statefulpartitionedcall"})
 _HEADS: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
 _AGAIN: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
+_CORES: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
+_CHECKPOINTS: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def _once(cache, graph: OpGraph, make) -> np.ndarray:
+    """``make(graph)``, computed once per graph and kept read-only in ``cache``."""
+    out = cache.get(graph)
+    if out is None:
+        out = make(graph)
+        out.flags.writeable = False
+        cache[graph] = out
+    return out
 
 
 def can_run_again(graph: OpGraph) -> np.ndarray:
     """Per op: a forward op with inputs whose type is not in `NEVER_RECOMPUTED` (read-only;
     computed once per graph)."""
-    again = _AGAIN.get(graph)
-    if again is None:
-        a = graph.arrays
-        kind = np.array([op.type.lower() not in NEVER_RECOMPUTED for op in graph.ops], bool)
-        again = (a.role == _FORWARD) & (np.diff(a.in_ptr) > 0) & kind
-        again.flags.writeable = False
-        _AGAIN[graph] = again
-    return again
+    def make(g):
+        kind = np.array([op.type.lower() not in NEVER_RECOMPUTED for op in g.ops], bool)
+        return (g.arrays.role == _FORWARD) & (np.diff(g.arrays.in_ptr) > 0) & kind
+
+    return _once(_AGAIN, graph, make)
 
 
 def recomputable_ops(graph: OpGraph) -> np.ndarray:
@@ -53,12 +62,8 @@ def recomputable_ops(graph: OpGraph) -> np.ndarray:
 def recomputable_heads(graph: OpGraph) -> np.ndarray:
     """The first op of every co-location group that can be recomputed, ascending (read-only;
     computed once per graph)."""
-    heads = _HEADS.get(graph)
-    if heads is None:
-        heads = np.unique(graph.group_head[recomputable_ops(graph)]).astype(np.int64)
-        heads.flags.writeable = False
-        _HEADS[graph] = heads
-    return heads
+    return _once(_HEADS, graph, lambda g: np.unique(
+        g.group_head[recomputable_ops(g)]).astype(np.int64))
 
 
 #: the suffix of the co-location group a front end gives each attention's core (scores,
@@ -69,9 +74,9 @@ CORE_SUFFIX = ":attention-core"
 def attention_cores(graph: OpGraph) -> np.ndarray:
     """The recomputable groups (`recomputable_heads`) that are attention cores: recomputing
     just those is Megatron-LM's selective recomputation (Korthikanti et al. 2022)."""
-    heads = recomputable_heads(graph)
-    return heads[[(graph.ops[h].colocation or "").endswith(CORE_SUFFIX)
-                  for h in heads.tolist()]] if heads.size else heads
+    return _once(_CORES, graph, lambda g: recomputable_heads(g)[
+        np.array([(g.ops[h].colocation or "").endswith(CORE_SUFFIX)
+                  for h in recomputable_heads(g).tolist()], bool)])
 
 
 def layer_checkpoints(graph: OpGraph) -> np.ndarray:
@@ -81,6 +86,10 @@ def layer_checkpoints(graph: OpGraph) -> np.ndarray:
     `moplace.torch.layers`) and those the batch does not flow into, so each run of recomputed
     ops keeps only the boundary before it. Every recomputable group when the graph names no
     boundaries."""
+    return _once(_CHECKPOINTS, graph, _layer_checkpoints)
+
+
+def _layer_checkpoints(graph: OpGraph) -> np.ndarray:
     heads = recomputable_heads(graph)
     layers = graph.metadata.get("layers")
     names = layers.get("boundaries") if isinstance(layers, dict) else None

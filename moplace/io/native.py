@@ -19,7 +19,10 @@ from ..errors import LONG_INTEGER, FormatError, GraphError, shown
 MAX_METADATA_DEPTH = 32
 
 FORMAT = "moplace-graph"
-VERSION = 1
+#: 2 added tensor parallelism (a ``tensor`` split, ``partial_sums``); a graph without them is
+#: written as version 1, which moplace before it reads too
+VERSION = 2
+VERSIONS = (1, 2)
 TOP_KEYS = {"format", "version", "name", "metadata", "ops", "edges"}
 OP_KEYS = {"name", "type", "compute", "output_bytes", "param_bytes", "grad_bytes", "colocation",
            "splittable", "role", "part_compute", "partial_sums"}
@@ -79,10 +82,16 @@ def _op_record(op: Op) -> dict:
     return record
 
 
+def _tensor_parallel(op: Op) -> bool:
+    """Does ``op`` use what version 2 of the format added?"""
+    return bool(op.partial_sums) or "tensor" in op.splittable
+
+
 def graph_to_dict(graph: OpGraph) -> dict:
     """The JSON-ready dictionary `save_graph` writes."""
     names = [op.name for op in graph.ops]
-    return {"format": FORMAT, "version": VERSION, "name": graph.name,
+    return {"format": FORMAT, "version": VERSION if any(map(_tensor_parallel, graph.ops))
+            else 1, "name": graph.name,
             "metadata": dict(graph.metadata),
             "ops": [_op_record(op) for op in graph.ops],
             "edges": [{"src": names[e.src], "dst": names[e.dst], "bytes": int(e.bytes)}
@@ -235,9 +244,9 @@ def load_native(path) -> OpGraph:
     data = r.obj(read_json(path), "", TOP_KEYS, required=("format", "version", "ops"))
     if data["format"] != FORMAT:
         r.fail("format", f"must be {FORMAT!r}, got {shown(data['format'])}")
-    if data["version"] != VERSION or isinstance(data["version"], bool):
+    if data["version"] not in VERSIONS or isinstance(data["version"], bool):
         r.fail("version", f"unsupported version {shown(data['version'])} (this moplace reads "
-                          f"{VERSION})")
+                          f"{', '.join(map(str, VERSIONS))})")
     if not isinstance(data["ops"], list):
         r.fail("ops", "must be a list")
     ops, seen = [], {}
@@ -247,6 +256,8 @@ def load_native(path) -> OpGraph:
             r.fail(f"ops[{i}].name", f"duplicate op name {shown(op.name)} (also "
                                      f"ops[{seen[op.name]}])")
         seen[op.name] = i
+        if data["version"] == 1 and _tensor_parallel(op):
+            r.fail(f"ops[{i}]", "a tensor split or partial_sums needs version 2 of the format")
         ops.append(op)
     edges = _read_edges(r, data.get("edges", []), set(seen))
     name = r.string(data.get("name", Path(path).stem), "name")

@@ -97,43 +97,51 @@ def seed_strategies(problem, *, subsets: bool = True, baselines: bool = True) ->
     if len(graph.ops):
         for _, source in seed_sources():
             out += source(problem)
-    if not baselines:
-        kinds = one_device_each_kind(graph, problem.cluster)
-        out += [Seed(f"all on {name}, memory order", s) for name, s in kinds]
-        every_other = recomputable_heads(graph)[::2]
-        if every_other.size:
-            name, s = kinds[0]
-            out.append(Seed(f"all on {name}, memory order, every other group recomputed",
-                            s.with_recompute(every_other)))
-        return _distinct(out)
-    out += [Seed(name, baseline(name, graph, problem.n_devices)) for name in BASELINES]
-    if subsets and len(graph.ops):
-        for subset in device_subsets(problem.cluster):
-            out += [Seed(f"{name} on {subset.label}", on_devices(name, graph, subset.devices))
-                    for name in SUBSET_BASELINES]
     kinds = one_device_each_kind(graph, problem.cluster)
+    if baselines:
+        out += _baselines(problem, subsets)
     out += [Seed(f"all on {name}, memory order", s) for name, s in kinds]
-    dp = baseline("data-parallel", graph, problem.n_devices)
-    if problem.n_devices > 1 and reduces_gradients(graph) and shards_updates(graph):
-        out.append(Seed("data-parallel, ZeRO-1", dp.with_options(zero_stage=1)))
-        out.append(Seed("FSDP (data-parallel, ZeRO-3)", dp.with_options(zero_stage=3)))
-        if graph.metadata.get("layers") and layer_checkpoints(graph).size:
-            out.append(Seed("FSDP, each layer checkpointed", dp.with_options(
-                zero_stage=3).with_recompute(layer_checkpoints(graph))))
-    cores = attention_cores(graph)
-    if problem.n_devices > 1 and cores.size:
-        out.append(Seed("tensor-parallel, attention cores recomputed (selective)",
-                        baseline("tensor-parallel", graph, problem.n_devices
-                                 ).with_recompute(cores)))
+    dp = baseline("data-parallel", graph, problem.n_devices) if baselines else None
+    out += _sharded_and_selective(problem, dp) if baselines else []
     every_other = recomputable_heads(graph)[::2]
     if every_other.size:
-        out.append(Seed("data-parallel, every other group recomputed",
-                        baseline("data-parallel", graph, problem.n_devices
-                                 ).with_recompute(every_other)))
+        if baselines:
+            out.append(Seed("data-parallel, every other group recomputed",
+                            dp.with_recompute(every_other)))
         name, s = kinds[0]
         out.append(Seed(f"all on {name}, memory order, every other group recomputed",
                         s.with_recompute(every_other)))
     return _distinct(out)
+
+
+def _baselines(problem, subsets: bool) -> list[Seed]:
+    """Every baseline on the whole cluster, and with ``subsets`` those of `SUBSET_BASELINES`
+    on each device subset."""
+    graph = problem.graph
+    out = [Seed(name, baseline(name, graph, problem.n_devices)) for name in BASELINES]
+    if subsets and len(graph.ops):
+        for subset in device_subsets(problem.cluster):
+            out += [Seed(f"{name} on {subset.label}", on_devices(name, graph, subset.devices))
+                    for name in SUBSET_BASELINES]
+    return out
+
+
+def _sharded_and_selective(problem, dp: Strategy) -> list[Seed]:
+    """ZeRO-1 and FSDP (``dp`` is data parallelism), FSDP with each layer checkpointed, and
+    tensor parallelism with the attention cores recomputed, where the graph allows them."""
+    graph, n, out = problem.graph, problem.n_devices, []
+    if n > 1 and reduces_gradients(graph) and shards_updates(graph):
+        out.append(Seed("data-parallel, ZeRO-1", dp.with_options(zero_stage=1)))
+        out.append(Seed("FSDP (data-parallel, ZeRO-3)", dp.with_options(zero_stage=3)))
+        layers = layer_checkpoints(graph)
+        if graph.metadata.get("layers") and layers.size:
+            out.append(Seed("FSDP, each layer checkpointed",
+                            dp.with_options(zero_stage=3).with_recompute(layers)))
+    cores = attention_cores(graph)
+    if n > 1 and cores.size:
+        out.append(Seed("tensor-parallel, attention cores recomputed (selective)",
+                        baseline("tensor-parallel", graph, n).with_recompute(cores)))
+    return out
 
 
 def _distinct(seeds: list[Seed]) -> list[Seed]:

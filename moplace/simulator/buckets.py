@@ -31,6 +31,9 @@ class BucketedCollectives:
     (the last piece's last) follows every piece's last. Update ops read the reduced gradient
     from the bucket's last task.
 
+    ``replica``: per op, a batch split whose parts each hold it whole (weights; the
+    simulator's `moplace.simulator.taskgraph`), which is never gathered again.
+
     A tensor-split op whose parts yield partial sums (`Op.partial_sums`) on two or more
     devices, read by an op that is not itself a partial sum, is a bucket of its own (after
     the gradients' buckets): its output all-reduced among its parts' devices, or
@@ -47,7 +50,7 @@ class BucketedCollectives:
     """
 
     def __init__(self, a, costs, ptr, parts, dims, dev, bucket_bytes: float = 0.0,
-                 zero_stage: int = 0, n_ops: int | None = None, partial=None):
+                 zero_stage: int = 0, n_ops: int | None = None, partial=None, replica=None):
         cl = costs.cluster
         n_ops = parts.size if n_ops is None else n_ops  # ops from n_ops on: clones
         mask_of = _device_masks(ptr, parts, dev)
@@ -123,7 +126,8 @@ class BucketedCollectives:
             feeds.append((s_ops, entry))
         #: per graph edge: read from a gather in the backward (`activation_gathers`)
         g_ops, self.regathered, g_wait = activation_gathers(
-            a, parts, dims, mask_of, self.bucket_of_op >= 0)
+            a, parts, dims, mask_of, self.bucket_of_op >= 0,
+            np.zeros(parts.size, bool) if replica is None else replica)
         if g_ops.size:
             entry = self._own_buckets(tables, g_ops, mask_of,
                                       ring_plans(cl, mask_of[g_ops], ALL_GATHER), a.output_bytes)

@@ -62,16 +62,17 @@ def weight_gathers(a, parts, dims, mask_of, weighted, n_ops: int):
     return np.array(sizes, np.float64), np.array(masks, np.int64), users, triggers
 
 
-def activation_gathers(a, parts, dims, mask_of, taken) -> tuple[np.ndarray, np.ndarray, list]:
+def activation_gathers(a, parts, dims, mask_of, taken,
+                       replica) -> tuple[np.ndarray, np.ndarray, list]:
     """Sequence parallelism's gathers in the backward (Megatron-LM): a backward op split on
     tensor that reads a forward op's output split on batch into as many parts on the same
     devices (a shard, such as a norm's output that a column-parallel linear's weight gradient
     needs whole) reads it through an all-gather that starts one op ahead, instead of keeping
     the gathered copy from the forward pass. Returns the producers whose output is gathered
-    again (in op order; not those in ``taken``, already read from a collective), the graph
-    edges read from the gather, and per producer the ops whose parts start it."""
+    again (in op order; not those in ``taken``, already read from a collective, nor
+    ``replica``s, whose parts each hold it whole), the graph edges read from the gather, and
+    per producer the ops whose parts start it."""
     u, v = a.src, a.dst
-    replica = (a.param_bytes > 0) & (a.output_bytes == 0)  # each part holds it whole
     edge = ((dims[v] == _TENSOR) & (a.role[v] == _BACKWARD) & (parts[v] > 1)
             & (dims[u] == _BATCH) & (a.role[u] == _FORWARD) & (parts[u] == parts[v])
             & (mask_of[u] == mask_of[v]) & ~taken[u] & ~replica[u] & (a.edge_bytes > 0))

@@ -31,6 +31,8 @@ graph built on the plan's arrays has the recomputed tasks after all others' comp
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numba import njit
 
@@ -45,6 +47,7 @@ _FORWARD = ROLES.index("forward")
 MAX_PLANS = 64
 
 _PLANS = PlanCache(MAX_PLANS)
+_TIMING: "weakref.WeakKeyDictionary[OpGraph, tuple]" = weakref.WeakKeyDictionary()
 
 
 class RecomputePlan:
@@ -60,11 +63,8 @@ class RecomputePlan:
         forward = a.role == _FORWARD
         position = np.empty(n, np.int64)
         position[a.topo] = np.arange(n)
-        # PyTorch's joint graphs decompose backward ops into some that only remake forward
-        # values; other graphs keep the rule their figures were measured with
-        remakes = graph.metadata.get("format") == "pytorch"
         clone_of, src, dst, nbytes = _clone_edges(n, a, forward, chosen & can_run_again(graph),
-                                                  position, remakes)
+                                                  position, *_gradient_timing(graph))
         self.n_ops = n
         self.orig = np.concatenate([np.arange(n), np.flatnonzero(clone_of >= 0)])
         nv = self.orig.size
@@ -131,6 +131,27 @@ def _needed_and_runs(n, src, dst, out_ptr, out_edge, forward, candidate, topo):
     return needed, run
 
 
+def _gradient_timing(graph: OpGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Per op of ``graph``: does it carry the gradient (`_carries_gradient`), and the
+    topological position where the gradient needs it (`_needed_at`); computed once per graph.
+    PyTorch's joint graphs decompose backward ops into some that only remake forward values;
+    in other graphs every non-forward op carries the gradient where it is, the rule their
+    figures were measured with."""
+    timing = _TIMING.get(graph)
+    if timing is None:
+        a, n = graph.arrays, len(graph.ops)
+        forward = a.role == _FORWARD
+        position = np.empty(n, np.int64)
+        position[a.topo] = np.arange(n)
+        if graph.metadata.get("format") == "pytorch":
+            carries = _carries_gradient(n, a, forward)
+            timing = carries, _needed_at(n, a, forward, carries, position)
+        else:
+            timing = ~forward, position
+        _TIMING[graph] = timing
+    return timing
+
+
 def _carries_gradient(n, a, forward) -> np.ndarray:
     """Per op: a non-forward op that depends on the loss: one that reads the last forward op
     in topological order (the loss), or a non-forward op that does. A backward op that reads
@@ -164,9 +185,9 @@ def _needed_at(n, a, forward, carries, position) -> np.ndarray:
     return when
 
 
-def _clone_edges(n, a, forward, candidate, position, remakes: bool = True):
+def _clone_edges(n, a, forward, candidate, position, carries, when):
     """Per op its clone's index (-1: none), and the edges of the graph with the clones, in no
-    particular order (see the module docstring)."""
+    particular order (see the module docstring); ``carries`` and ``when``: `_gradient_timing`."""
     src, dst, nbytes = a.src, a.dst, a.edge_bytes
     needed, run = _needed_and_runs(n, src, dst, a.out_ptr, a.out_edge, forward, candidate,
                                    a.topo)
@@ -179,8 +200,6 @@ def _clone_edges(n, a, forward, candidate, position, remakes: bool = True):
     edges.append((np.where(needed[s], clone_of[s], s), clone_of[dst[into]], nbytes[into]))
     # each run's first backward reader, in topological order; a reader that only makes
     # forward values again counts where the gradient first needs it
-    carries = _carries_gradient(n, a, forward) if remakes else ~forward
-    when = _needed_at(n, a, forward, carries, position)
     first = np.full(n, n, np.int64)
     np.minimum.at(first, run[src[back]], when[dst[back]])
     # the ops a run waits for: non-forward feeders of its backward readers before the first

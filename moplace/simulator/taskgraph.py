@@ -139,12 +139,13 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel,
     task_op = orig[vop]
     dev = strategy.placement[task_op].copy()
     dev[parts[vop] > 1] = split_dev  # split ops' parts in op order, so they line up
+    held = _held(a, graph.arrays, orig, dims)
     colls = BucketedCollectives(a, costs, ptr, parts, dims, dev, strategy.bucket_bytes,
                                 int(strategy.zero_stage), n_ops,
-                                plan.partial if strategy.pipelined else None)
+                                plan.partial if strategy.pipelined else None,
+                                replica=held == _REPLICA)
     dur = _durations(a, costs, ptr, vop, orig, dev, parts * in_time, dims,
                      colls.sharded_update)
-    held = _held(a, graph.arrays, orig, dims)
     out_b, par_b = _memory(a, vop, parts, held, colls.sharded_update | colls.weighted)
     par_b = par_b + held_while_gathered(ptr, parts, dev, colls.weighted, a.param_bytes,
                                         vop.size)

@@ -22,15 +22,17 @@ import bisect
 
 import networkx as nx
 
+from ..core.graph import ROLES
+
 
 def find_layers(graph, inputs, loss) -> dict | None:
-    """``{"boundaries": [op names], "period": k, "count": n, "signatures": [...]}`` for the
-    op graph ``graph`` whose batch enters at the ops named ``inputs`` and whose loss is the op
-    named ``loss``: the dominators of the loss (module docstring), in order; the segments
-    between them repeat every ``period`` segments ``count`` times. None when the forward graph
-    has no boundary (nothing dominates the loss but itself)."""
+    """``{"boundaries": [op names], "period": k, "count": n, "segments": s}`` for the op
+    graph ``graph`` whose batch enters at the ops named ``inputs`` and whose loss is the op
+    named ``loss``: the dominators of the loss (module docstring), in order; the s segments
+    between the first and the last repeat every ``period`` segments ``count`` times. None
+    when the forward graph has no boundary (nothing dominates the loss but itself)."""
     a = graph.arrays
-    forward = a.role == 0
+    forward = a.role == ROLES.index("forward")
     roots = [graph.index[n] for n in inputs if n in graph.index]
     sink = graph.index.get(loss)
     if sink is None or not roots:

@@ -74,7 +74,7 @@ def megatron_blocks(kept, traced, rep, forward) -> list[Block]:
             continue
         _backward(block, kept[position[row] + 1:], inputs, rep, forward)
         block.core = attention_core(block, inputs, rep, position)
-        _drop_shared_weights(block, readers, traced)
+        _drop_shared_weights(block, readers)
         taken |= set(block.status)
         blocks.append(block)
     return blocks
@@ -203,7 +203,7 @@ def _backward(block: Block, later, inputs, rep, forward) -> None:
             status[n] = SHARD
 
 
-def _drop_shared_weights(block: Block, readers, traced) -> None:
+def _drop_shared_weights(block: Block, readers) -> None:
     """A parameter read by an op outside the block (a tied weight) stays whole."""
     for n in [n for n in block.status if n.op == "placeholder"]:
         if any(r not in block.status for r in readers.get(n, [])):
