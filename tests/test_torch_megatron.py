@@ -231,7 +231,7 @@ def test_nsga2_mutates_toward_the_recomputation_practitioners_use(gpt2):
     assert len(s.recompute_patterns) == 2
     assert all(np.array_equal(p, w) for p, w in zip(s.recompute_patterns, want))
     only = MutationRates(moves=0, block=0, splits=0, swaps=0, jitter=0, reset=0, devices=0,
-                         bucket=0, zero=0, micro_batches=0, schedule=0, recompute=0,
+                         bucket=0, zero=0, micro_batches=0, schedule=0, recompute=0, regular=0,
                          recompute_pattern=1.0)
     rng = np.random.default_rng(0)
     x = space.encode(baseline("data-parallel", graph, 4))
@@ -240,6 +240,32 @@ def test_nsga2_mutates_toward_the_recomputation_practitioners_use(gpt2):
         rec = mutate(s, x, rng, only)[space.recompute_genes]
         seen.add(tuple(rec.astype(int)))
     assert seen == {tuple(w.astype(int)) for w in want} | {(0,) * heads.size}
+
+
+def test_one_device_set_move_makes_the_regular_plans_practitioners_run(gpt2):
+    """From a plan on one device, a regular move gives tensor parallelism exactly as the
+    baseline has it; random device-set moves reach FSDP with each layer checkpointed and
+    tensor parallelism with selective recomputation, all on every device."""
+    from moplace.core.genome import GenomeSpace
+    from moplace.core.recompute import attention_cores, layer_checkpoints
+
+    graph = gpt2[2]
+    space = GenomeSpace(graph, 4)
+    assert space.regular_dims == ("batch", "tensor")
+    one = space.encode(single(graph, 4))
+    tp = space.decode(space.regular(one, 0, 4, "tensor"))
+    assert tp.simulation_key == baseline("tensor-parallel", graph, 4).simulation_key
+    rng, seen = np.random.default_rng(0), set()
+    layers, cores = (frozenset(f(graph).tolist()) for f in (layer_checkpoints, attention_cores))
+    for _ in range(600):
+        s = space.decode(space.random_resize(one, rng))
+        s.validate(graph, 4)
+        dims = {(sp.dim, sp.parts) for sp in s.splits.values()}
+        recomputed = frozenset(np.asarray(s.recompute).tolist())
+        seen.add((tuple(sorted(dims)), s.zero_stage,
+                  {layers: "layers", cores: "cores", frozenset(): "none"}.get(recomputed)))
+    assert ((("batch", 4),), 3.0, "layers") in seen  # FSDP, each layer checkpointed
+    assert ((("batch", 4), ("tensor", 4)), 0.0, "cores") in seen  # TP + SP, selective
 
 
 def test_a_causal_mask_and_rotary_angles_are_made_on_every_device(llama):

@@ -35,8 +35,9 @@ from ..arrays import segment_ranks
 from ..errors import StrategyError
 from .graph import ROLES, SPLIT_DIMS, OpGraph
 from .recompute import recomputable_heads
-from .baselines import DDP_BUCKET_BYTES, reduces_gradients, shards_updates
+from .baselines import reduces_gradients, shards_updates
 from .strategy import SCHEDULES, Split, SplitTable, Strategy
+from .windows import WindowMoves
 
 #: the gradient bucket sizes the genome chooses among: each gradient alone, and 1, 5, 25
 #: (DDP's default) and 100 MiB
@@ -49,7 +50,7 @@ ZERO_CHOICES = (0.0, 1.0, 3.0)
 MICRO_BATCH_CHOICES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 
 
-class GenomeSpace:
+class GenomeSpace(WindowMoves):
     """Encoding of strategies for ``graph`` on ``n_devices`` devices."""
 
     def __init__(self, graph: OpGraph, n_devices: int, *, max_parts: int | None = None):
@@ -227,106 +228,6 @@ class GenomeSpace:
         uniformly (a recompute gene flips)."""
         gene, n = int(self.lever_genes[k]), int(self.lever_values[k])
         y[gene] = (int(round(y[gene])) + 1 + int(rng.integers(n - 1))) % n
-
-    def device_window(self, x) -> tuple[int, int]:
-        """The smallest cyclic run of devices (first device, length) holding every op and
-        every part of genome ``x``."""
-        x = np.asarray(x, dtype=np.float64)
-        G, D = self.n_groups, self.n_devices
-        if G == 0:
-            return 0, 1
-        device = np.clip(np.rint(x[:G]), 0, D - 1).astype(np.int64)
-        option = np.clip(np.rint(x[G:2 * G]), 0, self._n_options - 1).astype(np.int64)
-        parts = self._parts[np.arange(G), option]
-        used = np.zeros(D, bool)
-        for first, n in set(zip(device.tolist(), parts.tolist())):
-            used[(first + np.arange(n)) % D] = True
-        best = (D + 1, 0)
-        for start in np.flatnonzero(used).tolist():  # a window starts on a used device
-            length = int(((np.flatnonzero(used) - start) % D).max()) + 1
-            best = min(best, (length, start))
-        return best[1], best[0]
-
-    def resize(self, x, start: int, length: int) -> np.ndarray:
-        """Genome ``x`` moved onto the ``length`` consecutive devices from ``start`` (cyclic):
-        its device window (`device_window`) is stretched or shrunk onto the new one, a group's
-        position in it scaled, and a split's parts scaled alike (parts 8 on 8 devices become 4
-        on 4, and back), kept inside the window, on the same dimension (the nearest smaller
-        part count the group allows; no split when none). Priorities stay. This is the move
-        that takes data parallelism on every device to one server's devices, or back."""
-        y = np.array(x, dtype=np.float64)
-        G, D = self.n_groups, self.n_devices
-        if not 1 <= length <= D:
-            raise ValueError(f"length must be in 1..{D}, got {length}")
-        if G == 0:
-            return y
-        old_start, old_length = self.device_window(y)
-        device = np.clip(np.rint(y[:G]), 0, D - 1).astype(np.int64)
-        option = np.clip(np.rint(y[G:2 * G]), 0, self._n_options - 1).astype(np.int64)
-        rel = ((device - old_start) % D) * length // old_length
-        y[:G] = (start + rel) % D
-        for g in np.flatnonzero(option > 0).tolist():
-            dim, parts = self.options[g][option[g]]
-            want = min(max(1, round(parts * length / old_length)), length - int(rel[g]))
-            y[G + g] = self._nearest_option(g, dim, want)
-        return y
-
-    def replicate(self, x, start: int, length: int) -> np.ndarray:
-        """Genome ``x`` as data parallelism on the ``length`` consecutive devices from
-        ``start``: every group that can split on batch into ``length`` parts (else the most
-        it allows) is split so from ``start``; every other group runs on ``start``; gradients
-        go in DDP's buckets (`DDP_BUCKET_BYTES`), nothing sharded, recomputed or
-        micro-batched, as the
-        data-parallel baseline. Priorities stay."""
-        y = np.array(x, dtype=np.float64)
-        G, D = self.n_groups, self.n_devices
-        if not 1 <= length <= D:
-            raise ValueError(f"length must be in 1..{D}, got {length}")
-        y[:G] = start % D
-        y[G:2 * G] = [self._nearest_option(g, "batch", length) for g in range(G)]
-        if DDP_BUCKET_BYTES in self.bucket_choices:
-            y[self.bucket_gene] = self.bucket_choices.index(DDP_BUCKET_BYTES)
-        y[self.zero_gene] = 0
-        y[self.micro_batch_gene] = y[self.schedule_gene] = 0
-        y[self.recompute_genes] = 0
-        return y
-
-    #: Device-set moves are made on clusters of at least this many devices (on 2 or 3, a
-    #: window is one device or nearly all, which the other moves reach; on the tiny
-    #: instances of `moplace.optimize.tiny` they only cost NSGA-II hypervolume)
-    RESIZE_MIN_DEVICES = 4
-
-    def random_resize(self, x, rng: np.random.Generator) -> np.ndarray:
-        """A device-set move: `resize` onto a random window of another length or, one time
-        in three, `replicate` onto a random window (data parallelism there, whatever ``x``
-        was). Its length is three times in four a power of two or every device (the sizes
-        plans use), else any. The window starts half the time aligned with the current one (from its first
-        device in steps of the new length: one server's devices when servers are numbered in
-        runs), else on any device."""
-        D = self.n_devices
-        start, length = self.device_window(x)
-        if D < 2:
-            return np.array(x, dtype=np.float64)
-        dp = rng.random() < 1 / 3
-        sizes = [k for k in range(1, D + 1) if dp or k != length]
-        round_sizes = [k for k in sizes if k & (k - 1) == 0 or k == D]  # 1, 2, 4, ..., D
-        if round_sizes and rng.random() < 0.75:
-            sizes = round_sizes
-        k = sizes[int(rng.integers(len(sizes)))]
-        if rng.random() < 0.5:
-            new_start = (start + k * int(rng.integers(-(-D // k)))) % D
-        else:
-            new_start = int(rng.integers(D))
-        return self.replicate(x, new_start, k) if dp else self.resize(x, new_start, k)
-
-    def _nearest_option(self, g: int, dim: str, parts: int) -> int:
-        """The option of group ``g`` splitting ``dim`` into the most parts up to ``parts``
-        (0, no split, when there is none or ``parts`` is 1)."""
-        best, best_parts = 0, 1
-        for k, opt in enumerate(self.options[g][1:], start=1):
-            if opt[0] == dim and best_parts < opt[1] <= parts:
-                best, best_parts = k, opt[1]
-        return best
 
     def _option_index(self, g: int, split: Split | None, device: int) -> int:
         if split is None:

@@ -21,7 +21,9 @@ block, which keeps a generation's moves meaningful when there are thousands of g
   priorities; and, rarely, reset a few genes uniformly.
 - a device-set move (`GenomeSpace.random_resize`), rarely: the whole strategy onto a run of
   consecutive devices of another length, splits scaled with it (data parallelism on 8 GPUs
-  becomes data parallelism on one server's 4), so plans on fewer devices are reachable;
+  becomes data parallelism on one server's 4), so plans on fewer devices are reachable; or
+  a regular plan there (data or tensor parallelism) with its ZeRO stage and recomputation
+  pattern drawn (`moplace.core.windows`); and, rarely, such a regular plan on every device;
 - `repair`: integer genes rounded and clipped to their bounds, priorities clipped to [0, 1],
   so every child decodes to a valid strategy (`GenomeSpace.decode` is exact on such rows).
 
@@ -35,7 +37,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from moplace.core.baselines import group_order
-from moplace.core.recompute import attention_cores, layer_checkpoints
 from moplace.core.genome import (GenomeSpace, sample_genomes, sparse_micro_batches,
                                  sparse_recompute)
 
@@ -112,20 +113,11 @@ class GenomeStructure:
                    gptr=gptr, gadj=gadj, optr=optr, oadj=oadj,
                    pred_ptr=pred_ptr, preds=preds, succ_ptr=succ_ptr, succs=succs,
                    starts=starts.astype(np.int64), space=space,
-                   recompute_patterns=_recompute_patterns(space))
+                   recompute_patterns=space.recompute_patterns)
 
     @property
     def size(self) -> int:
         return self.lo.size
-
-
-def _recompute_patterns(space: GenomeSpace) -> tuple:
-    """The recompute genes (0/1 over ``space.recompute_heads``) of per-layer checkpointing and
-    of selective recomputation, for the graphs that name layers or attention cores."""
-    heads, graph = space.recompute_heads, space.graph
-    chosen = ([layer_checkpoints(graph)] if graph.metadata.get("layers") else []) + \
-        [attention_cores(graph)]
-    return tuple(np.isin(heads, c).astype(np.float64) for c in chosen if c.size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +205,9 @@ class MutationRates:
     #                             devices the whole strategy uses, splits scaled with it)
     bucket: float = 0.1         # probability of another gradient bucket size
     zero: float = 0.05          # probability of another ZeRO stage
+    regular: float = 0.05       # probability of a regular plan on every device (data or tensor
+    #                             parallelism, its ZeRO stage and recomputation drawn:
+    #                             `GenomeSpace.random_regular`)
     micro_batches: float = 0.1  # probability of the next micro-batch count up or down
     schedule: float = 0.05      # probability of the other pipeline schedule
     recompute: float = 0.5      # recompute-gene changes: one group flipped, or a run of
@@ -229,9 +224,11 @@ def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
     G, N, P = s.G, s.N, 2 * s.G
     if G == 0:
         return y
-    if s.D >= GenomeSpace.RESIZE_MIN_DEVICES and s.space is not None \
-            and rng.random() < rates.devices:
-        y = s.space.random_resize(y, rng)
+    if s.D >= GenomeSpace.RESIZE_MIN_DEVICES and s.space is not None:  # whole-plan moves
+        if rng.random() < rates.devices:
+            y = s.space.random_resize(y, rng)
+        if rng.random() < rates.regular:
+            y = s.space.random_regular(y, rng)
     dev = y[:G]  # views into y
     opt = y[G:P]
     prio = y[P:P + N]
