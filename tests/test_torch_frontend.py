@@ -145,6 +145,27 @@ def test_profile_writes_a_pytorch_graph_and_says_so(tmp_path, capsys, monkeypatc
     assert result["cost_notes"] and "estimates" in result["cost_notes"][0]
 
 
+
+def test_profile_coarsens_on_request_and_a_keras_model_is_told_it_cannot(tmp_path, capsys,
+                                                                         monkeypatch):
+    monkeypatch.setenv("GPT_DIMS", "64,4,2,32,500")
+    out = tmp_path / "gpt.json"
+    assert main(["profile", str(GPT), "--batch", "4", "--coarsen", "yes", "-o", str(out),
+                 "--quiet"]) == 0
+    text = capsys.readouterr().out
+    fine = int(text.split("coarsened: ")[1].split(" ops")[0])
+    g = load_graph(str(out))
+    assert len(g.ops) < fine == g.metadata["coarsened"]["ops"]
+    assert main(["profile", str(GPT), "--batch", "4", "-o", str(tmp_path / "auto.json"),
+                 "--quiet"]) == 0  # auto: 20,000 ops or fewer stay as traced
+    assert "coarsened" not in capsys.readouterr().out
+    keras = tmp_path / "keras_model.py"
+    keras.write_text("def build(batch_size):\n    pass\n")
+    code = main(["profile", str(keras), "--batch", "2", "--coarsen", "yes", "-o",
+                 str(tmp_path / "k.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "coarsening is for PyTorch and hf: models" in err
+
 BAD = {
     "no build": ("import torch\nx = 1\n", "defines no build(batch_size) function"),
     "build fails": ("import torch\n\ndef build(b):\n    raise ValueError('nope')\n",

@@ -50,6 +50,10 @@ def add_commands(sub) -> None:
                    help="PyTorch and hf:NAME models: trace again even when the same model, "
                         "batch, sequence length and dtype were traced before (traces are kept "
                         "in $MOPLACE_CACHE or ~/.cache/moplace)")
+    p.add_argument("--coarsen", choices=("auto", "yes", "no"), default="auto",
+                   help="PyTorch and hf:NAME models: merge each op whose output only one op "
+                        "reads into that op (moplace.core.coarsen; the graph maps the merged "
+                        "ops back); auto: only for graphs of more than 20,000 ops")
     p.add_argument("--parts", default="", help="also profile at batch/n for these n, e.g. 2,4, "
                    "so split parts get measured costs")
     p.add_argument("-o", "--output", type=file_arg, required=True, help="graph JSON to write")
@@ -103,6 +107,9 @@ def _profile(args) -> int:
 
         if imports_torch(path):  # a PyTorch model file: its own front end, no TensorFlow
             return profile_torch(args, path)
+    if args.coarsen == "yes":
+        raise MoplaceError(f"--coarsen: {args.model} is a Keras model, whose graph `apply` "
+                           f"runs for real op by op; coarsening is for PyTorch and hf: models")
     if args.no_cache:
         raise MoplaceError(f"--no-cache: {args.model} is a Keras model, whose ops are measured "
                            f"each time, never cached (the flag is for PyTorch and hf: models)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from ..core.coarsen import COARSEN_ABOVE, coarsen
 from ..core.recompute import CORE_SUFFIX
 from ..errors import MoplaceError
 from ..torch.modelfile import imports_torch
@@ -68,6 +69,9 @@ def profile_torch(args, path) -> int:
                                      progress=display.job(f"trace {getattr(path, 'name', path)}"),
                                      cache=not args.no_cache)
     g = traced.graph
+    fine = len(g.ops)
+    if args.coarsen == "yes" or (args.coarsen == "auto" and fine > COARSEN_ABOVE):
+        g = coarsen(g)
     save_graph(g, args.output)
     if traced.measured is not None:
         cluster_path.write_text(_cpu_cluster(g.name))
@@ -79,6 +83,9 @@ def profile_torch(args, path) -> int:
            f"it (fake tensors)")
     print(f"{g.name}: {kind}, {traced.parameters:,} parameters; {len(g.ops)} ops, "
           f"{len(g.edges)} edges ({g.metadata['folded_views']} views folded); {how}")
+    if len(g.ops) < fine:
+        print(f"coarsened: {fine} ops -> {len(g.ops)}, each op whose output only one op reads "
+              f"merged into it (--coarsen no keeps every aten op; plans name the real ops)")
     layers, blocks = g.metadata.get("layers"), {
         op.colocation for op in g.ops if (op.colocation or "").startswith("tensor:")
         and not op.colocation.endswith(CORE_SUFFIX)}

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..arrays import csr_ptr
 from ..errors import GraphError, shown
+from ._inplace import inplace_sources_kernel
 from ._topo import depths, lexicographic_topo_order
 
 ROLES = ("forward", "backward", "update", "other")
@@ -53,6 +54,8 @@ class Op:
         ``{n: {kind: seconds}}``; without it a part costs compute / n plus a fixed overhead.
     partial_sums: split on ``tensor``, each part yields a partial sum of the whole output (cut on
         its reduction dimension, as a row-parallel linear), which an all-reduce completes.
+    scratch_bytes: bytes the op holds only while it runs, beside its output (the inner outputs
+        of ops merged into one: `moplace.core.coarsen`).
     """
 
     name: str
@@ -66,6 +69,7 @@ class Op:
     role: str = "other"
     part_compute: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
     partial_sums: bool = False
+    scratch_bytes: int = 0
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -92,7 +96,7 @@ class Op:
         if self.colocation is not None and not isinstance(self.colocation, str):
             raise GraphError(f"{where}: colocation must be a group name, got "
                              f"{shown(self.colocation)}")
-        for key in ("output_bytes", "param_bytes", "grad_bytes"):
+        for key in ("output_bytes", "param_bytes", "grad_bytes", "scratch_bytes"):
             _check_bytes(f"{where}: {key}", getattr(self, key))
         for kind, seconds in self.compute.items():
             if not isinstance(kind, str):
@@ -164,7 +168,8 @@ class CompiledGraph:
     ``out_ptr``/``out_edge`` and ``in_ptr``/``in_edge`` are CSR indexes into the edge arrays.
     ``group`` numbers co-location groups 0..n_groups-1 (an op without one is its own group).
     ``split_mask`` bit k: dimension `SPLIT_DIMS`[k]. ``role`` indexes `ROLES`. ``inplace``: the op's
-    type is one of `INPLACE_TYPES`. ``partial_sums``: `Op.partial_sums`.
+    type is one of `INPLACE_TYPES`. ``partial_sums``, ``scratch_bytes``: the ops' fields (none
+    where a graph made here has no scratch).
     """
 
     src: np.ndarray
@@ -184,6 +189,7 @@ class CompiledGraph:
     topo: np.ndarray
     inplace: np.ndarray
     partial_sums: np.ndarray
+    scratch_bytes: np.ndarray | None = None
 
 
 class OpGraph:
@@ -351,7 +357,8 @@ class OpGraph:
                                  for op in self.ops], np.int64),
             group=group, n_groups=n_groups, topo=topo,
             inplace=np.array([op.type.lower() in INPLACE_TYPES for op in self.ops], bool),
-            partial_sums=np.array([bool(op.partial_sums) for op in self.ops], bool))
+            partial_sums=np.array([bool(op.partial_sums) for op in self.ops], bool),
+            scratch_bytes=np.array([op.scratch_bytes for op in self.ops], np.float64))
         for value in vars(compiled).values():  # the graph is immutable: so are its arrays
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
@@ -364,19 +371,11 @@ def inplace_sources(src, dst, nbytes, out_ptr, in_edge, capable, n_compute) -> n
     source of its largest in-edge (the first in ``in_edge`` order of equals) that carries
     bytes from a node with no other out-edge, for nodes where ``capable``; the edges are ``src``/``dst``/``nbytes``,
     ``out_ptr`` their CSR by source and ``in_edge`` the edges grouped by destination."""
-    n = out_ptr.shape[0] - 1
-    out = np.full(n, -1, np.int64)
-    e = np.asarray(in_edge, np.int64)
-    if e.size == 0:
-        return out
-    s, d = src[e], dst[e]
-    ok = (d < n_compute) & (s < n_compute) & (nbytes[e] > 0) & (np.diff(out_ptr)[s] == 1)
-    ok[ok] &= capable[d[ok]]
-    e, s, d = e[ok], s[ok], d[ok]
-    order = np.lexsort((np.arange(e.size), -nbytes[e], d))  # per node: largest first
-    first, where = np.unique(d[order], return_index=True)
-    out[first] = s[order][where]
-    return out
+    out = np.full(out_ptr.shape[0] - 1, -1, np.int64)
+    return inplace_sources_kernel(np.asarray(src, np.int64), np.asarray(dst, np.int64),
+                                  np.asarray(nbytes, np.float64), np.asarray(out_ptr, np.int64),
+                                  np.asarray(in_edge, np.int64), np.asarray(capable, np.bool_),
+                                  int(n_compute), out)
 
 
 def _edge_from_tuple(edge) -> Edge:

@@ -9,6 +9,7 @@ torchtitan job-config TOML (`torchtitan_toml`, the ``[parallelism]``, ``[trainin
 
 from __future__ import annotations
 
+from ..core.coarsen import expand_names
 from ..core.graph import OpGraph
 from ..core.planshape import PlanShape
 from ..core.strategy import Strategy
@@ -158,9 +159,10 @@ def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_n
         "batch_size": batch_sizes(shape),
         "megatron": megatron_flags(shape), "torchtitan": torchtitan_toml(shape),
         "why_no_flags": shape.why_text() or None, "irregular": list(shape.why),
-        "placement": {n: names[int(d)] for n, d in zip(ops, strategy.placement.tolist())},
-        "splits": {ops[i]: {"dim": s.dim, "devices": [names[d] for d in s.devices]}
-                   for i, s in strategy.splits.items()},
+        "placement": {m: names[int(d)] for n, d in zip(ops, strategy.placement.tolist())
+                      for m in expand_names(graph, n)},
+        "splits": {m: {"dim": s.dim, "devices": [names[d] for d in s.devices]}
+                   for i, s in strategy.splits.items() for m in expand_names(graph, ops[i])},
     }
 
 

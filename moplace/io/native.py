@@ -19,13 +19,13 @@ from ..errors import LONG_INTEGER, FormatError, GraphError, shown
 MAX_METADATA_DEPTH = 32
 
 FORMAT = "moplace-graph"
-#: 2 added tensor parallelism (a ``tensor`` split, ``partial_sums``); a graph without them is
-#: written as version 1, which moplace before it reads too
+#: 2 added tensor parallelism (a ``tensor`` split, ``partial_sums``) and ``scratch_bytes``; a
+#: graph without them is written as version 1, which moplace before it reads too
 VERSION = 2
 VERSIONS = (1, 2)
 TOP_KEYS = {"format", "version", "name", "metadata", "ops", "edges"}
 OP_KEYS = {"name", "type", "compute", "output_bytes", "param_bytes", "grad_bytes", "colocation",
-           "splittable", "role", "part_compute", "partial_sums"}
+           "splittable", "role", "part_compute", "partial_sums", "scratch_bytes"}
 EDGE_KEYS = {"src", "dst", "bytes"}
 
 
@@ -79,12 +79,14 @@ def _op_record(op: Op) -> dict:
                                   for n, t in op.part_compute.items()}
     if op.partial_sums:
         record["partial_sums"] = True
+    if op.scratch_bytes:
+        record["scratch_bytes"] = int(op.scratch_bytes)
     return record
 
 
 def _tensor_parallel(op: Op) -> bool:
     """Does ``op`` use what version 2 of the format added?"""
-    return bool(op.partial_sums) or "tensor" in op.splittable
+    return bool(op.partial_sums) or "tensor" in op.splittable or op.scratch_bytes > 0
 
 
 def graph_to_dict(graph: OpGraph) -> dict:
@@ -165,7 +167,7 @@ def _read_op(r: _Reader, rec, at: str) -> Op:
         kw["type"] = r.string(rec["type"], f"{at}.type")
     if "compute" in rec:
         kw["compute"] = r.times(rec["compute"], f"{at}.compute")
-    for key in ("output_bytes", "param_bytes", "grad_bytes"):
+    for key in ("output_bytes", "param_bytes", "grad_bytes", "scratch_bytes"):
         if key in rec:
             kw[key] = r.integer(rec[key], f"{at}.{key}")
     if "colocation" in rec:
@@ -257,7 +259,8 @@ def load_native(path) -> OpGraph:
                                      f"ops[{seen[op.name]}])")
         seen[op.name] = i
         if data["version"] == 1 and _tensor_parallel(op):
-            r.fail(f"ops[{i}]", "a tensor split or partial_sums needs version 2 of the format")
+            r.fail(f"ops[{i}]", "a tensor split, partial_sums or scratch_bytes needs version 2 "
+                   "of the format")
         ops.append(op)
     edges = _read_edges(r, data.get("edges", []), set(seen))
     name = r.string(data.get("name", Path(path).stem), "name")

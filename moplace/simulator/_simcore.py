@@ -58,7 +58,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
                   coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes, ip_src,
-                  static_mem, record, iw, fw, start, end):
+                  scratch, static_mem, record, iw, fw, start, end):
     """Run the task graph: fills ``start`` and ``end`` (one entry per task) and returns (sent,
     recv, peak_mem, n_transfers, n_done, transfers, memory).
 
@@ -202,6 +202,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     n_mem = _mem_put(memory, n_mem, now, d, cur[d])
                 if cur[d] > peak[d]:
                     peak[d] = cur[d]
+                if scratch.shape[0] > 0 and cur[d] + scratch[t] > peak[d]:
+                    peak[d] = cur[d] + scratch[t]  # held only while the task runs
                 ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, fin, seq, t)
                 seq += 1
             m >>= 1

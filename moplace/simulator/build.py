@@ -177,7 +177,7 @@ class Skeleton:
             e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local, out_ptr=tg.out_ptr,
             in_ptr=tg.in_ptr, in_edge=tg.in_edge, coll_ptr=tg.coll_ptr, coll_dev=tg.coll_dev,
             coll_res_ptr=tg.coll_res_ptr, coll_res=tg.coll_res, coll_dur=tg.coll_dur,
-            coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind,
+            coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind, scratch=tg.scratch,
             ip_src=tg.ip_src, coll_mask=tg.coll_mask, task_mb=tg.task_mb,
             n_recomputed=tg.n_recomputed)
         if self.m > 1:

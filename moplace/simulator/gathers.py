@@ -76,12 +76,15 @@ def activation_gathers(a, parts, dims, mask_of, taken,
     edge = ((dims[v] == _TENSOR) & (a.role[v] == _BACKWARD) & (parts[v] > 1)
             & (dims[u] == _BATCH) & (a.role[u] == _FORWARD) & (parts[u] == parts[v])
             & (mask_of[u] == mask_of[v]) & ~taken[u] & ~replica[u] & (a.edge_bytes > 0))
-    ops = np.unique(u[edge]).astype(np.int64)
+    chosen = np.flatnonzero(edge)
+    chosen = chosen[np.argsort(u[chosen], kind="stable")]  # grouped by producer
+    ops, starts = np.unique(u[chosen], return_index=True)
+    ops = ops.astype(np.int64)
     position = np.empty(a.role.size, np.int64)
     position[a.topo] = np.arange(a.role.size)
     triggers = []
-    for op in ops.tolist():
-        readers = v[edge & (u == op)].tolist()
+    for op, lo, hi in zip(ops.tolist(), starts.tolist(), starts[1:].tolist() + [chosen.size]):
+        readers = v[chosen[lo:hi]].tolist()
         first = min(position[r] for r in readers)  # wait only for ops before every reader
         ahead = set().union(*(_two_back(a, r) for r in readers)) - {op}
         ahead = {p for p in ahead if a.role[p] == _BACKWARD and position[p] < first} or {

@@ -22,7 +22,7 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
                   coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes, ip_src,
-                  static_mem, record=False):
+                  scratch, static_mem, record=False):
     """Run the task graph; returns (start, end, sent, recv, peak_mem, n_transfers, n_done,
     transfers, memory). With ``record``, ``transfers`` is a (n_transfers, 6) array, one row per
     transfer in issue order: producing task, source device, destination device, bytes, start
@@ -134,6 +134,8 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     n_mem = _mem_put(memory, n_mem, now, d, cur[d])
                 if cur[d] > peak[d]:
                     peak[d] = cur[d]
+                if scratch.shape[0] > 0 and cur[d] + scratch[t] > peak[d]:
+                    peak[d] = cur[d] + scratch[t]
                 ev_n = _ev_push(ev_t, ev_s, ev_i, ev_n, end[t], seq, t)
                 seq += 1
         if ev_n == 0:
@@ -255,5 +257,5 @@ def reference_trace(tg: TaskGraph, cluster, n_ops: int, record: bool = False) ->
         cluster.route_ptr, cluster.route_res, cluster.n_resources,
         cluster.bandwidth, cluster.latency,
         tg.coll_ptr, tg.coll_dev, tg.coll_res_ptr, tg.coll_res, tg.coll_dur, tg.coll_bytes,
-        tg.ip_src, static, record)
+        tg.ip_src, tg.scratch, static, record)
     return trace_from_outputs(tg, cluster, n_ops, static, *out)

@@ -29,29 +29,20 @@ from functools import lru_cache
 import numpy as np
 
 from ..arrays import segment_ranks
-from ..core.graph import ROLES, SPLIT_DIMS, OpGraph, inplace_sources
+from ..core.graph import OpGraph, inplace_sources
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
 from ._edgebuild import build_edges
 from ._fill import fill_unsplit
 from .buckets import BucketedCollectives
 from .gathers import held_while_gathered
+from .holdings import (_BATCH, _CHANNEL, _DIM_CODE, _HELD, _NEED, _OWN, _PARTIAL, _REPLICA,
+                       _TENSOR, _UPDATE, held_codes, task_memory, task_scratch)
 from .microbatch import microbatch_plan
 from .recompute import recompute_plan
 from .schedule import (ScheduleShape, one_f_one_b_waits, stage_limits, task_priorities,
                        with_waits)
 
-_UPDATE = ROLES.index("update")
-_DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1, tensor 2
-_BATCH, _CHANNEL, _TENSOR = _DIM_CODE["batch"], _DIM_CODE["channel"], _DIM_CODE["tensor"]
-#: what a producer's part holds beyond its split dimension's code: a replica of weights (a
-#: batch split of an op that holds weights and makes no activation: each part the whole) and
-#: a partial sum (of the whole output, `Op.partial_sums`)
-_REPLICA, _PARTIAL = 3, 4
-#: what a consumer's part needs beyond whole (-1), its batch slice (0) and its channel slice
-#: (1): the partial sum of its own index, which it adds to its own (a partial sum of partials)
-_OWN = 2
-_HELD, _NEED = 6, 4  # how many codes each takes (from -1)
 
 
 @dataclass(eq=False)
@@ -73,7 +64,8 @@ class TaskGraph:
     task its micro-batch (-1 for a collective; empty without micro-batches), ``n_recomputed``,
     how many compute tasks (the last) run recomputed ops (-1: those after ``op_ptr[n_ops]``),
     and ``stage``, per device its pipeline stage (1 first, 0: none;
-    `moplace.simulator.schedule.stage_limits`).
+    `moplace.simulator.schedule.stage_limits`). ``scratch``: per task, bytes it holds only
+    while it runs (`moplace.core.graph.Op.scratch_bytes`; empty when no op has any).
     """
 
     n_compute: int
@@ -104,6 +96,7 @@ class TaskGraph:
     task_mb: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     n_recomputed: int = -1
     stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    scratch: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def n_tasks(self) -> int:
@@ -139,14 +132,14 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel,
     task_op = orig[vop]
     dev = strategy.placement[task_op].copy()
     dev[parts[vop] > 1] = split_dev  # split ops' parts in op order, so they line up
-    held = _held(a, graph.arrays, orig, dims)
+    held = held_codes(a, graph.arrays, orig, dims)
     colls = BucketedCollectives(a, costs, ptr, parts, dims, dev, strategy.bucket_bytes,
                                 int(strategy.zero_stage), n_ops,
                                 plan.partial if strategy.pipelined else None,
                                 replica=held == _REPLICA)
     dur = _durations(a, costs, ptr, vop, orig, dev, parts * in_time, dims,
                      colls.sharded_update)
-    out_b, par_b = _memory(a, vop, parts, held, colls.sharded_update | colls.weighted)
+    out_b, par_b = task_memory(a, vop, parts, held, colls.sharded_update | colls.weighted)
     par_b = par_b + held_while_gathered(ptr, parts, dev, colls.weighted, a.param_bytes,
                                         vop.size)
     n_compute, n_coll = len(vop), len(colls.ops)
@@ -165,7 +158,9 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel,
         param_bytes=par_b, **edges,
         coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
         coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr,
-        coll_kind=colls.kind, ip_src=ip_src, coll_mask=colls.task_mask)
+        coll_kind=colls.kind, ip_src=ip_src, coll_mask=colls.task_mask,
+        scratch=task_scratch(graph.arrays, task_op, np.where(held == _PARTIAL, 1, parts)[vop]
+                         * in_time[vop], n_coll))
     if strategy.pipelined:
         tg.task_mb = np.concatenate([plan.mb[vop], np.full(n_coll, -1, np.int64)])
         tg.n_recomputed = int(ptr[-1] - ptr[orig.size - plan.n_clone_ops])
@@ -239,7 +234,8 @@ def unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> 
         prio=strategy.priority, out_bytes=a.output_bytes, param_bytes=a.param_bytes,
         e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev, e_local=e_local,
         out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, op_ptr=np.arange(n + 1),
-        ip_src=costs.inplace_source, **_NO_COLLECTIVES)
+        ip_src=costs.inplace_source, scratch=task_scratch(a, np.arange(n), np.ones(n), 0),
+        **_NO_COLLECTIVES)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -270,37 +266,11 @@ def _durations(a, costs, ptr, vop, orig, dev, parts, dims, sharded) -> np.ndarra
     return dur
 
 
-def _held(a, g, orig, dims) -> np.ndarray:
-    """Per op of ``a``'s graph (the plan's, whose ops run ``orig`` of graph ``g``): what each
-    of its parts holds, as its dimension's code, `_REPLICA` or `_PARTIAL`."""
-    held = dims.copy()
-    weights = (g.param_bytes[orig] > 0) & (g.output_bytes[orig] == 0) & (a.role != _UPDATE)
-    held[(dims == _BATCH) & weights] = _REPLICA
-    held[(dims == _TENSOR) & a.partial_sums] = _PARTIAL
-    return held
-
-
-def _memory(a, task_op, parts, held, sharded) -> tuple[np.ndarray, np.ndarray]:
-    """Per task its output's and its parameters' bytes; ``sharded`` ops' replicas keep 1/n
-    of the parameters (ZeRO); a partial sum is as large as the whole output."""
-    n = parts[task_op].astype(np.float64)
-    h = held[task_op]
-    batch = (h == _BATCH) | (h == _REPLICA)
-    grad = a.grad_bytes[task_op]
-    out = a.output_bytes[task_op]
-    # a batch part holds its slice of activations but a full weight gradient
-    out_b = np.where(batch, (out - np.minimum(grad, out)) / n + np.minimum(grad, out),
-                     np.where(h == _PARTIAL, out, out / n))
-    par = a.param_bytes[task_op]
-    par_b = np.where(batch & ~sharded[task_op], par, par / n)
-    return out_b, par_b
-
-
 @lru_cache(maxsize=256)
 def _overlap(n_src: int, dim_src: int, n_dst: int, need_dim: int):
     """(k, j, fraction) of data producer part k gives consumer part j.
 
-    ``dim_src`` is what a producer part holds (`_held`); ``need_dim`` the dimension along
+    ``dim_src`` is what a producer part holds (`held_codes`); ``need_dim`` the dimension along
     which consumer part j needs only its slice (-1: whole; `_OWN`: the partial sum of its
     index). A replica, and a partial sum to a partial sum, serves the part of its index (scaled
     when the counts differ) whole; a partial sum read otherwise is read whole from every part
@@ -370,7 +340,7 @@ def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute
 
 
 def _edge_shapes(a, parts, held, need):
-    """Each graph edge's shape (parts and holding of its producer, `_held`; parts and
+    """Each graph edge's shape (parts and holding of its producer, `held_codes`; parts and
     ``need``, the needed slice of its consumer) as an index ``s``, and per shape the (consumer
     part, fraction) rows of each producer part k: rows ``shape_rows[s, k]:shape_rows[s, k + 1]``
     of ``row_j``, ``row_f``."""

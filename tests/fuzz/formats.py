@@ -131,6 +131,15 @@ class Native(FileFormat):
         save_graph(OpGraph(block, [Edge("x", "fc1", 8), Edge("w", "fc1", 64),
                                    Edge("fc1", "fc2", 32)], name="block"), path)
         seeds.append(("native tensor block", path.read_bytes()))
+        # a coarsened graph: merged ops with scratch bytes and the mapping back
+        from moplace.core.coarsen import coarsen
+
+        chain = [Op(n, compute={"H100": 1e-4}, output_bytes=b, splittable=("batch",),
+                    role="forward") for n, b in (("a", 64), ("b", 32), ("c", 16), ("d", 8))]
+        path = self.workdir / "seeds" / "native_coarsened.json"
+        save_graph(coarsen(OpGraph(chain + [Op("e", role="forward")],
+                                   [(0, 1, 64), (1, 2, 32), (2, 3, 16), (2, 4, 16)])), path)
+        seeds.append(("native coarsened", path.read_bytes()))
         return seeds
 
 

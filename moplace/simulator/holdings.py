@@ -1,0 +1,57 @@
+"""What each task of a task graph holds (`moplace.simulator.taskgraph`): the codes of what a
+split op's part holds and what a reader's part needs, and per task the bytes of its output, its
+parameters and its scratch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.graph import ROLES, SPLIT_DIMS
+
+_UPDATE = ROLES.index("update")
+_DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1, tensor 2
+_BATCH, _CHANNEL, _TENSOR = _DIM_CODE["batch"], _DIM_CODE["channel"], _DIM_CODE["tensor"]
+#: what a producer's part holds beyond its split dimension's code: a replica of weights (a
+#: batch split of an op that holds weights and makes no activation: each part the whole) and
+#: a partial sum (of the whole output, `Op.partial_sums`)
+_REPLICA, _PARTIAL = 3, 4
+#: what a consumer's part needs beyond whole (-1), its batch slice (0) and its channel slice
+#: (1): the partial sum of its own index, which it adds to its own (a partial sum of partials)
+_OWN = 2
+_HELD, _NEED = 6, 4  # how many codes each takes (from -1)
+
+
+def held_codes(a, g, orig, dims) -> np.ndarray:
+    """Per op of ``a``'s graph (the plan's, whose ops run ``orig`` of graph ``g``): what each
+    of its parts holds, as its dimension's code, `_REPLICA` or `_PARTIAL`."""
+    held = dims.copy()
+    weights = (g.param_bytes[orig] > 0) & (g.output_bytes[orig] == 0) & (a.role != _UPDATE)
+    held[(dims == _BATCH) & weights] = _REPLICA
+    held[(dims == _TENSOR) & a.partial_sums] = _PARTIAL
+    return held
+
+
+def task_memory(a, task_op, parts, held, sharded) -> tuple[np.ndarray, np.ndarray]:
+    """Per task its output's and its parameters' bytes; ``sharded`` ops' replicas keep 1/n
+    of the parameters (ZeRO); a partial sum is as large as the whole output."""
+    n = parts[task_op].astype(np.float64)
+    h = held[task_op]
+    batch = (h == _BATCH) | (h == _REPLICA)
+    grad = a.grad_bytes[task_op]
+    out = a.output_bytes[task_op]
+    # a batch part holds its slice of activations but a full weight gradient
+    out_b = np.where(batch, (out - np.minimum(grad, out)) / n + np.minimum(grad, out),
+                     np.where(h == _PARTIAL, out, out / n))
+    par = a.param_bytes[task_op]
+    par_b = np.where(batch & ~sharded[task_op], par, par / n)
+    return out_b, par_b
+
+
+def task_scratch(g, task_op, divisor, n_coll) -> np.ndarray:
+    """Per task its scratch bytes (`TaskGraph.scratch`): its op's (``task_op``: the graph's
+    op each compute task runs), over ``divisor``, the parts and micro-batches that cut it;
+    empty when the graph has none."""
+    s = g.scratch_bytes
+    if s is None or not s.any():
+        return np.zeros(0)
+    return np.concatenate([s[task_op] / np.maximum(divisor, 1), np.zeros(n_coll)])
