@@ -91,7 +91,8 @@ def test_the_seeds_hold_the_best_data_parallel_plan_over_any_subset(cluster):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, moves_off", [
-    ("nsga2", {"rates": {"devices": 0.0}}), ("mcmc", {"move_weights": (0.4, 0.3, 0.3)})])
+    ("nsga2", {"rates": {"devices": 0.0, "regular": 0.0}}),
+    ("mcmc", {"move_weights": (0.4, 0.3, 0.3)})])
 def test_searches_reach_a_subset_plan_through_device_set_moves(name, moves_off, monkeypatch):
     """GNMT on two 4-GPU servers joined by InfiniBand: data parallelism on one server (34 ms)
     is far faster than any plan without pipelines on all eight. With the subset seeds and

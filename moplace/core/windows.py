@@ -148,7 +148,8 @@ class WindowMoves:
 
     def random_resize(self, x, rng: np.random.Generator) -> np.ndarray:
         """A device-set move: `resize` onto a random window of another length or, one time
-        in three, a regular plan on a random window (`random_regular`), whatever ``x`` was.
+        in three, a regular plan on a random window (`random_regular`: a time in four with its
+        memory levers drawn), whatever ``x`` was.
         The window's
         length is three times in four a power of two or every device (the sizes plans use),
         else any. It starts half the time aligned with the current one (from its first device
@@ -168,18 +169,20 @@ class WindowMoves:
             new_start = (start + k * int(rng.integers(-(-D // k)))) % D
         else:
             new_start = int(rng.integers(D))
-        return self.random_regular(x, rng, new_start, k) if dp else \
+        return self.random_regular(x, rng, new_start, k, plain=0.75) if dp else \
             self.resize(x, new_start, k)
 
     def random_regular(self, x, rng: np.random.Generator, start: int = 0,
-                       length: int | None = None) -> np.ndarray:
+                       length: int | None = None, plain: float = 0.75) -> np.ndarray:
         """A `regular` plan on the ``length`` devices from ``start`` (default: every device)
-        on a dimension of `regular_dims` drawn uniformly, with its memory levers drawn
-        (`random_levers`) and, half the time, its ops run in topological order, as the
-        baselines run them."""
+        on a dimension of `regular_dims` drawn uniformly, its memory levers left off with
+        chance ``plain``, else drawn (`random_levers`), and, half the time, its ops run in
+        topological order, as the baselines run them."""
         dims = self.regular_dims
         dim = dims[int(rng.integers(len(dims)))] if len(dims) > 1 else dims[0]
-        y = self.random_levers(self.regular(x, start, length or self.n_devices, dim), rng)
+        y = self.regular(x, start, length or self.n_devices, dim)
+        if rng.random() >= plain:
+            self.random_levers(y, rng)
         if rng.random() < 0.5:
             y[self.priorities] = self.topological_priorities
         return y

@@ -23,7 +23,8 @@ block, which keeps a generation's moves meaningful when there are thousands of g
   consecutive devices of another length, splits scaled with it (data parallelism on 8 GPUs
   becomes data parallelism on one server's 4), so plans on fewer devices are reachable; or
   a regular plan there (data or tensor parallelism) with its ZeRO stage and recomputation
-  pattern drawn (`moplace.core.windows`); and, rarely, such a regular plan on every device;
+  pattern drawn (`moplace.core.windows`); and, rarely, such a regular plan on the devices the
+  genome uses, as the child's only change (so it is evaluated as drawn);
 - `repair`: integer genes rounded and clipped to their bounds, priorities clipped to [0, 1],
   so every child decodes to a valid strategy (`GenomeSpace.decode` is exact on such rows).
 
@@ -205,8 +206,8 @@ class MutationRates:
     #                             devices the whole strategy uses, splits scaled with it)
     bucket: float = 0.1         # probability of another gradient bucket size
     zero: float = 0.05          # probability of another ZeRO stage
-    regular: float = 0.05       # probability of a regular plan on every device (data or tensor
-    #                             parallelism, its ZeRO stage and recomputation drawn:
+    regular: float = 0.08       # probability of a regular plan on the devices the genome uses
+    #                             (data or tensor parallelism, its ZeRO stage and recomputation drawn:
     #                             `GenomeSpace.random_regular`)
     micro_batches: float = 0.1  # probability of the next micro-batch count up or down
     schedule: float = 0.05      # probability of the other pipeline schedule
@@ -227,8 +228,8 @@ def mutate(s: GenomeStructure, x: np.ndarray, rng: np.random.Generator,
     if s.D >= GenomeSpace.RESIZE_MIN_DEVICES and s.space is not None:  # whole-plan moves
         if rng.random() < rates.devices:
             y = s.space.random_resize(y, rng)
-        if rng.random() < rates.regular:
-            y = s.space.random_regular(y, rng)
+        if rng.random() < rates.regular:  # the child's only change: it lands as drawn
+            return s.space.random_regular(y, rng, *s.space.device_window(y), plain=0.0)
     dev = y[:G]  # views into y
     opt = y[G:P]
     prio = y[P:P + N]
