@@ -268,6 +268,33 @@ def test_one_device_set_move_makes_the_regular_plans_practitioners_run(gpt2):
     assert ((("batch", 4), ("tensor", 4)), 0.0, "cores") in seen  # TP + SP, selective
 
 
+def test_nsga2s_regular_move_is_the_childs_only_change(gpt2):
+    """With only the regular move on, every child is a regular plan on the devices its parent
+    used (data or tensor parallelism), as drawn: nothing else of it moves afterwards."""
+    from moplace.core.genome import GenomeSpace
+    from searchers.nsga2.operators import GenomeStructure, MutationRates, mutate
+
+    graph = gpt2[2]
+    space = GenomeSpace(graph, 4)
+    s = GenomeStructure.of(space)
+    only = MutationRates(moves=5, block=0, splits=5, swaps=5, jitter=1, reset=0, devices=0,
+                         bucket=0, zero=0, micro_batches=0, schedule=0, recompute=0,
+                         recompute_pattern=0, regular=1.0)
+    rng = np.random.default_rng(1)
+    x = space.encode(baseline("data-parallel", graph, 4))
+    dims = set()
+    for _ in range(20):
+        y = mutate(s, x, rng, only)
+        strategy = space.decode(y)
+        kinds = {(sp.dim, sp.devices) for sp in strategy.splits.values()}
+        assert kinds <= {("batch", (0, 1, 2, 3)), ("tensor", (0, 1, 2, 3))}
+        prio = y[space.priorities]
+        assert np.array_equal(prio, x[space.priorities]) or np.array_equal(
+            prio, space.topological_priorities)
+        dims |= {d for d, _ in kinds}
+    assert dims == {"batch", "tensor"}
+
+
 def test_a_causal_mask_and_rotary_angles_are_made_on_every_device(llama):
     """Values no input or trained weight decides are held like weights: a batch split of
     them is a replica each device makes, not a tensor sent to every tensor-parallel part."""
