@@ -12,8 +12,9 @@ import pytest
 import moplace
 from moplace.core.baselines import baseline
 from moplace.core.cluster import Cluster
-from moplace.core.coarsen import coarsen, expand_names
+from moplace.core.coarsen import coarsen, expand_names, expand_strategy
 from moplace.core.graph import Op, OpGraph
+from moplace.errors import GraphError
 from moplace.io import load_graph, save_graph
 
 
@@ -75,6 +76,16 @@ def test_two_readers_merged_into_one_make_a_single_reader():
     assert expand_names(g, "s") == ["p", "q", "r", "s"]
 
 
+def test_a_plan_for_the_coarse_graph_runs_on_the_real_ops():
+    fine, g = chain(), coarsen(chain())
+    s = baseline("data-parallel", g, 2)
+    back = expand_strategy(g, fine, s)
+    assert back.placement.tolist() == [0] * 6
+    assert {fine.ops[i].name for i in back.splits} == {op.name for op in fine.ops}
+    with pytest.raises(GraphError, match="not the graph it was coarsened from"):
+        expand_strategy(g, OpGraph([_op("x", 1)]), s)
+
+
 def test_a_coarsened_graph_round_trips_through_its_file(tmp_path):
     g = coarsen(chain())
     save_graph(g, tmp_path / "g.json")
@@ -128,5 +139,9 @@ def test_a_traced_transformer_keeps_its_traffic_and_memory(tmp_path):
             want = values
     np.testing.assert_allclose(values[:, 1:], want[:, 1:], rtol=1e-3)  # traffic, memory
     assert np.all(np.abs(values[:, 0] / want[:, 0] - 1) < 0.15)
+    # the coarse plans, expanded onto the real ops, are the fine plans: the same values
+    problem = moplace.Problem(fine, cluster)
+    back = np.array([problem.evaluate(expand_strategy(g, fine, p)).values for p in plans])
+    np.testing.assert_allclose(back, want, rtol=1e-12)
     members = [m for name in (op.name for op in g.ops) for m in expand_names(g, name)]
     assert sorted(members) == sorted(op.name for op in fine.ops)

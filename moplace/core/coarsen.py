@@ -24,14 +24,18 @@ one, after all their inputs are ready.
 
 ``metadata["coarsened"]`` records ``{"ops": ops before, "members": {root: [member names in
 topological order]}}`` for the merged ops of more than one member; `expand_names` maps a
-merged op's name back to its members (a plan's per-op placement names every real op).
+merged op's name back to its members (a plan's per-op placement names every real op), and
+`expand_strategy` a plan for the coarsened graph to the same plan for the real one.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..errors import GraphError
 from .graph import Edge, Op, OpGraph
+from .recompute import recomputable_heads
+from .strategy import Strategy
 
 #: graphs with more ops than this are coarsened by default (`moplace profile --coarsen auto`):
 #: up to it, one op per aten op searches well
@@ -89,6 +93,32 @@ def expand_names(graph: OpGraph, name: str) -> list[str]:
     """The real ops op ``name`` of ``graph`` stands for: its members if coarsening merged
     it, else itself."""
     return list(graph.metadata.get("coarsened", {}).get("members", {}).get(name, [name]))
+
+
+def expand_strategy(coarse: OpGraph, fine: OpGraph, strategy: Strategy) -> Strategy:
+    """``strategy``, a plan for ``coarse``, as the same plan for ``fine``, the graph coarsened
+    into it: each real op on its merged op's device, with its split and priority (members run
+    in their data order), every real group of a recomputed group recomputed, and the
+    strategy-wide levers as they are. To evaluate a plan searched coarsened on the real ops."""
+    of = np.full(len(fine.ops), -1, np.int64)
+    for i, op in enumerate(coarse.ops):
+        for name in expand_names(coarse, op.name):
+            if name not in fine.index:
+                raise GraphError(f"op {name!r} of {coarse.name!r} is not in {fine.name!r}: "
+                                 "not the graph it was coarsened from")
+            of[fine.index[name]] = i
+    if (of < 0).any():
+        missing = fine.ops[int(np.flatnonzero(of < 0)[0])].name
+        raise GraphError(f"op {missing!r} of {fine.name!r} is in no op of {coarse.name!r}: "
+                         "not the graph it was coarsened from")
+    chosen = np.isin(coarse.arrays.group[of], coarse.arrays.group[list(strategy.recompute)])
+    heads = np.intersect1d(fine.group_head[chosen], recomputable_heads(fine))
+    return Strategy(strategy.placement[of], strategy.priority[of],
+                    {j: strategy.splits[k] for j, k in enumerate(of.tolist())
+                     if k in strategy.splits},
+                    bucket_bytes=strategy.bucket_bytes, zero_stage=strategy.zero_stage,
+                    micro_batches=strategy.micro_batches, schedule=strategy.schedule,
+                    recompute=tuple(heads.tolist()))
 
 
 def _mergeable(u: Op, v: Op, protected: frozenset) -> bool:
