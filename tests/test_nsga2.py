@@ -207,8 +207,8 @@ def test_neighbour_move_copies_an_adjacent_groups_device(resnet_space):
     _, s = resnet_space
     rng = np.random.default_rng(2)
     only_moves = MutationRates(moves=0.5, block=0, splits=0, swaps=0, jitter=0, reset=0,
-                               devices=0, bucket=0, zero=0, micro_batches=0, schedule=0, regular=0,
-                               recompute=0)
+                               devices=0, bucket=0, zero=0, micro_batches=0, schedule=0,
+                               regular=0, recompute=0)
     x = random_genomes(s, 1, rng)[0]
     moved = 0
     for _ in range(200):
@@ -226,8 +226,8 @@ def test_priority_swaps_exchange_values_of_related_ops(resnet_space):
     _, s = resnet_space
     rng = np.random.default_rng(3)
     only_swaps = MutationRates(moves=0, block=0, splits=0, swaps=1, jitter=0, reset=0,
-                               devices=0, bucket=0, zero=0, micro_batches=0, schedule=0, regular=0,
-                               recompute=0)
+                               devices=0, bucket=0, zero=0, micro_batches=0, schedule=0,
+                               regular=0, recompute=0)
     x = random_genomes(s, 1, rng)[0]
     for _ in range(200):
         y = mutate(s, x, rng, only_swaps)

@@ -168,8 +168,8 @@ class CompiledGraph:
     ``out_ptr``/``out_edge`` and ``in_ptr``/``in_edge`` are CSR indexes into the edge arrays.
     ``group`` numbers co-location groups 0..n_groups-1 (an op without one is its own group).
     ``split_mask`` bit k: dimension `SPLIT_DIMS`[k]. ``role`` indexes `ROLES`. ``inplace``: the op's
-    type is one of `INPLACE_TYPES`. ``partial_sums``, ``scratch_bytes``: the ops' fields (none
-    where a graph made here has no scratch).
+    type is one of `INPLACE_TYPES`. ``partial_sums``, ``scratch_bytes``: the ops' fields (the
+    latter None when no op has scratch; the simulator's plan graphs read the graph's).
     """
 
     src: np.ndarray
@@ -358,7 +358,8 @@ class OpGraph:
             group=group, n_groups=n_groups, topo=topo,
             inplace=np.array([op.type.lower() in INPLACE_TYPES for op in self.ops], bool),
             partial_sums=np.array([bool(op.partial_sums) for op in self.ops], bool),
-            scratch_bytes=np.array([op.scratch_bytes for op in self.ops], np.float64))
+            scratch_bytes=np.array([op.scratch_bytes for op in self.ops], np.float64)
+            if any(op.scratch_bytes for op in self.ops) else None)
         for value in vars(compiled).values():  # the graph is immutable: so are its arrays
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False

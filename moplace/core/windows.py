@@ -8,11 +8,13 @@ most genomes in gene-by-gene moves; these moves make it in one step:
 - `regular`: the plan practitioners write for a run of devices, whatever the genome was:
   every group split on one dimension (batch: data parallelism; tensor: Megatron's tensor
   parallelism, with the groups between its blocks split on batch, i.e. sequence parallelism);
-- `random_resize`: one of them on a random run, as the searchers' device-set move; a regular
-  plan there also draws its memory levers (the ZeRO stage, and recomputation in one of the
-  patterns practitioners use: `recompute_patterns`) and, half the time, runs the ops in
-  topological order (as a framework runs the program), so FSDP with each layer checkpointed,
-  or tensor parallelism with selective recomputation, is one move away from any genome.
+- `random_regular`: a regular plan with its memory levers drawn (the ZeRO stage, and
+  recomputation in one of the patterns practitioners use: `recompute_patterns`) and, half the
+  time, its ops run in topological order (as a framework runs the program), so FSDP with each
+  layer checkpointed, or tensor parallelism with selective recomputation, is one move away
+  from any genome;
+- `random_resize`: `resize` or `random_regular` on a random run, as the searchers'
+  device-set move.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .baselines import DDP_BUCKET_BYTES
+from .baselines import DDP_BUCKET_BYTES, topological_priority
 from .recompute import attention_cores, layer_checkpoints
 
 #: the dimensions of regular plans (`WindowMoves.regular`), where the graph offers them
@@ -36,7 +38,6 @@ class WindowMoves:
     #: window is one device or nearly all, which the other moves reach; on the tiny
     #: instances of `moplace.optimize.tiny` they only cost NSGA-II hypervolume)
     RESIZE_MIN_DEVICES = 4
-
 
     def device_window(self, x) -> tuple[int, int]:
         """The smallest cyclic run of devices (first device, length) holding every op and
@@ -111,11 +112,8 @@ class WindowMoves:
     @cached_property
     def topological_priorities(self) -> np.ndarray:
         """Priority genes that run the ops in the graph's topological order, as the baselines
-        do (`topological_priority`; in [0, 1], the first op highest)."""
-        N = self.n_ops
-        prio = np.empty(N)
-        prio[self.graph.arrays.topo] = 1.0 - np.arange(N) / max(N - 1, 1)
-        return prio
+        do (`topological_priority`, mapped into [0, 1]: the first op 1, the last 0)."""
+        return 1.0 + topological_priority(self.graph) / max(self.n_ops - 1, 1)
 
     @cached_property
     def regular_dims(self) -> tuple[str, ...]:
@@ -149,12 +147,10 @@ class WindowMoves:
     def random_resize(self, x, rng: np.random.Generator) -> np.ndarray:
         """A device-set move: `resize` onto a random window of another length or, one time
         in three, a regular plan on a random window (`random_regular`: a time in four with its
-        memory levers drawn), whatever ``x`` was.
-        The window's
-        length is three times in four a power of two or every device (the sizes plans use),
-        else any. It starts half the time aligned with the current one (from its first device
-        in steps of the new length: one server's devices when servers are numbered in runs),
-        else on any device."""
+        memory levers drawn), whatever ``x`` was. The window's length is three times in four
+        a power of two or every device (the sizes plans use), else any. It starts half the
+        time aligned with the current one (from its first device in steps of the new length:
+        one server's devices when servers are numbered in runs), else on any device."""
         D = self.n_devices
         start, length = self.device_window(x)
         if D < 2:

@@ -84,7 +84,7 @@ def _op_record(op: Op) -> dict:
     return record
 
 
-def _tensor_parallel(op: Op) -> bool:
+def _needs_version_2(op: Op) -> bool:
     """Does ``op`` use what version 2 of the format added?"""
     return bool(op.partial_sums) or "tensor" in op.splittable or op.scratch_bytes > 0
 
@@ -92,7 +92,7 @@ def _tensor_parallel(op: Op) -> bool:
 def graph_to_dict(graph: OpGraph) -> dict:
     """The JSON-ready dictionary `save_graph` writes."""
     names = [op.name for op in graph.ops]
-    return {"format": FORMAT, "version": VERSION if any(map(_tensor_parallel, graph.ops))
+    return {"format": FORMAT, "version": VERSION if any(map(_needs_version_2, graph.ops))
             else 1, "name": graph.name,
             "metadata": dict(graph.metadata),
             "ops": [_op_record(op) for op in graph.ops],
@@ -258,7 +258,7 @@ def load_native(path) -> OpGraph:
             r.fail(f"ops[{i}].name", f"duplicate op name {shown(op.name)} (also "
                                      f"ops[{seen[op.name]}])")
         seen[op.name] = i
-        if data["version"] == 1 and _tensor_parallel(op):
+        if data["version"] == 1 and _needs_version_2(op):
             r.fail(f"ops[{i}]", "a tensor split, partial_sums or scratch_bytes needs version 2 "
                    "of the format")
         ops.append(op)

@@ -47,11 +47,13 @@ def task_memory(a, task_op, parts, held, sharded) -> tuple[np.ndarray, np.ndarra
     return out_b, par_b
 
 
-def task_scratch(g, task_op, divisor, n_coll) -> np.ndarray:
-    """Per task its scratch bytes (`TaskGraph.scratch`): its op's (``task_op``: the graph's
-    op each compute task runs), over ``divisor``, the parts and micro-batches that cut it;
-    empty when the graph has none."""
+def task_scratch(g, task_op, vop, parts, held, in_time, n_coll) -> np.ndarray:
+    """Per task its scratch bytes (`TaskGraph.scratch`): those of the op of graph ``g`` it
+    runs (``task_op``), shared among the parts (``parts``, per op of the plan's graph; a
+    partial sum's part holds it whole: ``held``) and the micro-batches (``in_time``) that cut
+    it; ``vop``: each compute task's op of the plan's graph. Empty when ``g`` has none."""
     s = g.scratch_bytes
-    if s is None or not s.any():
+    if s is None:
         return np.zeros(0)
-    return np.concatenate([s[task_op] / np.maximum(divisor, 1), np.zeros(n_coll)])
+    cut = np.where(held == _PARTIAL, 1, parts) * in_time
+    return np.concatenate([s[task_op] / cut[vop], np.zeros(n_coll)])

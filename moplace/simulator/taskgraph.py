@@ -159,8 +159,7 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel,
         coll_ptr=colls.ptr, coll_dev=colls.devices, coll_res_ptr=colls.res_ptr,
         coll_res=colls.res, coll_dur=colls.dur, coll_bytes=colls.bytes_per_device, op_ptr=ptr,
         coll_kind=colls.kind, ip_src=ip_src, coll_mask=colls.task_mask,
-        scratch=task_scratch(graph.arrays, task_op, np.where(held == _PARTIAL, 1, parts)[vop]
-                         * in_time[vop], n_coll))
+        scratch=task_scratch(graph.arrays, task_op, vop, parts, held, in_time, n_coll))
     if strategy.pipelined:
         tg.task_mb = np.concatenate([plan.mb[vop], np.full(n_coll, -1, np.int64)])
         tg.n_recomputed = int(ptr[-1] - ptr[orig.size - plan.n_clone_ops])
@@ -234,8 +233,8 @@ def unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> 
         prio=strategy.priority, out_bytes=a.output_bytes, param_bytes=a.param_bytes,
         e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev, e_local=e_local,
         out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, op_ptr=np.arange(n + 1),
-        ip_src=costs.inplace_source, scratch=task_scratch(a, np.arange(n), np.ones(n), 0),
-        **_NO_COLLECTIVES)
+        ip_src=costs.inplace_source,
+        scratch=np.zeros(0) if a.scratch_bytes is None else a.scratch_bytes, **_NO_COLLECTIVES)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

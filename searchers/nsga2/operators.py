@@ -207,8 +207,9 @@ class MutationRates:
     bucket: float = 0.1         # probability of another gradient bucket size
     zero: float = 0.05          # probability of another ZeRO stage
     regular: float = 0.08       # probability of a regular plan on the devices the genome uses
-    #                             (data or tensor parallelism, its ZeRO stage and recomputation drawn:
-    #                             `GenomeSpace.random_regular`)
+    #                             (data or tensor parallelism, its ZeRO stage and
+    #                             recomputation drawn: `GenomeSpace.random_regular`), as the
+    #                             child's only change
     micro_batches: float = 0.1  # probability of the next micro-batch count up or down
     schedule: float = 0.05      # probability of the other pipeline schedule
     recompute: float = 0.5      # recompute-gene changes: one group flipped, or a run of
