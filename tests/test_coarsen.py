@@ -145,3 +145,43 @@ def test_a_traced_transformer_keeps_its_traffic_and_memory(tmp_path):
     np.testing.assert_allclose(back, want, rtol=1e-12)
     members = [m for name in (op.name for op in g.ops) for m in expand_names(g, name)]
     assert sorted(members) == sorted(op.name for op in fine.ops)
+
+
+def _kernel_types(graph, cluster):
+    """The numba types of the task-graph arrays the event loop takes, by build path, for a
+    strategy of each path on ``graph``: no splits, a split (filled from its skeleton), a move
+    of it (patched)."""
+    import dataclasses
+
+    import numba
+
+    from moplace.core.strategy import Split, Strategy
+    from moplace.costs.costmodel import CostModel
+    from moplace.simulator.build import build
+    from moplace.simulator.delta import SimulationBase
+
+    costs, n = CostModel(graph, cluster), len(graph.ops)
+    split = Strategy(np.zeros(n, np.int64), splits={0: Split("batch", (0, 1))})
+    moved = Strategy(np.r_[np.zeros(n - 1, np.int64), 1], splits=split.splits)
+    parent = SimulationBase(split, build(graph, split, costs)[0], graph, costs)
+    plans = {"unsplit": (Strategy(np.zeros(n, np.int64)), None), "filled": (split, None),
+             "patched": (moved, parent)}
+    types = {}
+    for path, (strategy, base) in plans.items():
+        tg, how = build(graph, strategy.validate(graph, 2), costs, base)
+        types[path] = (how, {f.name: numba.typeof(getattr(tg, f.name))
+                             for f in dataclasses.fields(tg)
+                             if isinstance(getattr(tg, f.name), np.ndarray)})
+    return types
+
+
+def test_scratch_does_not_change_what_the_event_loop_is_compiled_for():
+    """A graph with scratch gives the event loop arguments of the same types (read-only
+    flags included) as one without, on every build path: else its first simulation compiles
+    the loop again (a minute on a clean install), as the fuzz run once found."""
+    cluster = Cluster.uniform(2, kind="V100", memory_bytes=2**30, bandwidth=1e9)
+    fine, coarse = chain(), coarsen(chain())
+    assert fine.arrays.scratch_bytes is None and coarse.arrays.scratch_bytes is not None
+    plain, with_scratch = _kernel_types(fine, cluster), _kernel_types(coarse, cluster)
+    assert [how for how, _ in plain.values()] == ["unsplit", "filled", "patched"]
+    assert plain == with_scratch

@@ -234,7 +234,7 @@ def unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> 
         e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev, e_local=e_local,
         out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, op_ptr=np.arange(n + 1),
         ip_src=costs.inplace_source,
-        scratch=np.zeros(0) if a.scratch_bytes is None else a.scratch_bytes, **_NO_COLLECTIVES)
+        scratch=_NO_SCRATCH if a.scratch_bytes is None else a.scratch_bytes, **_NO_COLLECTIVES)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -247,6 +247,9 @@ _NO_COLLECTIVES = {k: _frozen(v) for k, v in dict(
     coll_res_ptr=np.zeros(1, np.int64), coll_res=np.zeros(0, np.int64),
     coll_dur=np.zeros(0), coll_bytes=np.zeros(0), coll_kind=np.zeros(0, np.int64),
     coll_mask=np.zeros(0, np.int64)).items()}
+#: read-only as the graph's own scratch is, so the event loop's argument types (and so its
+#: compiled specialisation) do not depend on whether the graph has scratch
+_NO_SCRATCH = _frozen(np.zeros(0))
 
 
 def _durations(a, costs, ptr, vop, orig, dev, parts, dims, sharded) -> np.ndarray:
