@@ -11,15 +11,16 @@ storage (`RDBStorage`), and a sweep's few writes per trial are far from SQLite's
 (writers wait up to 60 s for its lock).
 
 **Trials as a queue.** Opening the sweep adds one WAITING trial per trial of the sweep
-(parameters not drawn yet); a worker takes a WAITING trial (Optuna's own atomic move to
-RUNNING), draws its parameters from the sampler at that moment, runs it, and tells the
-result. So the sweep runs exactly its number of trials however many workers join, and
-running the command again with a larger ``--trials`` adds the difference. A worker that dies
-stops sending heartbeats; after ``4 x heartbeat_seconds`` another worker marks its trial
-FAIL and Optuna's `RetryHeartbeatStaleTrialCallback` queues a copy with the same parameters
-(``retries`` times at most). A Ctrl-C'd trial is queued again the same way. A trial whose
-search raises an error is FAIL with the error in its ``error`` attribute, and the sweep goes
-on. A worker stops when no trial is WAITING or RUNNING: none is left RUNNING.
+(parameters not drawn yet); a worker takes a WAITING trial (moves it to RUNNING in one
+conditional UPDATE, `_move`: Optuna's own move is not atomic on SQLite), draws its parameters
+from the sampler at that moment, runs it, and tells the result. So the sweep runs exactly its
+number of trials however many workers join, and running the command again with a larger
+``--trials`` adds the difference. A worker that dies stops sending heartbeats; after ``4 x
+heartbeat_seconds`` another worker marks its trial FAIL (`fail_stale`: one worker does, however
+many notice) and Optuna's `RetryHeartbeatStaleTrialCallback` queues a copy with the same
+parameters (``retries`` times at most). A Ctrl-C'd trial is queued again the same way. A trial
+whose search raises an error is FAIL with the error in its ``error`` attribute, and the sweep
+goes on. A worker stops when no trial is WAITING or RUNNING: none is left RUNNING.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def trial_state(t) -> str:
 
 
 def _pop(study, storage):
-    """Take a WAITING trial (atomically: Optuna moves it to RUNNING only once); its id or None."""
+    """Take a WAITING trial (`_move`: one worker only gets each); its id or None."""
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
@@ -211,11 +212,63 @@ def _pop(study, storage):
     for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.WAITING,)):
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         try:
-            if storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
+            if _move(storage, trial_id, TrialState.WAITING, TrialState.RUNNING):
                 return trial_id
         except UpdateFinishedTrialError:
             continue
     return None
+
+
+def fail_stale(study) -> None:
+    """Optuna's `fail_stale_trials`, with each stale trial (its worker silent past the grace
+    period) failed by one worker only (`_move`) and so queued again once, not once for each
+    worker that noticed it."""
+    import copy
+
+    from optuna.trial import TrialState
+
+    storage = storage_of(study)
+    study_id = storage.get_study_id_from_name(study.study_name)
+    failed = [trial_id for trial_id in storage._get_stale_trial_ids(study_id)
+              if _move(storage, trial_id, TrialState.RUNNING, TrialState.FAIL)]
+    retry = storage.get_heartbeat_stale_trial_callback()
+    for trial_id in failed if retry is not None else ():
+        retry(study, copy.deepcopy(storage.get_trial(trial_id)))
+
+
+def _move(storage, trial_id: int, old, new) -> bool:
+    """Move trial ``trial_id`` from state ``old`` to ``new``; False when it was not in
+    ``old``. One conditional UPDATE, atomic on every database: Optuna's own move reads the
+    state, then writes it, under a SELECT ... FOR UPDATE that SQLite ignores, so two workers
+    could both take one trial and run it twice (optuna/optuna#4621; seen here as two MLflow
+    runs of one trial), or both fail a dead worker's trial and queue it twice. Falls back to
+    Optuna's move on a storage without its database models."""
+    from datetime import datetime
+
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    backend = getattr(storage, "_backend", storage)  # under optuna's cache
+    try:
+        from optuna.storages._rdb.models import TrialModel as T
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        sessions = backend.scoped_session
+    except (ImportError, AttributeError):
+        try:
+            return storage.get_trial(trial_id).state == old and \
+                storage.set_trial_state_values(trial_id, state=new)
+        except UpdateFinishedTrialError:
+            return False
+    with _create_scoped_session(sessions) as session:
+        moved = (session.query(T).filter(T.trial_id == trial_id, T.state == old)
+                 .update({T.state: new}, synchronize_session=False))
+        if moved == 1:  # the row is this transaction's now: its times as Optuna sets them
+            row = session.query(T).filter(T.trial_id == trial_id).one()
+            if new.is_finished():
+                row.datetime_complete = datetime.now()
+            else:
+                row.datetime_start = datetime.now()
+    return moved == 1
 
 
 class _Heartbeat:
@@ -246,7 +299,7 @@ def work(study, run_one, *, poll: float = 1.0, stop=lambda: False) -> int:
     storage, ran = storage_of(study), 0
     interval = storage.get_heartbeat_interval()
     while not stop():
-        optuna.storages.fail_stale_trials(study)
+        fail_stale(study)
         trial_id = _pop(study, storage)
         if trial_id is None:
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
@@ -298,3 +351,4 @@ def best_trials(study) -> list:
         return list(study.best_trials) if len(study.directions) > 1 else [study.best_trial]
     except ValueError:  # no complete trial
         return []
+
