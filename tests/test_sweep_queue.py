@@ -30,16 +30,17 @@ budget = 10
 devices = [1, 2, 4]
 """
 
-#: one worker: open the sweep's study, wait for the common start, take trials until none is
+#: one worker: open the sweep's study, wait until every worker has, take trials until none is
 #: left (without running them), print the ids it took
 POPPER = """
-import json, sys, time
+import json, os, sys, time
 sys.path.insert(0, sys.argv[4])
 from moplace.sweep.spec import load_spec
 from moplace.sweep.study import _pop, open_study, storage_of
 study = open_study(load_spec(sys.argv[1]), sys.argv[2], create=False)
 storage = storage_of(study)
-while time.time() < float(sys.argv[3]):
+open(f"{sys.argv[3]}/ready-{os.getpid()}", "w").close()  # then wait for the others
+while len(os.listdir(sys.argv[3])) < int(sys.argv[5]):
     time.sleep(0.001)
 taken = []
 while (trial_id := _pop(study, storage)) is not None:
@@ -57,7 +58,7 @@ def test_workers_starting_together_never_take_the_same_trial(tmp_path):
     path.write_text(SWEEP.format(trials=n_trials))
     url = f"sqlite:///{tmp_path / 'queue.optuna.db'}"
     open_study(load_spec(path), url)  # the queue: 80 WAITING trials
-    outs = _at_once(POPPER, path, url, n_workers, time.time() + 6)  # past their imports
+    outs = _at_once(POPPER, path, url, n_workers)
     taken = [trial_id for out in outs for trial_id in json.loads(out)]
     twice = sorted(t for t, n in collections.Counter(taken).items() if n > 1)
     assert not twice, f"trials taken by two workers: {twice}"
@@ -68,24 +69,31 @@ def test_workers_starting_together_never_take_the_same_trial(tmp_path):
     study = optuna.load_study(study_name="queue", storage=url)
     assert all(t.state.name == "RUNNING" and t.datetime_start is not None for t in study.trials)
 
-#: one worker of a sweep whose workers all died: wait for the common start, then fail the
-#: stale trials and queue their retries, as every worker does before taking a trial
+#: one worker of a sweep whose workers all died: wait until every worker is ready and the
+#: trials are stale (``argv[6]``), then fail the stale trials and queue their retries, as every
+#: worker does before taking a trial
 FAILER = """
-import sys, time
+import os, sys, time
 sys.path.insert(0, sys.argv[4])
 from moplace.sweep.spec import load_spec
 from moplace.sweep.study import fail_stale, open_study
 study = open_study(load_spec(sys.argv[1]), sys.argv[2], create=False)
-while time.time() < float(sys.argv[3]):
+open(f"{sys.argv[3]}/ready-{os.getpid()}", "w").close()  # then wait for the others
+while len(os.listdir(sys.argv[3])) < int(sys.argv[5]) or time.time() < float(sys.argv[6]):
     time.sleep(0.001)
 fail_stale(study)
 """
 
 
-def _at_once(script, path, url, n_workers, start):
-    workers = [subprocess.Popen([sys.executable, "-c", script, str(path), url, str(start),
-                                 str(ROOT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True) for _ in range(n_workers)]
+def _at_once(script, path, url, n_workers, *extra):
+    """Run ``script`` in ``n_workers`` processes that start its work together (once all have
+    imported and opened the study); their outputs."""
+    ready = path.parent / "ready"
+    ready.mkdir()
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(path), url, str(ready),
+                                 str(ROOT), str(n_workers), *map(str, extra)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(n_workers)]
     outs = []
     for w in workers:
         out, err = w.communicate(timeout=120)
@@ -109,6 +117,7 @@ def test_a_dead_workers_trial_is_queued_again_once_however_many_workers_notice(t
     storage = storage_of(study)
     while (trial_id := _pop(study, storage)) is not None:
         storage.record_heartbeat(trial_id)  # then silence: stale after 4 heartbeats
+    # stale after 4 heartbeats of 1 s, as the database's clock (whole seconds) tells
     _at_once(FAILER, path, url, 4, time.time() + 6)
 
     import optuna
