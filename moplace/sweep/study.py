@@ -351,4 +351,3 @@ def best_trials(study) -> list:
         return list(study.best_trials) if len(study.directions) > 1 else [study.best_trial]
     except ValueError:  # no complete trial
         return []
-
