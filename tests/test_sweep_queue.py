@@ -2,8 +2,9 @@
 
 Optuna moves a WAITING trial to RUNNING by reading its state, then writing it, under a
 ``SELECT ... FOR UPDATE`` that SQLite ignores (optuna/optuna#4621): two workers could both
-take one trial and run it twice. `moplace.sweep.study._claim` moves it in one conditional
-UPDATE instead. Here four processes empty one queue at the same moment."""
+take one trial and run it twice, or both fail a dead worker's trial and queue it twice.
+`moplace.sweep.study._move` makes each move one conditional UPDATE instead. Here four
+processes empty one queue, or fail one sweep's stale trials, at the same moment."""
 
 import collections
 import json
@@ -20,6 +21,7 @@ name = "queue"
 trials = {trials}
 sampler = "random"
 returns = ["best_runtime"]
+heartbeat_seconds = 1
 
 [fixed]
 graph = "pipedream:alexnet"
@@ -30,18 +32,21 @@ budget = 10
 devices = [1, 2, 4]
 """
 
-#: one worker: open the sweep's study, wait until every worker has, take trials until none is
-#: left (without running them), print the ids it took
-POPPER = """
+#: how every worker script starts (see `_at_once`): open the sweep's study, then wait until
+#: every worker has and the time ``argv[6]`` has come
+START = """
 import json, os, sys, time
 sys.path.insert(0, sys.argv[4])
 from moplace.sweep.spec import load_spec
-from moplace.sweep.study import _pop, open_study, storage_of
+from moplace.sweep.study import _pop, fail_stale, open_study, storage_of
 study = open_study(load_spec(sys.argv[1]), sys.argv[2], create=False)
 storage = storage_of(study)
-open(f"{sys.argv[3]}/ready-{os.getpid()}", "w").close()  # then wait for the others
-while len(os.listdir(sys.argv[3])) < int(sys.argv[5]):
+open(f"{sys.argv[3]}/ready-{os.getpid()}", "w").close()
+while len(os.listdir(sys.argv[3])) < int(sys.argv[5]) or time.time() < float(sys.argv[6]):
     time.sleep(0.001)
+"""
+#: one worker: take trials until none is left (without running them), print the ids it took
+POPPER = START + """
 taken = []
 while (trial_id := _pop(study, storage)) is not None:
     taken.append(trial_id)
@@ -49,15 +54,45 @@ print(json.dumps(taken))
 """
 
 
-def test_workers_starting_together_never_take_the_same_trial(tmp_path):
+#: one worker of a sweep whose workers all died: fail the stale trials and queue their
+#: retries, as every worker does before taking a trial
+FAILER = START + """
+fail_stale(study)
+"""
+
+
+def _at_once(script, path, url, n_workers, not_before=0.0):
+    """Run ``script`` in ``n_workers`` processes that start its work together (once all have
+    imported and opened the study, and not before the time ``not_before``); their outputs."""
+    ready = path.parent / "ready"
+    ready.mkdir()
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(path), url, str(ready),
+                                 str(ROOT), str(n_workers), str(not_before)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(n_workers)]
+    outs = []
+    for w in workers:
+        out, err = w.communicate(timeout=120)
+        assert w.returncode == 0, err
+        outs.append(out)
+    return outs
+
+
+def _queue(folder, n_trials):
+    """A sweep file in ``folder``, its storage's URL and its study of ``n_trials`` WAITING
+    trials."""
     from moplace.sweep.spec import load_spec
     from moplace.sweep.study import open_study
 
-    n_trials, n_workers = 80, 4
-    path = tmp_path / "queue.toml"
+    path = folder / "queue.toml"
     path.write_text(SWEEP.format(trials=n_trials))
-    url = f"sqlite:///{tmp_path / 'queue.optuna.db'}"
-    open_study(load_spec(path), url)  # the queue: 80 WAITING trials
+    url = f"sqlite:///{folder / 'queue.optuna.db'}"
+    return path, url, open_study(load_spec(path), url)
+
+
+def test_workers_starting_together_never_take_the_same_trial(tmp_path):
+    n_trials, n_workers = 80, 4
+    path, url, _ = _queue(tmp_path, n_trials)
     outs = _at_once(POPPER, path, url, n_workers)
     taken = [trial_id for out in outs for trial_id in json.loads(out)]
     twice = sorted(t for t, n in collections.Counter(taken).items() if n > 1)
@@ -69,51 +104,14 @@ def test_workers_starting_together_never_take_the_same_trial(tmp_path):
     study = optuna.load_study(study_name="queue", storage=url)
     assert all(t.state.name == "RUNNING" and t.datetime_start is not None for t in study.trials)
 
-#: one worker of a sweep whose workers all died: wait until every worker is ready and the
-#: trials are stale (``argv[6]``), then fail the stale trials and queue their retries, as every
-#: worker does before taking a trial
-FAILER = """
-import os, sys, time
-sys.path.insert(0, sys.argv[4])
-from moplace.sweep.spec import load_spec
-from moplace.sweep.study import fail_stale, open_study
-study = open_study(load_spec(sys.argv[1]), sys.argv[2], create=False)
-open(f"{sys.argv[3]}/ready-{os.getpid()}", "w").close()  # then wait for the others
-while len(os.listdir(sys.argv[3])) < int(sys.argv[5]) or time.time() < float(sys.argv[6]):
-    time.sleep(0.001)
-fail_stale(study)
-"""
-
-
-def _at_once(script, path, url, n_workers, *extra):
-    """Run ``script`` in ``n_workers`` processes that start its work together (once all have
-    imported and opened the study); their outputs."""
-    ready = path.parent / "ready"
-    ready.mkdir()
-    workers = [subprocess.Popen([sys.executable, "-c", script, str(path), url, str(ready),
-                                 str(ROOT), str(n_workers), *map(str, extra)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for _ in range(n_workers)]
-    outs = []
-    for w in workers:
-        out, err = w.communicate(timeout=120)
-        assert w.returncode == 0, err
-        outs.append(out)
-    return outs
-
 
 def test_a_dead_workers_trial_is_queued_again_once_however_many_workers_notice(tmp_path):
     """Every trial RUNNING with a stale heartbeat (their workers died); four workers notice at
     once: each trial is failed by one of them and queued again once, not once per worker."""
-    from moplace.sweep.spec import load_spec
-    from moplace.sweep.study import _pop, open_study, storage_of
+    from moplace.sweep.study import _pop, storage_of
 
     n_trials = 40
-    path = tmp_path / "queue.toml"
-    path.write_text(SWEEP.format(trials=n_trials).replace(
-        'returns = ["best_runtime"]', 'returns = ["best_runtime"]\nheartbeat_seconds = 1'))
-    url = f"sqlite:///{tmp_path / 'queue.optuna.db'}"
-    study = open_study(load_spec(path), url)
+    path, url, study = _queue(tmp_path, n_trials)
     storage = storage_of(study)
     while (trial_id := _pop(study, storage)) is not None:
         storage.record_heartbeat(trial_id)  # then silence: stale after 4 heartbeats

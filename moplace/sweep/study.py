@@ -229,11 +229,10 @@ def fail_stale(study) -> None:
 
     storage = storage_of(study)
     study_id = storage.get_study_id_from_name(study.study_name)
-    failed = [trial_id for trial_id in storage._get_stale_trial_ids(study_id)
-              if _move(storage, trial_id, TrialState.RUNNING, TrialState.FAIL)]
     retry = storage.get_heartbeat_stale_trial_callback()
-    for trial_id in failed if retry is not None else ():
-        retry(study, copy.deepcopy(storage.get_trial(trial_id)))
+    for trial_id in storage._get_stale_trial_ids(study_id):
+        if _move(storage, trial_id, TrialState.RUNNING, TrialState.FAIL) and retry is not None:
+            retry(study, copy.deepcopy(storage.get_trial(trial_id)))
 
 
 def _move(storage, trial_id: int, old, new) -> bool:
