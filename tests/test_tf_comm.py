@@ -118,7 +118,7 @@ def test_flat_samples_fit_as_a_lower_bound_bandwidth():
 def test_gpu_models_map_to_kind_speed_names():
     assert gpu_kind("Tesla V100-SXM2-16GB") == "V100"
     assert gpu_kind("Tesla V100-PCIE-32GB") == "V100-PCIe"
-    assert gpu_kind("NVIDIA A100-SXM4-80GB") == "A100"
+    assert gpu_kind("NVIDIA A100-SXM4-80GB") == "A100-80GB"
     assert gpu_kind("NVIDIA H100 PCIe") == "H100-PCIe"
     assert gpu_kind("NVIDIA H100 80GB HBM3") == "H100"
     assert gpu_kind("Tesla P100-PCIE-16GB") == "P100-PCIe"

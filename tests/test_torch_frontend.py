@@ -208,8 +208,8 @@ def test_measure_times_every_op_on_this_cpu_and_holds_the_simulator_against_a_re
 
     monkeypatch.setenv("GPT_DIMS", "256,4,2,128,1000")
     out = tmp_path / "gpt.json"
-    assert main(["profile", str(GPT), "--batch", "8", "--measure", "--steps", "3", "-o",
-                 str(out), "--quiet"]) == 0
+    assert main(["profile", str(GPT), "--batch", "8", "--measure", "--device", "cpu",
+                 "--steps", "3", "-o", str(out), "--quiet"]) == 0
     text, err = capsys.readouterr()
     assert "USDT" not in err and "profiler_start" not in err  # the profiler's native lines
     g = load_graph(str(out))

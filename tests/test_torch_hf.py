@@ -74,7 +74,7 @@ def test_the_bundled_configurations_are_the_published_sizes():
     (["hf:gpt2", "--seq-len", "5000"], "hf:gpt2 takes 1 to 1024 tokens"),
     (["hf:{bad}"], "not a Hugging Face config.json (no model_type)"),
     (["hf:{missing}"], "cannot be read"),
-    (["hf:gpt2", "--measure"], "--measure runs a model file's step for real"),
+    (["hf:gpt2", "--device", "cpu"], "--device: the device --measure runs the model on"),
 ])
 def test_a_bad_hf_model_is_one_line(tmp_path, capsys, argv, says):
     bad = tmp_path / "bad.json"

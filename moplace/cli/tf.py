@@ -38,8 +38,11 @@ def add_commands(sub) -> None:
                        "of the cores each) and measure the links between them")
     p.add_argument("--steps", type=integer(1, 10**6), default=5, help="traced steps (after 2 warm-up steps)")
     p.add_argument("--measure", action="store_true",
-                   help="PyTorch model file only: also build it for real and time every op on "
-                        "this CPU with torch.profiler (--steps runs), as device kind cpu")
+                   help="PyTorch and hf:NAME models: also build it for real (hf: random "
+                        "weights) and time every op on --device with torch.profiler (--steps "
+                        "runs), as that device's kind (H100, A100-80GB..., or cpu)")
+    p.add_argument("--device", choices=("cuda", "cpu"),
+                   help="with --measure: the GPU (default where one is visible) or this CPU")
     p.add_argument("--seq-len", type=integer(1, 2**22), metavar="TOKENS",
                    help="hf:NAME only: tokens per sequence (default: the model's longest context)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
@@ -113,6 +116,10 @@ def _profile(args) -> int:
     if args.no_cache:
         raise MoplaceError(f"--no-cache: {args.model} is a Keras model, whose ops are measured "
                            f"each time, never cached (the flag is for PyTorch and hf: models)")
+    if getattr(args, "device", None) is not None:
+        raise MoplaceError(f"--device: {args.model} is a Keras model, profiled on the devices "
+                           f"TensorFlow sees (--device-count, --testbed); --device is for "
+                           f"PyTorch and hf: models' --measure")
     _require_tensorflow("profile")
     for flag, value in (("--batch", args.batch), ("--device-count", args.device_count),
                         ("--steps", args.steps)):

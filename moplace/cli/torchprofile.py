@@ -92,8 +92,12 @@ def profile_torch(args, path) -> int:
     if layers and layers.get("count"):
         print(f"structure: {layers['count']} repeated layers of {layers['period']} segments "
               f"(found from the data flow); {len(blocks)} tensor-parallel blocks")
-    print(f"op times on {' and '.join(kinds)} are roofline estimates, not measurements: one "
-          f"device's step {steps}")
+    notes = g.metadata.get("estimated") or {}  # calibrated where a calibration ships
+    calibrated = [k for k in kinds if str(notes.get(k, "")).startswith("calibrated")]
+    said = [f"on {k}: {notes[k]}" for k in calibrated]
+    roof = [k for k in kinds if k not in calibrated]
+    said += [f"on {' and '.join(roof)}: roofline estimates"] if roof else []
+    print(f"op times {'; '.join(said)}, not measurements: one device's step {steps}")
     if traced.measured is not None:
         _print_measured(g, traced.measured, cluster_path)
     print(f"wrote {args.output} (search it on a cluster of {' or '.join(kinds)} devices: "

@@ -182,3 +182,34 @@ def roofline_seconds(flops: float, nbytes: float, spec: DeviceSpec, dtype: str =
     peak = spec.peak(normalize_dtype(dtype))
     return max(flops / (peak * compute_efficiency),
                nbytes / (spec.mem_bandwidth_Bps * memory_efficiency), min_seconds)
+
+
+def kind_of_gpu(name: str, memory_bytes: int | None = None) -> str:
+    """The device kind of a GPU from the name its driver gives (``torch.cuda.get_device_name``,
+    TensorFlow's ``device_name``) and, where known, its memory: ``"NVIDIA H100 80GB HBM3"`` ->
+    ``H100``, ``"NVIDIA H100 PCIe"`` -> ``H100-PCIe``, ``"NVIDIA A100-SXM4-40GB"`` -> ``A100``,
+    ``"NVIDIA A100-SXM4-80GB"`` or an A100 with over 48 GB -> ``A100-80GB``, ``"NVIDIA H200"``
+    -> ``H200``, ``"NVIDIA B200"`` -> ``B200``, ``"Tesla V100-PCIE-32GB"`` -> ``V100-PCIe``.
+
+    A GPU none of `DEVICE_SPECS` describes is a kind of its own, its name less a leading
+    "NVIDIA"/"Tesla" (``"NVIDIA GeForce RTX 4090"`` -> ``GeForce RTX 4090``; the H100 NVL,
+    whose figures are neither the SXM's nor the PCIe card's, -> ``H100 NVL``): its measured
+    times stand as they are, and no roofline estimate is made for it."""
+    import re
+
+    text = re.sub(r"^(NVIDIA|Tesla)\s+", "", str(name).strip(), flags=re.I) or "gpu"
+    upper = text.upper()
+    words = set(re.split(r"[^A-Z0-9]+", upper))
+    if "H100" in words and "NVL" in words:
+        return text
+    if "H200" in words:  # the H200 NVL card too: the same die and HBM3e, a lower power limit
+        return "H200"
+    if "B200" in words and not upper.startswith("GB"):  # GB200's GPU is no HGX B200
+        return "B200"
+    if "A100" in words:
+        big = "80GB" in words or (memory_bytes is not None and memory_bytes > 48 * 2**30)
+        return "A100-80GB" if big else "A100"
+    for family in ("H100", "V100", "P100"):
+        if family in words:
+            return f"{family}-PCIe" if "PCIE" in words else family
+    return text

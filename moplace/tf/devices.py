@@ -8,9 +8,8 @@ placeholders until `moplace.tf.commprofile` measures real ones.
 from __future__ import annotations
 
 import os
-import re
 
-from ..core.cluster import KIND_SPEED, Cluster, Device, kind_speed
+from ..core.cluster import Cluster, Device, kind_speed
 from ..errors import MoplaceError
 from ._tf import tf
 
@@ -68,18 +67,13 @@ def available_devices(count: int) -> list[str]:
 
 
 def gpu_kind(model: str) -> str:
-    """A `KIND_SPEED` name for a GPU model string ("Tesla V100-PCIE-16GB" -> "V100-PCIe").
+    """The device kind of a GPU model string ("Tesla V100-PCIE-16GB" -> "V100-PCIe",
+    "NVIDIA A100-SXM4-80GB" -> "A100-80GB"): `moplace.costs.devicespecs.kind_of_gpu`, which
+    the PyTorch front end uses too. Models it does not know come back as given, less a leading
+    "NVIDIA"/"Tesla"."""
+    from ..costs.devicespecs import kind_of_gpu
 
-    Models not in the table come back as given, less a leading "NVIDIA"/"Tesla".
-    """
-    families = sorted((k for k in KIND_SPEED if k != "cpu" and "-" not in k), key=len,
-                      reverse=True)
-    upper = model.upper()
-    for family in families:
-        if re.search(rf"\b{family}\b", upper):
-            pcie = f"{family}-PCIe"
-            return pcie if "PCIE" in upper and pcie in KIND_SPEED else family
-    return re.sub(r"^(NVIDIA|Tesla)\s+", "", model.strip(), flags=re.I) or "gpu"
+    return kind_of_gpu(model)
 
 
 def device_kind(name: str) -> str:

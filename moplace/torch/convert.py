@@ -31,6 +31,7 @@ from ..core.optimizer import with_optimizer
 from ..core.recompute import CORE_SUFFIX
 from . import estimate as est
 from ._torch import torch
+from .features import node_features, update_features
 from .layers import find_layers
 from .megatron import PARTIAL, megatron_blocks
 from .outputs import separate_outputs
@@ -86,15 +87,15 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         for n in nodes:
             if rep[n] is not None and n.name in measured.node_seconds:
                 timed[rep[n]] = timed.get(rep[n], 0.0) + measured.node_seconds[n.name]
-    ops = []
+    ops, feats = [], {}
     for n in kept:
         value = n.meta.get("val")
         param = traced.parameters.get(n.name) if n.op == "placeholder" else None
         if n.op == "placeholder":
             compute = {k: 0.0 for k in kinds}
-        else:
-            compute = est.estimate(est.node_flops(n), est.node_bytes(n), est.dtype_name(value),
-                                   kinds)
+        else:  # features kept for calibrated estimates and `moplace calibrate`
+            feats[names[n]] = f = node_features(n)
+            compute = est.estimate(f["flops"], f["bytes"], f["dtype"], kinds, f)
         if measured is not None:
             compute = {**compute, "cpu": timed.get(n, 0.0)}
         ops.append(Op(names[n], _type(n, param, traced), compute,
@@ -115,6 +116,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     by_name = {n.name: n for n in kept}
     mixed = False
     total = sum(est.nbytes(by_name[param_of[p]].meta.get("val")) for p in grads) or 1
+    trained = sum(by_name[param_of[p]].meta["val"].numel() for p in grads)
     for param, parts in grads.items():
         node = by_name[param_of[param]]
         value = node.meta.get("val")
@@ -122,7 +124,8 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         flops, tensors = UPDATE_WORK[traced.optimizer]
         numel = value.numel()
         name = f"update/{param}"
-        compute = est.estimate(flops * numel, tensors * est.nbytes(value), "float32", kinds)
+        feats[name] = f = update_features(value, trained, traced.optimizer)
+        compute = est.estimate(flops * numel, tensors * est.nbytes(value), "float32", kinds, f)
         if measured is not None:  # the optimizer's step, shared by the weights' bytes
             compute["cpu"] = measured.optimizer_seconds * est.nbytes(value) / total
         group = block_of.get(node, f"param:{param}")
@@ -134,8 +137,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     meta = {"format": "pytorch", "torch_version": torch.__version__,
             "batch_size": traced.batch_size, "source": traced.source,
             "trace_seconds": traced.seconds, "optimizer": traced.optimizer,
-            "estimated": {k: "roofline from aten ops' FLOPs and bytes, moplace.torch.estimate"
-                          for k in kinds},
+            "estimated": est.estimate_notes(kinds), "cost_features": feats,
             "folded_views": len(nodes) - len(kept),
             **({"profiled_on": "cpu", "measured": {
                 "kind": "cpu", "how": "torch.profiler, each node of the traced graph in a "

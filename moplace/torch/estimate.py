@@ -4,7 +4,10 @@ from the tensors each op reads and writes at their dtypes, seconds from the devi
 compute for that dtype and its memory bandwidth (`moplace.costs.devicespecs`).
 
 Every other op is costed as memory-bound (its bytes over the bandwidth); ops that only view a
-tensor (`ALIASES`) cost nothing. Estimates, not measurements: the graph says so
+tensor (`ALIASES`) cost nothing. Where a calibration ships for a device kind
+(`moplace.costs.calibration`: achieved, not datasheet, throughput, fitted on measured
+kernels), an op's time on it is the calibrated estimate from its cost features
+(`moplace.torch.features`) instead. Estimates, not measurements: the graph says so
 (``metadata.estimated``) and every result computed on them repeats it
 (`moplace.costs.origin`).
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import operator
 
+from ..costs.calibration import shipped
 from ..costs.devicespecs import normalize_dtype, require_spec, roofline_seconds
 from ._torch import torch
 
@@ -74,7 +78,26 @@ def node_bytes(node) -> int:
     return int(read + nbytes(node.meta.get("val")))
 
 
-def estimate(flops: float, moved: float, dtype: str, kinds) -> dict[str, float]:
-    """Seconds on each device kind of ``kinds`` by the roofline (`roofline_seconds`)."""
-    return {kind: float(roofline_seconds(flops, moved, require_spec(kind), dtype))
-            for kind in kinds}
+def estimate(flops: float, moved: float, dtype: str, kinds, features=None) -> dict[str, float]:
+    """Seconds on each device kind of ``kinds``: with an op's cost ``features``
+    (`moplace.torch.features`) and a calibration shipped for the kind
+    (`moplace.costs.calibration.shipped`), the calibrated estimate; else the roofline
+    (`roofline_seconds`)."""
+    out = {}
+    for kind in kinds:
+        spec = require_spec(kind)
+        cal = shipped(spec.kind) if features is not None else None
+        out[kind] = (cal.seconds(features) if cal is not None
+                     else float(roofline_seconds(flops, moved, spec, dtype)))
+    return out
+
+
+def estimate_notes(kinds) -> dict[str, str]:
+    """Per device kind of ``kinds``, what its estimates are, in words (the graph's
+    ``metadata.estimated``, repeated by every result computed on it: `moplace.costs.origin`)."""
+    out = {}
+    for kind in kinds:
+        cal = shipped(require_spec(kind).kind)
+        out[kind] = (cal.note() if cal is not None
+                     else "roofline from aten ops' FLOPs and bytes, moplace.torch.estimate")
+    return out

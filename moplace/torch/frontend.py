@@ -5,9 +5,10 @@ op graph with roofline estimates for the device kinds asked for.
 A trace is kept per model, batch, sequence length, dtype and device kinds
 (`moplace.torch.cache`), so tracing the same model again reads it back.
 
-With ``--measure`` a model file is also built for real and every op timed on this machine's
-CPU (`moplace.torch.measure`), as device kind ``cpu``; every other kind's time is an estimate,
-and the graph and every result computed on it say so.
+With ``--measure`` the model is also built for real on a GPU (``--device cuda``, the default
+where one is visible) or this machine's CPU and every op timed there (`moplace.torch.measure`),
+as the device's kind (``H100``, ``cpu``...); every other kind's time is an estimate, and the
+graph and every result computed on it say so.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ class TracedModel:
 
 def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = None,
                         dtype: str = "fp32", measure_steps: int = 0, progress=None,
-                        cache: bool = True) -> TracedModel:
+                        cache: bool = True, device: str = "cpu") -> TracedModel:
     """The op graph of the model file at ``path`` (or ``hf:NAME``, a Hugging Face model by
     configuration at ``seq_len`` tokens and ``dtype``: `moplace.torch.hf`) at ``batch_size``,
     its compute estimated on each device kind of ``kinds`` (`moplace.torch.estimate`), and
-    with ``measure_steps``, measured on this machine's CPU over that many runs
-    (`moplace.torch.measure`: a model file only, built for real). With ``cache`` (and no
+    with ``measure_steps``, measured on ``device`` (``cuda`` or ``cpu``) over that many runs
+    (`moplace.torch.measure`: built for real there). With ``cache`` (and no
     measuring) a graph traced before with the same inputs is read from the trace cache, and a
     new one kept there (`moplace.torch.cache`)."""
     from .cache import TraceCache, trace_key
@@ -82,8 +83,9 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     if measure_steps:
         from .measure import measure
 
-        ticker.stage("measuring every op on this CPU (built for real)")
-        measured = measure(path, batch_size, traced, steps=measure_steps)
+        ticker.stage(f"measuring every op on {device} (built for real)")
+        measured = measure(setup, batch_size, traced, device=device, steps=measure_steps,
+                           ticker=ticker)
         ticker.tick()
     ticker.stage(STAGES[3])
     graph = to_op_graph(traced, kinds, twin, measured)
