@@ -30,9 +30,9 @@ def profile_torch(args, path) -> int:
         raise MoplaceError(f"{what}: --testbed, --device-count and --parts measure ops with "
                            f"TensorFlow; a PyTorch model's times are roofline estimates "
                            f"(--estimate KINDS) for now")
-    if hf and args.measure:
-        raise MoplaceError(f"{what}, built from its configuration without weights: --measure "
-                           f"runs a model file's step for real")
+    if getattr(args, "device", None) is not None and not args.measure:
+        raise MoplaceError("--device: the device --measure runs the model on (without "
+                           "--measure nothing runs)")
     if not hf and (args.seq_len is not None or args.dtype != "fp32"):
         raise MoplaceError(f"{what}: --seq-len and --dtype are for hf:NAME models (a model "
                            f"file sets its own shapes and dtypes)")
@@ -56,8 +56,16 @@ def profile_torch(args, path) -> int:
         raise MoplaceError(f"-o {args.output}: folder {out_dir} does not exist")
     check_output(args.output, force=args.force, flag="-o")  # before tracing, not after
     cluster_path = Path(args.output).with_suffix(".cluster.toml")
+    info = None
     if args.measure:
         check_output(cluster_path, force=args.force, flag="-o")
+        from ..torch.device import device_info, resolve_device
+
+        info = device_info(resolve_device(getattr(args, "device", None)))  # before any work
+        if info.kind in kinds:  # measured, not estimated: the two are never mixed
+            print(f"{info.kind}: measured on the {info.name}, not estimated (--estimate "
+                  f"{info.kind} dropped)")
+            kinds.remove(info.kind)
     from ..io import save_graph
     from ..torch.frontend import profile_torch_model
     from .progress import Display
@@ -67,14 +75,17 @@ def profile_torch(args, path) -> int:
                                      dtype=args.dtype, measure_steps=args.steps if args.measure
                                      else 0,
                                      progress=display.job(f"trace {getattr(path, 'name', path)}"),
-                                     cache=not args.no_cache)
+                                     cache=not args.no_cache,
+                                     **({"device": info.device} if info is not None else {}))
     g = traced.graph
     fine = len(g.ops)
     if args.coarsen == "yes" or (args.coarsen == "auto" and fine > COARSEN_ABOVE):
         g = coarsen(g)
     save_graph(g, args.output)
     if traced.measured is not None:
-        cluster_path.write_text(_cpu_cluster(g.name))
+        from ..torch.device import cluster_toml
+
+        cluster_path.write_text(cluster_toml(g.name, info))
     steps = ", ".join(f"{k} {g.total_compute(k) * 1e3:.3f} ms" for k in kinds)
     kind = "a Hugging Face model (transformers, eager attention)" if hf else "a PyTorch model"
     how = (f"read from the trace cache in {traced.total_seconds:.1f} s (traced in "
@@ -97,35 +108,21 @@ def profile_torch(args, path) -> int:
     said = [f"on {k}: {notes[k]}" for k in calibrated]
     roof = [k for k in kinds if k not in calibrated]
     said += [f"on {' and '.join(roof)}: roofline estimates"] if roof else []
-    print(f"op times {'; '.join(said)}, not measurements: one device's step {steps}")
+    if said:
+        print(f"op times {'; '.join(said)}, not measurements: one device's step {steps}")
     if traced.measured is not None:
         _print_measured(g, traced.measured, cluster_path)
+    kinds += [info.kind] if info is not None else []
     print(f"wrote {args.output} (search it on a cluster of {' or '.join(kinds)} devices: "
           f"`moplace clusters` lists the presets)")
     return 0
 
 
-def _cpu_cluster(name: str) -> str:
-    """The cluster file of this machine's CPU as one device (its RAM as memory): where
-    ``--measure`` timed the ops, so the graph's ``cpu`` times are evaluated on it."""
-    import os
-
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return (f'name = "{name}-cpu"\ndescription = "this machine\'s CPU, where moplace profile '
-            f'--measure timed every op"\n\n[[servers]]\ncount = 1\nkind = "cpu"\n'
-            f'memory = "{memory}B"\n')
-
-
 def _print_measured(graph, measured, cluster_path) -> None:
-    """The measured step beside the simulator's one-device step on the measured op times."""
-    from ..core.baselines import baseline
+    """The measured step and peak beside the simulator's one-device step and peak on the
+    measured op times (`moplace.torch.onedevice`)."""
     from ..core.presets import load_cluster
-    from ..simulator.evaluation import evaluate
+    from ..torch.onedevice import measured_lines
 
-    cluster = load_cluster(str(cluster_path))
-    simulated = evaluate(graph, cluster, baseline("single", graph, 1)).objectives()["runtime"]
-    error = simulated / measured.step_seconds - 1
-    print(f"measured on this CPU ({measured.threads} threads, torch.profiler, median of "
-          f"{measured.steps}): a real step {measured.step_seconds * 1e3:.3f} ms; the "
-          f"simulator's one-device step on the measured op times {simulated * 1e3:.3f} ms "
-          f"({error:+.1%}); wrote {cluster_path} (the cpu device, as --cluster)")
+    for line in measured_lines(graph, measured, load_cluster(str(cluster_path)), cluster_path):
+        print(line)

@@ -54,7 +54,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     """The op graph of ``traced``, its compute estimated on each device kind of ``kinds``;
     ``twin``: the same step traced at twice the batch, which tells each op's batch dimension
     (`_splittable`); ``measured`` (`moplace.torch.measure.Measured`): each op's time measured
-    on this machine's CPU, as device kind ``cpu``."""
+    on a GPU or this machine's CPU, as that device's kind (``measured.kind``)."""
     nodes = [n for n in traced.graph.nodes if n.op in ("placeholder", "call_function")]
     rep, tensor = _fold(nodes, traced)
     kept = [n for n in nodes if rep[n] is n]
@@ -97,7 +97,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
             feats[names[n]] = f = node_features(n)
             compute = est.estimate(f["flops"], f["bytes"], f["dtype"], kinds, f)
         if measured is not None:
-            compute = {**compute, "cpu": timed.get(n, 0.0)}
+            compute = {**compute, measured.kind: timed.get(n, 0.0)}
         ops.append(Op(names[n], _type(n, param, traced), compute,
                       output_bytes=0 if param or n in constants
                       else est.nbytes(value) - held_apart.get(n, 0),
@@ -127,7 +127,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         feats[name] = f = update_features(value, trained, traced.optimizer)
         compute = est.estimate(flops * numel, tensors * est.nbytes(value), "float32", kinds, f)
         if measured is not None:  # the optimizer's step, shared by the weights' bytes
-            compute["cpu"] = measured.optimizer_seconds * est.nbytes(value) / total
+            compute[measured.kind] = measured.optimizer_seconds * est.nbytes(value) / total
         group = block_of.get(node, f"param:{param}")
         ops.append(Op(name, f"{traced.optimizer}_update", compute, colocation=group,
                       splittable=("batch", "tensor") if node in block_of else ("batch",),
@@ -139,11 +139,8 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
             "trace_seconds": traced.seconds, "optimizer": traced.optimizer,
             "estimated": est.estimate_notes(kinds), "cost_features": feats,
             "folded_views": len(nodes) - len(kept),
-            **({"profiled_on": "cpu", "measured": {
-                "kind": "cpu", "how": "torch.profiler, each node of the traced graph in a "
-                "record_function; the optimizer's step timed whole, shared by bytes",
-                "steps": measured.steps, "threads": measured.threads,
-                "step_median_s": measured.step_seconds}} if measured is not None else {})}
+            **({"profiled_on": measured.kind, "measured": measured.metadata()}
+               if measured is not None else {})}
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
     loss = next(n for n in nodes if n.name == traced.loss)
     layers = find_layers(graph, [names[n] for n in kept if n.name in traced.inputs],
