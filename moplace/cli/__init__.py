@@ -15,6 +15,7 @@
     moplace apply GRAPH (--strategy FILE | --baseline NAME) --steps N [--testbed K] [--json] (TensorFlow)
     moplace fidelity MODEL_OR_PY --batch N [--testbed 2] [-o STEM] [--json]   (TensorFlow)
     moplace zoo
+    moplace calibrate GRAPH... --kind KIND -o FILE [--kernels KERNELS.json] [--json]
 
 User errors print one line on stderr and exit 2; no tracebacks. One module per command group:
 `evaluate`, `search` (search, compare), `sweep`, `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers), `tf` (the
@@ -30,7 +31,7 @@ import warnings
 
 from .. import __version__
 from ..errors import MoplaceError, error_line
-from . import catalog, evaluate, export, fidelity, review, search, sweep, tf
+from . import calibrate, catalog, evaluate, export, fidelity, review, search, sweep, tf
 from .args import Parser
 
 
@@ -104,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="moplace", description=DESCRIPTION, epilog=EXAMPLES, formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"moplace {__version__}")
     sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
-    for group in (evaluate, search, sweep, review, catalog, tf, fidelity, export):  # each module registers its command group
+    for group in (evaluate, search, sweep, review, catalog, tf, fidelity, export, calibrate):  # each module registers its command group
         group.add_commands(sub)
     _Help.names_width = max(map(len, sub.choices))
     return p

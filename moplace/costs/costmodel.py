@@ -17,6 +17,8 @@ import numpy as np
 from ..core.graph import OpGraph, inplace_sources
 
 #: Fixed cost of one part of a split op (kernel launch, split/concat bookkeeping), seconds.
+#: An assumption: no split or micro-batched step is measured yet (a calibration file,
+#: `moplace.costs.calibration`, has a ``split_overhead_s`` field for one, null so far).
 DEFAULT_SPLIT_OVERHEAD_S = 10e-6
 
 

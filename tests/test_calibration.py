@@ -1,0 +1,254 @@
+"""The calibrated cost model (issue 47 part 3): per-op cost features recorded at trace time,
+a calibration fitted on kernels measured on an H200 (the shared GPT-2 steps, joined with
+their features once by ``experiments/calibration_join.py`` into ``tests/data/calibration``),
+the shipped H200 and derived H100 calibrations, ``--estimate`` on them, and
+``moplace calibrate``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from moplace.cli import main
+from moplace.costs import calibfit
+from moplace.costs.calibfit import fit, fit_report, read_joined
+from moplace.costs.calibration import (H100_FROM_H200, SHIPPED, Calibration, from_dict,
+                                       load_calibration, shipped)
+from moplace.costs.devicespecs import require_spec
+from moplace.errors import FormatError
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "calibration"
+SMALL, FP32, MEDIUM = "gpt2-b8-s1024-bf16", "gpt2-b4-s1024-fp32", "gpt2medium-b4-s1024-bf16"
+KERNELS = json.loads((DATA / "kernels-h200.json").read_text())
+
+
+def joined(case):
+    return read_joined(DATA / f"{case}.json.gz")
+
+
+def crossval_module():
+    spec = importlib.util.spec_from_file_location(
+        "calibration_crossval", ROOT / "experiments" / "calibration_crossval.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_joined_data_is_every_timed_op_of_the_shared_steps():
+    for case, ops in ((SMALL, 993), (FP32, 991), (MEDIUM, 1953)):
+        what, samples = joined(case)
+        assert len(samples) == ops and what["missing"] == [] and what["attention"] == "eager"
+        classes = {f["cls"] for _, _, f in samples}
+        assert classes == {"matmul", "memory", "optimizer"}  # eager: no fused attention
+        # the optimizer's step as measured, shared by the update ops
+        updates = sum(s for _, s, f in samples if f["cls"] == "optimizer")
+        assert updates == pytest.approx(what["real"]["optimizer_s"], rel=0.2)
+
+
+def test_a_fit_on_all_three_steps_reproduces_their_measured_times_per_class():
+    sets = [joined(c)[1] for c in (SMALL, FP32, MEDIUM)]
+    cal = fit(sets, "H200", "H200", KERNELS)
+    report = fit_report(cal, [s for x in sets for s in x], require_spec("H200"))
+    bounds = {"matmul": 0.1, "memory:elementwise": 0.1, "memory:softmax": 0.15,
+              "optimizer": 0.1, "memory:copy": 0.2, "memory:norm": 0.2, "memory:reduce": 0.2}
+    for cls, tol in bounds.items():
+        after, before = report[cls]["after"], report[cls]["before"]
+        assert abs(after["sum"] - 1) < tol, (cls, after)
+        assert abs(after["median"] - 1) < tol + 0.05, (cls, after)
+        # no worse than the roofline, and the launch-bound classes far better
+        assert abs(math.log(after["median"])) <= abs(math.log(before["median"])) + 0.02, cls
+    assert report["memory:softmax"]["before"]["sum"] < 0.7  # what the roofline got wrong
+    assert report["optimizer"]["before"]["sum"] < 0.5
+
+
+def test_fitted_on_two_steps_it_predicts_gpt2_medium_within_15_percent():
+    # one device runs the ops one after another: the simulator's one-device step is their
+    # sum (experiments/calibration_crossval.py simulates it on the shared graphs)
+    cal = fit([joined(SMALL)[1], joined(FP32)[1]], "H200", "H200", KERNELS)
+    what, samples = joined(MEDIUM)
+    predicted = sum(cal.seconds(f) for _, _, f in samples)
+    measured = sum(s for _, s, _ in samples)
+    assert abs(predicted / what["real"]["step_s"] - 1) < 0.15
+    assert abs(predicted / measured - 1) < 0.15
+    roofline = sum(calibfit.roofline(f, require_spec("H200")) for _, _, f in samples)
+    assert abs(predicted / measured - 1) < abs(roofline / measured - 1)
+
+
+def test_the_shipped_h200_calibration_is_the_fit_on_the_shared_data():
+    refit = crossval_module().shipped_fit()
+    shipped_h200 = load_calibration(SHIPPED / "H200.json")
+    assert json.loads(json.dumps(refit.as_dict())) == json.loads(
+        (SHIPPED / "H200.json").read_text())
+    assert shipped_h200.derived is None and shipped_h200.ops_measured == 993 + 991 + 1953
+    assert shipped_h200.note() == "calibrated estimate (3937 ops measured on H200)"
+    assert shipped_h200.split_overhead_s is None  # no split run measured yet
+
+
+def test_the_h100_calibration_is_the_h200_one_with_its_bandwidth_scaled():
+    h200, h100 = shipped("H200"), shipped("H100")
+    assert h100.derived == {"from": "H200", "bandwidth_scale": H100_FROM_H200,
+                            "compute_scale": 1.0}
+    assert h100.note().startswith("calibrated estimate derived from H200's (3937 ops measured "
+                                  "on H200")
+    gemm = {"cls": "matmul", "m": 8192, "n": 3072, "k": 768, "batch": 1, "dtype": "bfloat16"}
+    assert h100.seconds(gemm) == h200.seconds(gemm)  # same compute
+    add = {"cls": "memory", "sub": "elementwise", "op": "add", "dtype": "bfloat16",
+           "bytes": 3 * 2**29}
+    assert h100.seconds(add) / h200.seconds(add) == pytest.approx(4.8 / 3.35)
+    update = {"cls": "optimizer", "op": "adam_update", "numel": 10**6, "total": 10**8,
+              "element_size": 2}
+    assert h100.seconds(update) > h200.seconds(update)
+
+
+@pytest.mark.parametrize("features", [
+    {"cls": "matmul", "m": 1, "n": 1, "k": 1, "batch": 1, "dtype": "float16"},
+    {"cls": "matmul", "m": 10**6, "n": 10**5, "k": 10**5, "batch": 64, "dtype": "float64"},
+    {"cls": "attention", "bh": 96, "s_q": 1024, "s_kv": 1024, "d": 64, "causal": True,
+     "bwd": True},
+    {"cls": "memory", "sub": "norm", "op": "never_seen", "dtype": "float32", "bytes": 0},
+    {"cls": "memory", "sub": "elementwise", "op": "add", "dtype": "bfloat16", "bytes": 2**40},
+    {"cls": "optimizer", "op": "sgd_update", "numel": 1, "total": 1, "element_size": 4}])
+def test_any_op_costs_a_finite_time_of_at_least_the_floor(features):
+    cal = shipped("H200")
+    seconds = cal.seconds(features)
+    assert math.isfinite(seconds) and seconds > 0
+    if features["cls"] != "optimizer":
+        assert seconds >= cal.floor_s
+
+
+def test_a_calibration_file_is_strict_and_checked(tmp_path):
+    good = json.loads((SHIPPED / "H200.json").read_text())
+    assert isinstance(from_dict(good, "x"), Calibration)
+    for change, word in [({"version": 2}, "version"), ({"floor_s": -1}, "floor_s"),
+                         ({"extra": 1}, "extra"), ({"memory": {}}, "elementwise"),
+                         ({"matmul": {"bfloat16": [[1, 2]]}}, "matmul.bfloat16"),
+                         ({"derived": {"from": 3}}, "derived")]:
+        with pytest.raises(FormatError, match=word):
+            from_dict({**good, **change}, "cal.json")
+    path = tmp_path / "nan.json"
+    path.write_text((SHIPPED / "H200.json").read_text().replace('"split_overhead_s": null',
+                                                                '"split_overhead_s": NaN'))
+    with pytest.raises(FormatError, match="nan.json"):
+        load_calibration(path)
+
+
+TINY = """import torch
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.norm = torch.nn.Linear(16, 32), torch.nn.LayerNorm(32)
+        self.b = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        h = self.norm(self.a(x))
+        return self.b(h * torch.softmax(h, dim=-1))
+
+def build(batch_size):
+    x, y = torch.randn(batch_size, 16), torch.randint(0, 10, (batch_size,))
+    model = Tiny()
+    return model, torch.nn.CrossEntropyLoss(), torch.optim.Adam(model.parameters()), (x, y)
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny model's step (a linear, a layer norm, a softmax, a linear) traced with
+    estimates on H200 (a calibration ships) and A100 (none)."""
+    pytest.importorskip("torch")
+    from moplace.torch.frontend import profile_torch_model
+
+    path = tmp_path_factory.mktemp("tiny") / "tiny.py"
+    path.write_text(TINY)
+    return profile_torch_model(path, 4, ["H200", "A100"], cache=False).graph
+
+
+def test_estimate_on_h200_is_calibrated_and_says_so(tiny):
+    from moplace.core.cluster import Cluster
+    from moplace.costs.origin import estimated_notes
+
+    g = tiny
+    features = g.metadata["cost_features"]
+    cal = shipped("H200")
+    assert g.metadata["estimated"]["H200"] == cal.note()
+    assert g.metadata["estimated"]["A100"].startswith("roofline")
+    timed = [op for op in g.ops if op.type not in ("Parameter", "Buffer", "Input", "Output")]
+    assert timed and all(op.name in features for op in timed)
+    for op in timed:
+        assert op.compute["H200"] == cal.seconds(features[op.name])
+    mm = [f for f in features.values() if f["cls"] == "matmul"]
+    assert mm and all(f["flops"] == 2 * f["m"] * f["n"] * f["k"] * f["batch"] for f in mm)
+    ups = [f for f in features.values() if f["cls"] == "optimizer"]
+    assert ups and {f["total"] for f in ups} == {sum(f["numel"] for f in ups)}
+    assert {"softmax", "norm"} <= {f.get("sub") for f in features.values()}
+    notes = estimated_notes(g, Cluster.uniform(1, kind="H200"))
+    assert notes and "calibrated estimate (3937 ops measured on H200)" in notes[0]
+
+
+@pytest.fixture(scope="module")
+def measured_graph(tiny, tmp_path_factory):
+    """The tiny model's graph with its ops "measured" on the H200 in slot ``cpu`` (their
+    calibrated times, 1.5 times over), as ``moplace profile --measure`` writes them."""
+    from dataclasses import replace
+
+    from moplace.core.graph import OpGraph
+    from moplace.io import save_graph
+
+    g = tiny
+    ops = [replace(op, compute={**op.compute, "cpu": 1.5 * op.compute["H200"]}) for op in g.ops]
+    g = OpGraph(ops, g.edges, name=g.name, metadata={**g.metadata, "measured": {"kind": "cpu"}})
+    path = tmp_path_factory.mktemp("cal") / "measured.json"
+    save_graph(g, str(path))
+    return path
+
+
+def test_calibrate_fits_a_file_from_measured_graphs_and_kernels(measured_graph, tmp_path, capsys):
+    out = tmp_path / "H200.json"
+    argv = ["calibrate", str(measured_graph), "--kind", "H200", "-o", str(out), "--kernels",
+            str(DATA / "kernels-h200.json")]
+    assert main(argv + ["--json"]) == 0
+    result = json.loads(capsys.readouterr().out, parse_constant=lambda c: 1 / 0)
+    cal = load_calibration(out)
+    assert result["ops_measured"] == cal.ops_measured == result["graphs"][0]["ops"] > 0
+    assert result["graphs"][0]["slot"] == "cpu" and cal.note() == result["note"]
+    assert result["fit"]["matmul"]["after"]["median"] == pytest.approx(1.0, abs=0.3)
+    assert main(argv) == 2  # the file exists now
+    assert main(argv + ["--force"]) == 0
+    text = capsys.readouterr().out
+    assert "matmul" in text and "roofline" in text and f"wrote {out}" in text
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--kind", "H900"], "--kind"),
+    (["--kernels", "missing.json"], "--kernels missing.json"),
+    (["--kernels", "BAD"], "gemm[0].s"),
+    (["GRAPH2"], "no measured op times"),
+    (["GRAPH3"], "no cost features")])
+def test_calibrate_refuses_bad_input_in_one_line_before_any_work(measured_graph, tmp_path,
+                                                                 capsys, args, says):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"gemm": [{"dtype": "bfloat16", "m": 1, "k": 1, "n": 1}]}))
+    plain = tmp_path / "plain.json"
+    data = json.loads(measured_graph.read_text())
+    data["metadata"].pop("measured")
+    data["metadata"]["estimated"]["cpu"] = "x"
+    plain.write_text(json.dumps(data))
+    bare = tmp_path / "bare.json"
+    data = json.loads(measured_graph.read_text())
+    for key in ("cost_features", "source"):
+        data["metadata"].pop(key)
+    bare.write_text(json.dumps(data))
+    graphs = {"GRAPH2": str(plain), "GRAPH3": str(bare)}
+    args = [graphs.get(a, str(bad) if a == "BAD" else a) for a in args]
+    extra = args if args[0].startswith("--") else []
+    first = [str(measured_graph)] if extra else args
+    out = tmp_path / "cal.json"
+    code = main(["calibrate", *first, "--kind", "H200", "-o", str(out), *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err and len(err.splitlines()) == 1
+    assert "Traceback" not in err and not out.exists()
