@@ -121,6 +121,19 @@ def test_any_op_costs_a_finite_time_of_at_least_the_floor(features):
         assert seconds >= cal.floor_s
 
 
+def test_a_dtype_not_measured_takes_another_ones_gemms_scaled_by_the_datasheet_peaks():
+    h200 = shipped("H200")
+    gemm = {"cls": "matmul", "m": 8192, "n": 3072, "k": 768, "batch": 1}
+    bf16 = h200.seconds({**gemm, "dtype": "bfloat16"})
+    assert h200.seconds({**gemm, "dtype": "float16"}) == bf16  # same tensor cores
+    only_bf16 = Calibration(**{**h200.__dict__, "matmul": {"bfloat16": h200.matmul["bfloat16"]}})
+    spec = require_spec("H200")
+    assert only_bf16.seconds({**gemm, "dtype": "float32"}) == pytest.approx(
+        bf16 * spec.peak("bfloat16") / spec.peak("float32"))
+    measured_fp32 = h200.seconds({**gemm, "dtype": "float32"})
+    assert 0.5 < only_bf16.seconds({**gemm, "dtype": "float32"}) / measured_fp32 < 2
+
+
 def test_a_calibration_file_is_strict_and_checked(tmp_path):
     good = json.loads((SHIPPED / "H200.json").read_text())
     assert isinstance(from_dict(good, "x"), Calibration)
@@ -223,11 +236,29 @@ def test_calibrate_fits_a_file_from_measured_graphs_and_kernels(measured_graph, 
     assert "matmul" in text and "roofline" in text and f"wrote {out}" in text
 
 
+def test_calibrate_traces_a_graph_without_features_again_and_joins_it_by_name(
+        measured_graph, tmp_path, capsys):
+    data = json.loads(measured_graph.read_text())
+    data["metadata"].pop("cost_features")  # as the shared H200 graphs: a source, no features
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    runs = []
+    for graph in (measured_graph, bare):
+        out = tmp_path / f"{graph.stem}.cal.json"
+        assert main(["calibrate", str(graph), "--kind", "H200", "-o", str(out), "--json"]) == 0
+        runs.append((json.loads(capsys.readouterr().out), load_calibration(out)))
+    (kept, cal_kept), (traced, cal_traced) = runs
+    assert kept["graphs"][0]["traced_s"] is None and traced["graphs"][0]["traced_s"] > 0
+    assert traced["graphs"][0]["ops"] == kept["graphs"][0]["ops"]
+    assert cal_traced.as_dict()["memory"] == cal_kept.as_dict()["memory"]
+
+
 @pytest.mark.parametrize("args, says", [
     (["--kind", "H900"], "--kind"),
     (["--kernels", "missing.json"], "--kernels missing.json"),
     (["--kernels", "BAD"], "gemm[0].s"),
     (["GRAPH2"], "no measured op times"),
+    (["no-such-graph.json"], "no-such-graph.json"),
     (["GRAPH3"], "no cost features")])
 def test_calibrate_refuses_bad_input_in_one_line_before_any_work(measured_graph, tmp_path,
                                                                  capsys, args, says):

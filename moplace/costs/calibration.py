@@ -106,15 +106,20 @@ class Calibration:
         return max(self.floor_s, _memory_seconds(table, float(f.get("bytes", 0))))
 
     def _matmul_table(self, dtype: str) -> list:
+        """The GEMM points of ``dtype``; for a dtype not measured, another's (a 16-bit one's
+        for a 16-bit dtype, same tensor cores) scaled by the two dtypes' datasheet peaks on
+        the measured kind (bf16's points for FP32 would be 15 times too fast on an H200)."""
         if dtype in self.matmul:
             return self.matmul[dtype]
-        # a dtype not measured: a 16-bit one runs on the same tensor cores as bf16; else the
-        # nearest measured one by element size
-        for alt in (("bfloat16", "float16") if dtype in ("float16", "bfloat16") else
-                    ("float32",)) + tuple(sorted(self.matmul)):
-            if alt in self.matmul:
-                return self.matmul[alt]
-        raise FormatError(f"calibration for {self.kind}", "no matmul measurements")
+        prefer = ("bfloat16", "float16") if dtype in ("float16", "bfloat16") else ("float32",)
+        alt = next((a for a in prefer + tuple(sorted(self.matmul)) if a in self.matmul), None)
+        if alt is None:
+            raise FormatError(f"calibration for {self.kind}", "no matmul measurements")
+        from .devicespecs import device_spec
+
+        spec = device_spec(self.measured_on)
+        ratio = spec.peak(dtype) / spec.peak(alt) if spec is not None else 1.0
+        return [[*p[:-1], p[-1] * ratio] for p in self.matmul[alt]]
 
     def derive(self, kind: str, bandwidth_scale: float, compute_scale: float = 1.0,
                ) -> Calibration:
