@@ -3,17 +3,19 @@
     moplace fidelity MODEL_OR_PY --batch N [--testbed 2] [--steps 20] [--front-points 6]
                      [--budget 2000] [--calibration 6] [--seed 0] [-o STEM] [--force]
                      [--json] [--quiet] [--no-mlflow] [--tracking-uri URI] [--experiment NAME]
+    moplace fidelity MODEL.py|hf:NAME --batch 4,8 [--seq-len 256,512] [--dtype bf16]
+                     [--device cuda|cpu] [--micro-batches 1,2,4,8] [--steps 10] ...
 
 Prints the table of `moplace.tf.fidelity` (strategies, measured and simulated steps, errors,
 Kendall tau, memory); ``-o STEM`` writes STEM.txt, STEM.json and STEM.png (the scatter plot);
-the report is logged to MLflow (experiment ``moplace-fidelity``) unless ``--no-mlflow``.
+the report is logged to MLflow (experiment ``moplace-fidelity``) unless ``--no-mlflow``. A
+PyTorch model file or ``hf:`` configuration runs its one-device plans on one GPU (or this
+CPU) instead, at each batch and sequence length given (`moplace.torch.fidelity`), logged and
+written the same way.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .. import strictjson
 from ..errors import MoplaceError
 from .args import file_arg, integer
 
@@ -22,17 +24,33 @@ def add_commands(sub) -> None:
     """Register ``fidelity`` on the CLI's subparsers."""
     f = sub.add_parser("fidelity", help="run baselines, heuristics and front points for real on "
                        "a testbed and compare with the simulator")
-    f.add_argument("model", type=file_arg, help="zoo name (see `moplace zoo`) or a .py file defining build(batch_size)")
-    f.add_argument("--batch", type=integer(1, 2**20), required=True, help="batch size")
-    f.add_argument("--testbed", type=integer(1, 64), default=2, metavar="K",
+    f.add_argument("model", type=file_arg, help="zoo name (see `moplace zoo`), a .py file "
+                   "defining build(batch_size) (Keras, or PyTorch when it imports torch), or "
+                   "hf:NAME (a Hugging Face model by configuration)")
+    f.add_argument("--batch", type=integers(1, 2**20),
+                   help="batch size (PyTorch and hf: models: several, e.g. 4,8; required but "
+                        "to log a saved report)")
+    f.add_argument("--seq-len", type=integers(1, 2**22), metavar="TOKENS",
+                   help="hf:NAME only: tokens per sequence, one or several (e.g. 256,512; "
+                        "default: the model's longest context)")
+    f.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="hf:NAME only: the weights' precision (default fp32)")
+    f.add_argument("--device", choices=("cuda", "cpu"),
+                   help="PyTorch and hf: models: the GPU (default where one is visible) or "
+                        "this CPU")
+    f.add_argument("--micro-batches", type=integers(1, 1024), default=[1, 2, 4, 8],
+                   metavar="K,...", help="PyTorch and hf: models: the one-device plans, as "
+                   "micro-batches accumulating their gradients (default 1,2,4,8; 1: single)")
+    f.add_argument("--testbed", type=integer(1, 64), metavar="K",
                    help="worker processes, one device each (default 2)")
-    f.add_argument("--steps", type=integer(3, 10**5), default=20, help="timed steps per strategy (default 20)")
-    f.add_argument("--front-points", type=integer(0, 100), default=6,
+    f.add_argument("--steps", type=integer(3, 10**5), default=None,
+                   help="timed steps per strategy (default 20; PyTorch and hf: models 10)")
+    f.add_argument("--front-points", type=integer(0, 100),
                    help="points of the NSGA-II front to run (default 6)")
-    f.add_argument("--budget", type=integer(1, 10**7), default=2000, help="NSGA-II evaluations (default 2000)")
-    f.add_argument("--calibration", type=integer(0, 100), default=6,
+    f.add_argument("--budget", type=integer(1, 10**7), help="NSGA-II evaluations (default 2000)")
+    f.add_argument("--calibration", type=integer(0, 100),
                    help="random strategies the corrections are fitted on (default 6; 0: none)")
-    f.add_argument("--seed", type=integer(0, 2**32 - 1), default=0,
+    f.add_argument("--seed", type=integer(0, 2**32 - 1),
                    help="random seed of the searches and calibration (default 0)")
     f.add_argument("-o", "--output", type=file_arg, metavar="STEM",
                    help="write STEM.txt, STEM.json and STEM.png")
@@ -47,20 +65,47 @@ def add_commands(sub) -> None:
     f.set_defaults(run=_fidelity)
 
 
+#: the Keras testbed's options (None when not given: a PyTorch model refuses them)
+KERAS_DEFAULTS = {"testbed": 2, "steps": 20, "front_points": 6, "budget": 2000,
+                  "calibration": 6, "seed": 0}
+
+
+def integers(low: int, high: int):
+    """An argparse ``type``: whole numbers from ``low`` to ``high``, separated by commas."""
+    one = integer(low, high)
+
+    def parse(text: str) -> list[int]:
+        return [one(part.strip()) for part in text.split(",")]
+
+    return parse
+
+
 def _fidelity(args) -> int:
+    from .torchfidelity import is_torch_model, torch_fidelity
+
+    if is_torch_model(args.model):
+        return torch_fidelity(args)
+    for flag in ("seq_len", "device"):
+        if getattr(args, flag) is not None:
+            raise MoplaceError(f"--{flag.replace('_', '-')}: {args.model} is a Keras model; "
+                               f"the option is for PyTorch and hf: models")
+    if args.batch is None:
+        raise MoplaceError("--batch is required")
+    if len(args.batch) > 1 or args.micro_batches != [1, 2, 4, 8] or args.dtype != "fp32":
+        raise MoplaceError(f"--batch with one size: {args.model} is a Keras model (several "
+                           f"sizes, --micro-batches and --dtype are for PyTorch and hf: models)")
+    args.batch = args.batch[0]
+    for flag, value in KERAS_DEFAULTS.items():
+        setattr(args, flag, value if getattr(args, flag) is None else getattr(args, flag))
     from .tf import _require_tensorflow
 
     _require_tensorflow("fidelity")
     from ..tf.source import check_model_file
 
     check_model_file(args.model)
-    outputs = []
-    if args.output:
-        from .output import check_output
+    from .fidelityout import finish, report_outputs
 
-        stem = Path(args.output)
-        outputs = [check_output(stem.with_suffix(s), force=args.force, flag="-o")
-                   for s in (".txt", ".json", ".png")]
+    outputs = report_outputs(args)
     from ..tf.fidelity import report_table, run_fidelity
     from ..tf.testbed import Testbed
     from .progress import Display
@@ -80,19 +125,8 @@ def _fidelity(args) -> int:
         from ..tf.fidelitylog import log_fidelity
 
         run_id = log_fidelity(report, args.tracking_uri, args.experiment)
-    if outputs:
-        from ..review.figures.fidelity import fidelity_scatter
+    from ..review.figures.fidelity import fidelity_scatter
 
-        outputs[0].write_text(report_table(report) + "\n")
-        outputs[1].write_text(strictjson.dumps(data, indent=1))
-        fidelity_scatter(data["rows"], outputs[2], title=f"{report.model}: simulated vs measured step")
-    if args.json:
-        print(strictjson.dumps({**data, "mlflow_run_id": run_id,
-                                "files": [str(p) for p in outputs]}))
-        return 0
-    print(report_table(report))
-    if outputs:
-        print(f"wrote {', '.join(map(str, outputs))}")
-    if run_id:
-        print(f"logged to MLflow: run {run_id} in experiment {args.experiment!r}")
-    return 0
+    return finish(args, data, report_table(report), outputs, run_id,
+                  lambda path: fidelity_scatter(data["rows"], path, title=f"{report.model}: "
+                                                f"simulated vs measured step"))

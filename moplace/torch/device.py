@@ -52,11 +52,24 @@ def device_info(device: str) -> DeviceInfo:
         return DeviceInfo(f"cuda:{index}", kind_of_gpu(name, int(props.total_memory)), name,
                           int(props.total_memory))
     import os
-    import platform
 
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return DeviceInfo("cpu", "cpu", platform.processor() or platform.machine() or "cpu",
+    return DeviceInfo("cpu", "cpu", f"{_cpu_name()}, {torch.get_num_threads()} threads",
                       int(memory))
+
+
+def _cpu_name() -> str:
+    """This machine's processor as /proc/cpuinfo names it (Linux), else its architecture."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine() or "cpu"
 
 
 def rewrite_devices(graph, device) -> int:

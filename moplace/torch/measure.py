@@ -54,6 +54,9 @@ class Measured:
     kernel_sum_s: float = 0.0  # the nodes' times summed
     stream_sum_s: float = 0.0  # CUDA events around each node, summed (GPU only)
     spread_s: tuple = ()
+    #: micro-batches -> the real step run as that many, accumulating gradients
+    #: (`moplace.torch.realstep.StepTimes`), or why it could not run
+    plans: dict = dataclasses.field(default_factory=dict)
 
     @property
     def on_gpu(self) -> bool:
@@ -115,11 +118,15 @@ class _Timed(torch.fx.Interpreter):
 
 
 def measure(setup, batch_size: int, traced: TracedTorchStep, *, device: str = "cpu",
-            steps: int = 3, warmup: int = 1, ticker=None) -> Measured:
+            steps: int = 3, warmup: int = 1, ticker=None, micro_batches=(),
+            step_runs: int | None = None) -> Measured:
     """Time every node of ``traced`` and the real step of ``setup`` (the fake-built model the
-    trace came from) on ``device`` (``cuda`` or ``cpu``); ``ticker`` (a `moplace.progress.
-    Ticker`) hears of each stage. A model that does not fit the GPU is a `MoplaceError`
-    saying how much it held and asked for."""
+    trace came from) on ``device`` (``cuda`` or ``cpu``), the real step over ``step_runs``
+    (default: ``steps``, at least 3); with ``micro_batches`` (counts above 1) also the real
+    step run as that many micro-batches accumulating their gradients (``Measured.plans``; one
+    that does not fit the GPU says so there). ``ticker`` (a `moplace.progress.Ticker`) hears
+    of each stage. A model whose single step does not fit the GPU is a `MoplaceError` saying
+    how much it held and asked for."""
     info = device_info(device)
     say = ticker.stage if ticker is not None else (lambda name: None)
     cuda = info.device.startswith("cuda")
@@ -134,7 +141,12 @@ def measure(setup, batch_size: int, traced: TracedTorchStep, *, device: str = "c
         seconds, stream = _time_nodes(real, traced, info.device, steps, warmup)
         stage = "the real training step"
         say(f"timing the real step on {info.name}")
-        times = time_steps(real, steps=max(steps, 3), warmup=warmup)
+        runs = step_runs or max(steps, 3)
+        times = time_steps(real, steps=runs, warmup=warmup)
+        plans = {1: times}
+        for k in micro_batches:
+            say(f"timing the real step as {k} micro-batches on {info.name}")
+            plans[k] = _plan(real, runs, warmup, k, info)
     except torch.cuda.OutOfMemoryError as exc:
         held = int(torch.cuda.max_memory_allocated()) if cuda else 0
         message = oom_message(f"{setup.source} at batch {batch_size}", info, stage, held,
@@ -149,7 +161,21 @@ def measure(setup, batch_size: int, traced: TracedTorchStep, *, device: str = "c
         torch.cuda.empty_cache()
     return Measured(seconds, times.optimizer_s, times.step_s, steps, torch.get_num_threads(),
                     info.kind, info.name, info.memory_bytes, times.peak_bytes,
-                    float(sum(seconds.values())), stream, times.spread_s)
+                    float(sum(seconds.values())), stream, times.spread_s, plans)
+
+
+def _plan(real, runs: int, warmup: int, k: int, info):
+    """The real step as ``k`` micro-batches (`time_steps`), or why it did not run."""
+    if real.y.shape[0] % k:
+        return f"a batch of {real.y.shape[0]} does not make {k} equal micro-batches"
+    try:
+        return time_steps(real, steps=runs, warmup=warmup, micro_batches=k)
+    except torch.cuda.OutOfMemoryError as exc:
+        asked = requested_bytes(str(exc))
+        del exc
+        torch.cuda.empty_cache()
+        return (f"out of memory on the {info.name}"
+                + (f" (asked for {asked / 2**30:.2f} GiB more)" if asked else ""))
 
 
 def _time_nodes(real, traced, device: str, steps: int, warmup: int) -> tuple[dict, float]:
