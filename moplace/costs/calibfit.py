@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .calibration import STATE_TENSORS, Calibration, attention_flops
+from .calibration import STATE_TENSORS, Calibration, attention_flops, misaligned
 from .devicespecs import roofline_seconds
 
 
@@ -98,12 +98,14 @@ def fit(measured: list, kind: str, measured_on: str, kernels: dict | None = None
 
 def _add(matmul: dict, dtype: str, dims, batch: int, seconds: float) -> None:
     flops = 2.0 * batch * dims[0] * dims[1] * dims[2]
-    matmul.setdefault(dtype, {}).setdefault((*dims, batch), []).append(flops / seconds / 1e12)
+    matmul.setdefault(dtype, {}).setdefault((*dims, batch, misaligned(dims)), []).append(
+        flops / seconds / 1e12)
 
 
 def _table(points: dict) -> list:
-    """``{dims: [TFLOP/s, ...]}`` as interpolation points: log2 of each dimension, the median."""
-    return [[*(round(math.log2(v), 6) for v in key), round(float(np.median(t)), 4)]
+    """``{key: [TFLOP/s, ...]}`` as interpolation points: log2 of each size (a GEMM's
+    ``misaligned`` flag as it is), the median."""
+    return [[*(round(math.log2(v), 6) for v in key[:4]), *key[4:], round(float(np.median(t)), 4)]
             for key, t in sorted(points.items())]
 
 

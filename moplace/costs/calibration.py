@@ -41,6 +41,10 @@ SHIPPED = Path(__file__).resolve().parents[1] / "data" / "calibration"
 STATE_TENSORS = {"sgd": 3, "momentum": 5, "adam": 7}
 #: neighbours an interpolated throughput is averaged over
 NEIGHBOURS = 4
+#: a GEMM with a dimension not a multiple of 8 (GPT-2's 50,257-word vocabulary) misses the
+#: tensor cores' fast paths (95-148 TFLOP/s on the H200 where aligned neighbours reach 600):
+#: in the interpolation it is this many squared octaves from aligned shapes
+MISALIGNED = 16.0
 #: H100 SXM's HBM3 bandwidth over H200's HBM3e (3.35 / 4.8 TB/s): what a derived H100 scales
 H100_FROM_H200 = 3.35 / 4.8
 _KEYS = {"format", "version", "kind", "derived", "measured_on", "ops_measured", "sources",
@@ -55,7 +59,7 @@ class Calibration:
     measured_on: str
     ops_measured: int
     floor_s: float
-    matmul: dict  # dtype -> [[log2 m, log2 n, log2 k, log2 batch, TFLOP/s], ...]
+    matmul: dict  # dtype -> [[log2 m, log2 n, log2 k, log2 batch, misaligned, TFLOP/s], ...]
     attention: dict  # "fwd"/"bwd" -> [[log2 bh, log2 s, log2 d, TFLOP/s], ...]
     memory: dict  # family, "op:NAME" or "op:NAME:DTYPE" -> [[log2 bytes, GB/s], ...]
     optimizer: dict  # {"t0_s": ..., "gbps": ...} over the state bytes of all parameters
@@ -88,7 +92,8 @@ class Calibration:
             batch = max(int(f.get("batch", 1)), 1)
             flops = 2.0 * batch * dims[0] * dims[1] * dims[2]
             tflops = _interpolate(self._matmul_table(f.get("dtype", "float32")),
-                                  [*np.log2(dims), math.log2(batch)], matmul=True)
+                                  [*np.log2(dims), math.log2(batch), misaligned(dims)],
+                                  matmul=True)
             return max(self.floor_s, flops / (tflops * 1e12))
         if cls == "attention":
             flops = attention_flops(f)
@@ -97,13 +102,13 @@ class Calibration:
             table = self.attention.get("bwd" if f.get("bwd") else "fwd") or []
             if table:
                 return max(self.floor_s, flops / (_interpolate(table, point) * 1e12))
-            big = [math.log2(4096)] * 3 + [0.0]  # no attention measured: a large GEMM's rate
+            big = [12.0] * 3 + [0.0, 0.0]  # no attention measured: a large GEMM's rate
             return max(self.floor_s, flops / (_interpolate(self._matmul_table("bfloat16"), big,
                                                            matmul=True) * 1e12))
         table = (self.memory.get(f"op:{f.get('op')}:{f.get('dtype')}")
                  or self.memory.get(f"op:{f.get('op')}") or self.memory.get(f.get("sub", ""))
                  or self.memory["elementwise"])
-        return max(self.floor_s, _memory_seconds(table, float(f.get("bytes", 0))))
+        return max(self.floor_s, _memory_seconds(table, float(f.get("bytes", 0)), self.floor_s))
 
     def _matmul_table(self, dtype: str) -> list:
         """The GEMM points of ``dtype``; for a dtype not measured, another's (a 16-bit one's
@@ -149,20 +154,28 @@ class Calibration:
         Path(path).write_text(dumps(self.as_dict(), indent=1, sort_keys=True) + "\n")
 
 
+def misaligned(dims) -> int:
+    """1 when a GEMM dimension is not a multiple of 8 elements (`MISALIGNED`), else 0."""
+    return int(any(int(d) % 8 for d in dims))
+
+
 def attention_flops(f: dict) -> float:
     """FLOPs of a fused attention call by FlashAttention's convention (module docstring)."""
     fwd = 4.0 * f["bh"] * f["s_q"] * f["s_kv"] * f["d"] / (2 if f.get("causal") else 1)
     return 2.5 * fwd if f.get("bwd") else fwd
 
 
-def _memory_seconds(table, nbytes: float) -> float:
+def _memory_seconds(table, nbytes: float, floor: float) -> float:
     """Seconds to move ``nbytes`` by a bandwidth table (``[[log2 bytes, GB/s], ...]``,
-    ascending): the bandwidth interpolated in log2 bytes; below the table the smallest
-    entry's time (latency-bound), above it the largest entry's bandwidth."""
+    ascending): the bandwidth interpolated in log2 bytes; above the table the largest
+    entry's bandwidth; below it a straight line from ``floor`` at no bytes to the smallest
+    entry's time (a kernel's fixed cost plus its bytes at the rate that entry leaves)."""
     arr = np.asarray(table, dtype=float)
     x = math.log2(max(nbytes, 1.0))
     if x <= arr[0, 0]:
-        return float(2.0 ** arr[0, 0] / (arr[0, 1] * 1e9))
+        first = float(2.0 ** arr[0, 0] / (arr[0, 1] * 1e9))
+        fixed = min(floor, first)
+        return fixed + (first - fixed) * max(nbytes, 0.0) / 2.0 ** arr[0, 0]
     gbps = math.exp(float(np.interp(x, arr[:, 0], np.log(arr[:, 1]))))
     return nbytes / (gbps * 1e9)
 
@@ -170,16 +183,18 @@ def _memory_seconds(table, nbytes: float) -> float:
 def _interpolate(table, point, matmul: bool = False) -> float:
     """Inverse-distance average of log TFLOP/s over the `NEIGHBOURS` nearest points of
     ``table`` to ``point`` (the point's own value where measured): within the measured range,
-    so no extrapolation runs away. With ``matmul`` (points ``m, n, k, batch``) the distance is
-    taken between the sorted ``m, n, k``, plus a tenth of the unsorted one: the same shape
-    read another way is near, the very shape nearest."""
+    so no extrapolation runs away. With ``matmul`` (points ``m, n, k, batch, misaligned``) the
+    distance is taken between the sorted ``m, n, k``, plus a tenth of the unsorted one (the
+    same shape read another way is near, the very shape nearest), plus `MISALIGNED` octaves
+    squared between aligned and misaligned shapes."""
     arr = np.asarray(table, dtype=float)
     coords, values = arr[:, :len(point)], np.log(arr[:, -1])
     diff = coords - np.asarray(point)
     dist = (diff ** 2).sum(axis=1)
     if matmul:
         ordered = np.sort(coords[:, :3], axis=1) - np.sort(np.asarray(point[:3]))
-        dist = (ordered ** 2).sum(axis=1) + diff[:, 3] ** 2 + 0.1 * dist
+        dist = ((ordered ** 2).sum(axis=1) + diff[:, 3] ** 2 + MISALIGNED * diff[:, 4] ** 2
+                + 0.1 * (diff[:, :3] ** 2).sum(axis=1))
     dist = np.sqrt(dist)
     near = np.argsort(dist, kind="stable")[:NEIGHBOURS]
     if dist[near[0]] < 1e-9:
@@ -221,7 +236,7 @@ def from_dict(data, where: str) -> Calibration:
         raise FormatError(where, f"field 'memory' needs an 'elementwise' family")
     _positive(_dict(data, "optimizer", where), "t0_s", f"{where}: optimizer", zero=True)
     _positive(data["optimizer"], "gbps", f"{where}: optimizer")
-    for field, width in (("matmul", 5), ("attention", 4), ("memory", 2)):
+    for field, width in (("matmul", 6), ("attention", 4), ("memory", 2)):
         for name, table in _dict(data, field, where).items():
             if not isinstance(table, list) or not all(
                     isinstance(p, list) and len(p) == width
