@@ -123,7 +123,7 @@ def test_a_traced_transformer_keeps_its_traffic_and_memory(tmp_path):
               "vocab_size": 512, "activation_function": "gelu", "n_layer": 2}
     (tmp_path / "config.json").write_text(json.dumps(config))
     fine = profile_torch_model(f"hf:{tmp_path / 'config.json'}", 4, ["H100"], seq_len=128,
-                               dtype="bf16").graph
+                               dtype="bf16", attention="eager").graph
     g = coarsen(fine)
     assert len(g.ops) < len(fine.ops) and len(g.groups) < len(fine.groups)
     assert g.metadata["layers"] == fine.metadata["layers"]

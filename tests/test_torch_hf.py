@@ -35,7 +35,7 @@ def test_a_config_json_is_built_traced_and_converted(tmp_path, capsys, kind, dty
     out = tmp_path / "g.json"
     assert main(["profile", f"hf:{config_file(tmp_path, kind)}", "--batch", "2", "--seq-len",
                  "16", "--dtype", dtype, "-o", str(out), "--quiet"]) == 0
-    assert "a Hugging Face model (transformers, eager attention)" in capsys.readouterr().out
+    assert "a Hugging Face model (transformers, sdpa attention)" in capsys.readouterr().out
     g = load_graph(str(out))
     assert g.name == kind and g.metadata["optimizer"] == optimizer
     assert g.metadata["source"]["seq_len"] == 16 and g.metadata["source"]["dtype"] == dtype

@@ -29,12 +29,14 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
          "vocab_size": 500, "max_position_embeddings": 64}
 
 
-def profile(tmp_path_factory, config, name, seq, dtype="fp32"):
+def profile(tmp_path_factory, config, name, seq, dtype="fp32", attention="eager"):
+    """Eager attention unless said: Korthikanti et al. count the s x s scores it keeps."""
     from moplace.torch.frontend import profile_torch_model
 
     path = tmp_path_factory.mktemp(name) / "config.json"
     path.write_text(json.dumps(config))
-    return profile_torch_model(f"hf:{path}", BATCH, ["H100"], seq_len=seq, dtype=dtype).graph
+    return profile_torch_model(f"hf:{path}", BATCH, ["H100"], seq_len=seq, dtype=dtype,
+                               attention=attention).graph
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +48,20 @@ def gpt2(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def gpt2_sdpa(tmp_path_factory):
+    """The same with SDPA, traced as an H100's flash attention kernels."""
+    return {n: profile(tmp_path_factory, {**GPT2, "n_layer": n}, f"gpt2-sdpa-{n}", SEQ, "bf16",
+                       "sdpa") for n in (1, 2)}
+
+
+@pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     return profile(tmp_path_factory, LLAMA, "llama", 32)
+
+
+@pytest.fixture(scope="module")
+def llama_sdpa(tmp_path_factory):
+    return profile(tmp_path_factory, LLAMA, "llama-sdpa", 32, "bf16", "sdpa")
 
 
 def groups(graph):
@@ -136,6 +150,15 @@ def test_activations_per_layer_match_korthikanti(gpt2, t):
     parallelism (Korthikanti et al. 2022, eq. 2 and 5), within 5%."""
     want = SEQ * BATCH * H * (34 + 5 * HEADS * SEQ / H) / t
     assert per_layer(gpt2, t) == pytest.approx(want, rel=0.05)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_flash_attention_keeps_34_sbh_and_the_log_sum_exp_per_layer(gpt2_sdpa, t):
+    """With SDPA's flash kernels no s x s matrix is kept: s·b·h·34 bytes per layer at 16 bits
+    (Korthikanti et al.'s count without its 5·a·s/h term) and the rows' log-sum-exp (FP32,
+    b·a·s), divided by t under tensor and sequence parallelism, within 5%."""
+    want = SEQ * BATCH * (34 * H + 4 * HEADS) / t
+    assert per_layer(gpt2_sdpa, t) == pytest.approx(want, rel=0.05)
 
 
 @pytest.mark.parametrize("t", [1, 2, 4])
@@ -339,13 +362,14 @@ def test_the_known_good_benchmark_finds_every_configuration_people_run_on_the_fr
     assert "nsga2, withheld" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("which", ["gpt2", "llama"])
-def test_tensor_parallel_plans_run_to_the_end(gpt2, llama, which):
+@pytest.mark.parametrize("which", ["gpt2", "llama", "gpt2-sdpa", "llama-sdpa"])
+def test_tensor_parallel_plans_run_to_the_end(gpt2, llama, gpt2_sdpa, llama_sdpa, which):
     """A regression: a value every layer's backward reads (rotary angles) was gathered once for
     all its readers, the gather waiting on ops after the first reader: the step deadlocked."""
     from moplace.core.recompute import attention_cores, layer_checkpoints
 
-    graph = gpt2[2] if which == "gpt2" else llama
+    graph = {"gpt2": gpt2[2], "llama": llama, "gpt2-sdpa": gpt2_sdpa[2],
+             "llama-sdpa": llama_sdpa}[which]
     tp = baseline("tensor-parallel", graph, 4)
     for plan in (tp, tp.with_recompute(attention_cores(graph)),
                  tp.with_recompute(layer_checkpoints(graph)),

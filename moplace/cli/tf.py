@@ -47,7 +47,18 @@ def add_commands(sub) -> None:
                    help="hf:NAME only: tokens per sequence (default: the model's longest context)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                    help="hf:NAME only: the weights' and activations' precision (16-bit: FP32 "
-                        "master weights and optimizer state)")
+                        "master weights and optimizer state unless --optimizer says otherwise)")
+    p.add_argument("--attention", choices=("sdpa", "eager"),
+                   help="hf:NAME only: sdpa (the GPU's flash or memory-efficient kernels) or "
+                        "eager (matmuls and a softmax); default: the configuration's "
+                        "attn_implementation, else sdpa")
+    from ..core.optimizer import OPTIMIZERS
+
+    p.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
+                   help="PyTorch and hf:NAME models: the optimizer state the update ops keep; "
+                        "default: the model's optimizer, its state in FP32 with FP32 master "
+                        "weights for 16-bit weights (adam-mixed); adam: torch's AdamW on bf16 "
+                        "weights, moments in bf16 and no master copy")
     p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. V100,H100")
     p.add_argument("--no-cache", action="store_true",
                    help="PyTorch and hf:NAME models: trace again even when the same model, "
@@ -116,6 +127,10 @@ def _profile(args) -> int:
     if args.no_cache:
         raise MoplaceError(f"--no-cache: {args.model} is a Keras model, whose ops are measured "
                            f"each time, never cached (the flag is for PyTorch and hf: models)")
+    for flag in ("attention", "optimizer"):
+        if getattr(args, flag, None) is not None:
+            raise MoplaceError(f"--{flag}: {args.model} is a Keras model, profiled as it is "
+                               f"built (the flag is for PyTorch and hf: models)")
     if getattr(args, "device", None) is not None:
         raise MoplaceError(f"--device: {args.model} is a Keras model, profiled on the devices "
                            f"TensorFlow sees (--device-count, --testbed); --device is for "

@@ -33,9 +33,10 @@ def profile_torch(args, path) -> int:
     if getattr(args, "device", None) is not None and not args.measure:
         raise MoplaceError("--device: the device --measure runs the model on (without "
                            "--measure nothing runs)")
-    if not hf and (args.seq_len is not None or args.dtype != "fp32"):
-        raise MoplaceError(f"{what}: --seq-len and --dtype are for hf:NAME models (a model "
-                           f"file sets its own shapes and dtypes)")
+    if not hf and (args.seq_len is not None or args.dtype != "fp32"
+                   or getattr(args, "attention", None) is not None):
+        raise MoplaceError(f"{what}: --seq-len, --dtype and --attention are for hf:NAME models "
+                           f"(a model file sets its own shapes, dtypes and attention)")
     if args.batch < 1:
         raise MoplaceError(f"--batch must be at least 1, got {args.batch}")
     from ..costs.devicespecs import DeviceSpecError, require_spec
@@ -48,7 +49,7 @@ def profile_torch(args, path) -> int:
     if hf:  # a mistyped name or a bad config.json is refused before the output is checked
         from ..torch.hf import hf_config
 
-        hf_config(str(path)[3:])
+        hf_config(str(path)[3:], getattr(args, "attention", None))
     from .output import check_output
 
     out_dir = Path(args.output).resolve().parent
@@ -76,8 +77,14 @@ def profile_torch(args, path) -> int:
                                      else 0,
                                      progress=display.job(f"trace {getattr(path, 'name', path)}"),
                                      cache=not args.no_cache,
-                                     **({"device": info.device} if info is not None else {}))
+                                     attention=getattr(args, "attention", None),
+                                     **({"device": info.device, "target_kind": info.kind}
+                                        if info is not None else {}))
     g = traced.graph
+    if getattr(args, "optimizer", None):
+        from ..core.optimizer import with_optimizer
+
+        g = with_optimizer(g, args.optimizer)
     fine = len(g.ops)
     if args.coarsen == "yes" or (args.coarsen == "auto" and fine > COARSEN_ABOVE):
         g = coarsen(g)
@@ -87,7 +94,8 @@ def profile_torch(args, path) -> int:
 
         cluster_path.write_text(cluster_toml(g.name, info))
     steps = ", ".join(f"{k} {g.total_compute(k) * 1e3:.3f} ms" for k in kinds)
-    kind = "a Hugging Face model (transformers, eager attention)" if hf else "a PyTorch model"
+    kind = (f"a Hugging Face model (transformers, {g.metadata['attention']['implementation']} "
+            f"attention)" if hf else "a PyTorch model")
     how = (f"read from the trace cache in {traced.total_seconds:.1f} s (traced in "
            f"{traced.trace_seconds:.1f} s before; {traced.cached}; --no-cache traces again)"
            if traced.cached else f"traced in {traced.total_seconds:.1f} s without allocating "
@@ -103,13 +111,17 @@ def profile_torch(args, path) -> int:
     if layers and layers.get("count"):
         print(f"structure: {layers['count']} repeated layers of {layers['period']} segments "
               f"(found from the data flow); {len(blocks)} tensor-parallel blocks")
-    notes = g.metadata.get("estimated") or {}  # calibrated where a calibration ships
-    calibrated = [k for k in kinds if str(notes.get(k, "")).startswith("calibrated")]
-    said = [f"on {k}: {notes[k]}" for k in calibrated]
-    roof = [k for k in kinds if k not in calibrated]
-    said += [f"on {' and '.join(roof)}: roofline estimates"] if roof else []
-    if said:
+    if kinds:  # each kind's own words: calibrated where a calibration ships, else roofline
+        notes = g.metadata.get("estimated") or {}
+        calibrated = [k for k in kinds if str(notes.get(k, "")).startswith("calibrated")]
+        said = [f"on {k}: {notes[k]}" for k in calibrated]
+        roof = [k for k in kinds if k not in calibrated]
+        said += [f"on {' and '.join(roof)}: roofline estimates"] if roof else []
         print(f"op times {'; '.join(said)}, not measurements: one device's step {steps}")
+    from ..costs.origin import assumption_notes
+
+    for note in assumption_notes(g):
+        print(note)
     if traced.measured is not None:
         _print_measured(g, traced.measured, cluster_path)
     kinds += [info.kind] if info is not None else []

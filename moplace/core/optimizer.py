@@ -81,3 +81,16 @@ def applied(graph: OpGraph, optimizer: str | None) -> OpGraph:
         if optimizer not in OPTIMIZERS:
             return graph
     return graph if optimizer is None else with_optimizer(graph, optimizer)
+
+
+def state_words(name: str) -> str:
+    """The optimizer state ``name`` keeps, in words, for notes on results."""
+    base = name.removesuffix(MIXED)
+    what = {"sgd": "no state", "momentum": "a momentum buffer",
+            "adam": "two moments (Adam)"}.get(base, base)
+    if name.endswith(MIXED):
+        return (f"{name}: {what} and a master copy of the weights, in FP32 beside 16-bit "
+                f"weights (mixed precision; --optimizer {base}: the state in the weights' "
+                f"dtype and no master copy, as torch's optimizers keep it for bf16 weights)")
+    return f"{name}: {what} in the weights' dtype, no master copy"
+

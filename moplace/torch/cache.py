@@ -6,10 +6,12 @@ and how. A trace is kept under a key that hashes
 - the built step (`setup_identity`: built on the meta device first, in a second): its modules,
   every parameter's and buffer's shape and dtype, the batch's shapes, the loss, the optimizer
   and its settings; so a model file that reads its sizes from elsewhere is told apart;
-- the sequence length, the dtype and the device kinds estimated for;
+- the sequence length, the dtype, the device kinds estimated for and the attention traced (the
+  implementation and the kind whose kernels SDPA runs as);
 - what made it: the versions of torch and transformers, and the source of the front end and
-  of the roofline (``moplace/torch``, ``moplace/costs``, ``moplace/core/optimizer.py``), so
-  that a changed converter or device table never serves a stale graph.
+  of the estimates (``moplace/torch``, ``moplace/costs``, ``moplace/core/optimizer.py``, the
+  shipped calibrations in ``moplace/data/calibration``), so that a changed converter, device
+  table or calibration never serves a stale graph.
 
 The folder is ``$MOPLACE_CACHE`` or ``$XDG_CACHE_HOME/moplace`` (``~/.cache/moplace``), a file
 ``traces/KEY.json`` each, written whole then renamed (two processes never see half a file). A
@@ -25,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 #: the sources whose change changes a traced graph (relative to the moplace package)
-SOURCES = ("torch", "costs", "core/optimizer.py")
+SOURCES = ("torch", "costs", "core/optimizer.py", "data/calibration")
 
 
 def cache_root() -> Path:
@@ -42,7 +44,8 @@ def _source_digest() -> str:
     package = Path(__file__).resolve().parents[1]
     for rel in SOURCES:
         where = package / rel
-        files = sorted(where.rglob("*.py")) if where.is_dir() else [where]
+        files = (sorted(f for f in where.rglob("*") if f.suffix in (".py", ".json"))
+                 if where.is_dir() else [where] if where.is_file() else [])
         for f in files:
             h.update(str(f.relative_to(package)).encode())
             h.update(f.read_bytes())
@@ -67,7 +70,7 @@ def setup_identity(setup) -> bytes:
                  type(opt).__qualname__, settings, setup.batch_size)).encode()
 
 
-def trace_key(setup, kinds, seq_len, dtype: str) -> str:
+def trace_key(setup, kinds, seq_len, dtype: str, attention=None) -> str:
     """The key of a trace of the built step ``setup`` (module docstring), 32 hex digits."""
     import torch
 
@@ -78,7 +81,7 @@ def trace_key(setup, kinds, seq_len, dtype: str) -> str:
         tf_version = None
     h = hashlib.sha256(setup_identity(setup))
     h.update(repr((sorted(kinds), seq_len, dtype, torch.__version__, tf_version,
-                   _source_digest())).encode())
+                   _source_digest(), *(() if attention is None else (attention,)))).encode())
     return h.hexdigest()[:32]
 
 

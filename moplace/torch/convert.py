@@ -44,7 +44,9 @@ SPLITTABLE = frozenset({
     aten._scaled_dot_product_efficient_attention.default,
     aten._scaled_dot_product_flash_attention.default,
     aten._scaled_dot_product_efficient_attention_backward.default,
-    aten._scaled_dot_product_flash_attention_backward.default})
+    aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default})
 #: FLOPs and bytes per element of an update, per optimizer: (flops, tensors read and written)
 UPDATE_WORK = {"sgd": (2, 3), "momentum": (4, 5), "adam": (12, 7)}
 
@@ -138,7 +140,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
             "batch_size": traced.batch_size, "source": traced.source,
             "trace_seconds": traced.seconds, "optimizer": traced.optimizer,
             "estimated": est.estimate_notes(kinds), "cost_features": feats,
-            "folded_views": len(nodes) - len(kept),
+            "folded_views": len(nodes) - len(kept), "attention": traced.attention,
             **({"profiled_on": measured.kind, "measured": measured.metadata()}
                if measured is not None else {})}
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)

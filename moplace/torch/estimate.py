@@ -1,5 +1,6 @@
 """Roofline estimates of aten ops: FLOPs from PyTorch's own formulas
-(``torch.utils.flop_counter``: matmuls, convolutions, attention, forward and backward), bytes
+(``torch.utils.flop_counter``: matmuls, convolutions, forward and backward; fused attention by
+FlashAttention's convention, `moplace.torch.attention`), bytes
 from the tensors each op reads and writes at their dtypes, seconds from the device kind's peak
 compute for that dtype and its memory bandwidth (`moplace.costs.devicespecs`).
 
@@ -57,8 +58,15 @@ def dtype_name(value) -> str:
 
 def node_flops(node) -> float:
     """FLOPs of an aten call, by PyTorch's formula for its op (0 for ops it has none for:
-    element-wise and data movement, costed by their bytes)."""
+    element-wise and data movement, costed by their bytes); fused attention by
+    FlashAttention's convention (`moplace.torch.attention.attention_flops`)."""
     from torch.utils.flop_counter import flop_registry
+
+    from .attention import attention_flops
+
+    fused = attention_flops(node)
+    if fused is not None:
+        return fused
 
     packet = getattr(node.target, "overloadpacket", None)
     formula = flop_registry.get(packet)

@@ -36,12 +36,16 @@ class TracedModel:
 
 def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = None,
                         dtype: str = "fp32", measure_steps: int = 0, progress=None,
-                        cache: bool = True, device: str = "cpu") -> TracedModel:
+                        cache: bool = True, attention: str | None = None,
+                        target_kind: str | None = None, device: str = "cpu") -> TracedModel:
     """The op graph of the model file at ``path`` (or ``hf:NAME``, a Hugging Face model by
-    configuration at ``seq_len`` tokens and ``dtype``: `moplace.torch.hf`) at ``batch_size``,
-    its compute estimated on each device kind of ``kinds`` (`moplace.torch.estimate`), and
+    configuration at ``seq_len`` tokens and ``dtype`` with ``attention``: `moplace.torch.hf`)
+    at ``batch_size``, its SDPA traced as the attention kernels of ``target_kind`` (default:
+    the first of ``kinds``; `moplace.torch.attention`), its compute estimated on each device
+    kind of ``kinds`` (`moplace.torch.estimate`), and
     with ``measure_steps``, measured on ``device`` (``cuda`` or ``cpu``) over that many runs
-    (`moplace.torch.measure`: built for real there). With ``cache`` (and no
+    (`moplace.torch.measure`: built for real there; pass the device's kind as
+    ``target_kind``). With ``cache`` (and no
     measuring) a graph traced before with the same inputs is read from the trace cache, and a
     new one kept there (`moplace.torch.cache`)."""
     from .cache import TraceCache, trace_key
@@ -54,7 +58,7 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
         if str(spec).startswith("hf:"):
             from .hf import load_hf_setup
 
-            return load_hf_setup(str(spec)[3:], batch, seq_len, dtype)
+            return load_hf_setup(str(spec)[3:], batch, seq_len, dtype, attention)
         from .modelfile import load_setup as from_file
 
         return from_file(spec, batch)
@@ -64,7 +68,11 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     setup = load_setup(path, batch_size)
     parameters = sum(p.numel() for p in setup.model.parameters())
     ticker.tick()
-    key = trace_key(setup, kinds, seq_len, dtype) if cache and not measure_steps else None
+    # SDPA as the kernels of the device that runs the graph, else of the first kind estimated
+    target = target_kind or ("cpu" if measure_steps and str(device).startswith("cpu")
+                             else list(kinds)[0] if kinds else None)
+    key = (trace_key(setup, kinds, seq_len, dtype, (setup.attention, target))
+           if cache and not measure_steps else None)
     store = TraceCache()
     if key is not None:
         kept = store.load(key)
@@ -74,10 +82,10 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
                                float(kept.metadata.get("trace_seconds", 0.0)),
                                time.perf_counter() - t0, cached=store.path(key))
     ticker.stage(STAGES[1])
-    traced = trace_step(setup)
+    traced = trace_step(setup, target)
     ticker.tick()
     ticker.stage(STAGES[2])
-    twin = trace_step(load_setup(path, 2 * batch_size))
+    twin = trace_step(load_setup(path, 2 * batch_size), target)
     ticker.tick()
     measured = None
     if measure_steps:

@@ -2,9 +2,12 @@
 model with the ``transformers`` package from a configuration, never from weights: one bundled
 here (`CONFIGS`, written from the published architecture numbers; gated models' files cannot
 be downloaded, and no network is used) or a ``config.json`` given as ``hf:PATH.json``. The
-model is built on the meta device with eager attention, cast to ``--dtype``, trained with
-AdamW on next-token cross-entropy over ``--seq-len`` tokens, and traced as a model file is
-(`moplace.torch.trace`).
+model is built on the meta device, cast to ``--dtype``, trained with AdamW on next-token
+cross-entropy over ``--seq-len`` tokens, and traced as a model file is (`moplace.torch.trace`).
+
+Attention (`attention_of`): ``--attention`` if given, else the configuration's
+``attn_implementation``, else ``sdpa``, what transformers trains with; SDPA is traced as the
+GPU's kernels (`moplace.torch.attention`), eager as matmuls and a softmax.
 """
 
 from __future__ import annotations
@@ -43,9 +46,9 @@ CONFIGS = {
 DTYPES = ("fp32", "bf16", "fp16")
 
 
-def hf_config(spec: str):
+def hf_config(spec: str, attention: str | None = None):
     """The ``transformers`` configuration of ``spec`` (a bundled name, or a config.json path)
-    with eager attention, and its name."""
+    with its attention (`attention_of`), and its name."""
     try:
         from transformers import AutoConfig
     except ImportError:
@@ -62,6 +65,7 @@ def hf_config(spec: str):
         if not isinstance(data, dict) or "model_type" not in data:
             raise FormatError(path, "not a Hugging Face config.json (no model_type)")
         kind = data.pop("model_type")
+        asked = data.pop("attn_implementation", None) or data.pop("_attn_implementation", None)
         name = path.stem if path.stem != "config" else path.parent.name or "model"
         options = data
     else:
@@ -69,26 +73,46 @@ def hf_config(spec: str):
             raise MoplaceError(f"unknown Hugging Face model hf:{spec}{did_you_mean(spec, CONFIGS)}"
                                f" (bundled: {', '.join(CONFIGS)}; or hf:PATH/config.json)")
         kind, options, _ = CONFIGS[spec]
-        name = spec
+        name, asked = spec, None
     try:
         config = AutoConfig.for_model(kind, **options)
     except (ValueError, TypeError, KeyError) as exc:
         raise MoplaceError(f"hf:{spec}: transformers cannot make a {kind!r} configuration: "
                            f"{exc}") from None
-    config._attn_implementation = "eager"
+    config._attn_implementation = attention_of(spec, attention, asked)
     config.use_cache = False  # training keeps no key-value cache
     return config, name
 
 
-def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str) -> TorchSetup:
+def attention_of(spec: str, option: str | None, configured) -> str:
+    """``sdpa`` or ``eager``: ``option`` (``--attention``) if given, else the configuration's
+    ``attn_implementation`` (FlashAttention's names are SDPA's flash kernels here), else
+    ``sdpa``. A name moplace does not model is one `MoplaceError`."""
+    from .attention import CHOICES, HF_NAMES
+
+    if option is not None:
+        if option not in CHOICES:
+            raise MoplaceError(f"--attention {option}: one of {', '.join(CHOICES)}")
+        return option
+    if configured is None:
+        return "sdpa"
+    if configured not in HF_NAMES:
+        raise MoplaceError(f"hf:{spec}: attn_implementation {configured!r} is not one moplace "
+                           f"models ({', '.join(HF_NAMES)}); --attention sdpa|eager chooses")
+    return HF_NAMES[configured]
+
+
+def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str,
+                  attention: str | None = None) -> TorchSetup:
     """The training step of ``hf:spec`` at ``batch_size`` sequences of ``seq_len`` tokens (its
-    longest context when None), built without memory (`moplace.torch.modelfile`)."""
+    longest context when None), built without memory (`moplace.torch.modelfile`), with
+    ``attention`` (`attention_of`)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForCausalLM
 
     from ._torch import torch
 
-    config, name = hf_config(spec)
+    config, name = hf_config(spec, attention)
     _one_sequence_per_row()
     longest = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions")
     seq_len = int(seq_len or longest)
@@ -105,7 +129,8 @@ def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str) -
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     _make_fake(model, mode)
     return TorchSetup(name, model, _next_token_loss, optimizer, (_fake(x, mode),),
-                      _fake(y, mode), int(batch_size), mode, f"hf:{spec}")
+                      _fake(y, mode), int(batch_size), mode, f"hf:{spec}",
+                      attention=config._attn_implementation)
 
 
 def _one_sequence_per_row() -> None:

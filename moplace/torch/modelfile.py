@@ -52,6 +52,8 @@ class TorchSetup:
     batch_size: int
     mode: Any
     source: str
+    #: ``sdpa`` or ``eager`` for a Hugging Face model; a model file's is its own (None)
+    attention: str | None = None
 
     @property
     def optimizer_name(self) -> str:

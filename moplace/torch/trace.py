@@ -9,7 +9,8 @@ buffers and inputs, which node is the loss and which node is each parameter's gr
 the setup's fake mode nothing is computed or allocated.
 
 The optimizer step is not traced: `moplace.torch.convert` adds one update op per parameter
-with the state the optimizer keeps (`moplace.core.optimizer`).
+with the state the optimizer keeps (`moplace.core.optimizer`). Attention through SDPA is traced
+as the kernels of the device kind the step is traced for (`moplace.torch.attention`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class TracedTorchStep:
     optimizer: str  # sgd, momentum or adam
     source: str
     seconds: float
+    attention: dict = dataclasses.field(default_factory=dict)  # attention.graph_attention
 
 
 class _Step(torch.nn.Module):
@@ -54,15 +56,18 @@ class _Step(torch.nn.Module):
         return (self.loss_fn(self.model(*x), y),)
 
 
-def trace_step(setup: TorchSetup) -> TracedTorchStep:
-    """The joint graph of ``setup``'s step; a `MoplaceError` naming the model file when
-    PyTorch cannot trace it."""
+def trace_step(setup: TorchSetup, kind: str | None = None) -> TracedTorchStep:
+    """The joint graph of ``setup``'s step, its SDPA calls as ``kind``'s attention kernels
+    (`moplace.torch.attention.gpu_attention`; None or ``cpu``: the CPU's); a `MoplaceError`
+    naming the model file when PyTorch cannot trace it."""
     from torch._functorch.aot_autograd import aot_export_module
+
+    from .attention import graph_attention, gpu_attention
 
     t0 = time.perf_counter()
     step = _Step(setup.model, setup.loss, len(setup.x))
     try:
-        with setup.mode:
+        with gpu_attention(kind), setup.mode:
             gm, sig = aot_export_module(step, (*setup.x, setup.y), trace_joint=True,
                                         output_loss_index=0)
     except Exception as exc:  # noqa: BLE001 - PyTorch's tracing errors, many kinds
@@ -83,4 +88,5 @@ def trace_step(setup: TorchSetup) -> TracedTorchStep:
         {k: v.removeprefix(prefix) for k, v in backward.gradients_to_parameters.items()},
         {k: v for k, v in tied.items() if k != v}, backward.loss_output,
         list(sig.user_inputs), setup.batch_size, setup.optimizer_name, setup.source,
-        time.perf_counter() - t0)
+        time.perf_counter() - t0,
+        graph_attention(gm.graph, setup.attention or "model", kind))
