@@ -139,6 +139,11 @@ def test_a_dtype_not_measured_takes_another_ones_gemms_scaled_by_the_datasheet_p
     spec = require_spec("H200")
     assert only_bf16.seconds({**gemm, "dtype": "float32"}) == pytest.approx(
         bf16 * spec.peak("bfloat16") / spec.peak("float32"))
+    attention = {"cls": "attention", "bh": 32, "s_q": 4096, "s_kv": 4096, "d": 128,
+                 "causal": True, "bwd": False}
+    assert h200.seconds({**attention, "dtype": "float32"}) == pytest.approx(  # SDPA: bf16 only
+        h200.seconds({**attention, "dtype": "bfloat16"}) * spec.peak("bfloat16")
+        / spec.peak("float32"))
     measured_fp32 = h200.seconds({**gemm, "dtype": "float32"})
     assert 0.5 < only_bf16.seconds({**gemm, "dtype": "float32"}) / measured_fp32 < 2
 
