@@ -83,3 +83,22 @@ def vgg():
     import moplace
     from moplace.optimize.problem import Problem
     return Problem(moplace.load_graph("pipedream:vgg16"), moplace.load_cluster("4xV100-NVLink"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need a CUDA device: skipped where torch sees none (CI, laptops).
+    torch is imported only when such a test was collected."""
+    gpu = [item for item in items if "gpu" in item.keywords]
+    if not gpu:
+        return
+    import importlib.util
+
+    visible = importlib.util.find_spec("torch") is not None
+    if visible:
+        import torch
+
+        visible = torch.cuda.is_available()
+    if not visible:
+        skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu)")
+        for item in gpu:
+            item.add_marker(skip)

@@ -9,16 +9,16 @@ from typing import Callable
 from .. import strictjson
 
 
-def report_outputs(args) -> list[Path]:
-    """STEM.txt, STEM.json and STEM.png of ``-o STEM``, checked (`check_output`); none
-    without ``-o``."""
+def report_outputs(args, *, figure: bool = True) -> list[Path]:
+    """STEM.txt, STEM.json and (with ``figure``) STEM.png of ``-o STEM``, checked
+    (`check_output`); none without ``-o``."""
     if not args.output:
         return []
     from .output import check_output
 
     stem = Path(args.output)
     return [check_output(stem.with_suffix(s), force=args.force, flag="-o")
-            for s in (".txt", ".json", ".png")]
+            for s in (".txt", ".json", ".png")[:3 if figure else 2]]
 
 
 def finish(args, data: dict, table: str, outputs: list, run_id: str | None,
@@ -28,7 +28,8 @@ def finish(args, data: dict, table: str, outputs: list, run_id: str | None,
     if outputs:
         outputs[0].write_text(table + "\n")
         outputs[1].write_text(strictjson.dumps(data, indent=1))
-        draw(outputs[2])
+        if len(outputs) > 2:
+            draw(outputs[2])
     if args.json:
         print(strictjson.dumps({**data, "mlflow_run_id": run_id,
                                 "files": [str(p) for p in outputs]}))

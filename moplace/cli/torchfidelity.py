@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 from ..errors import MoplaceError
@@ -63,7 +64,11 @@ def torch_fidelity(args) -> int:
         from ..torch.modelfile import build_model
 
         build_model(args.model, args.batch[0], meta=True)  # a broken file, before any work
-    outputs = report_outputs(args)
+    drawn = importlib.util.find_spec("matplotlib") is not None
+    if args.output and not drawn:  # a GPU machine may lack it: the JSON draws again elsewhere
+        print(f"matplotlib is not installed: no {Path(args.output).with_suffix('.png')} (the "
+              f"report's JSON keeps every figure)", file=sys.stderr)
+    outputs = report_outputs(args, figure=drawn)
     from ..torch.fidelity import run_torch_fidelity
     from .progress import Display
 
@@ -91,7 +96,8 @@ def _log_saved(args) -> int:
                            f"STEM.json): {exc}") from None
     if args.no_mlflow:
         raise MoplaceError(f"{path}: a saved report; without --no-mlflow it is logged to MLflow")
-    return _finish(args, report, report_outputs(args))
+    return _finish(args, report, report_outputs(
+        args, figure=importlib.util.find_spec("matplotlib") is not None))
 
 
 def _finish(args, report, outputs) -> int:

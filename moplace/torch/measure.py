@@ -130,7 +130,7 @@ def measure(setup, batch_size: int, traced: TracedTorchStep, *, device: str = "c
     info = device_info(device)
     say = ticker.stage if ticker is not None else (lambda name: None)
     cuda = info.device.startswith("cuda")
-    stage = "building the model"
+    stage, real = "building the model", None
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     try:
@@ -149,19 +149,27 @@ def measure(setup, batch_size: int, traced: TracedTorchStep, *, device: str = "c
             plans[k] = _plan(real, runs, warmup, k, info)
     except torch.cuda.OutOfMemoryError as exc:
         held = int(torch.cuda.max_memory_allocated()) if cuda else 0
-        message = oom_message(f"{setup.source} at batch {batch_size}", info, stage, held,
-                              requested_bytes(str(exc)))
-        del exc
-        real = None
-        if cuda:
-            torch.cuda.empty_cache()
-        raise MoplaceError(message) from None
-    del real
-    if cuda:
-        torch.cuda.empty_cache()
+        failed = oom_message(f"{setup.source} at batch {batch_size}", info, stage, held,
+                             requested_bytes(str(exc)))
+    else:
+        failed = None
+    real = None
+    _let_go(cuda)
+    if failed:  # raised past the except block: no context holding the frames' tensors
+        raise MoplaceError(failed)
     return Measured(seconds, times.optimizer_s, times.step_s, steps, torch.get_num_threads(),
                     info.kind, info.name, info.memory_bytes, times.peak_bytes,
                     float(sum(seconds.values())), stream, times.spread_s, plans)
+
+
+def _let_go(cuda: bool) -> None:
+    """Free what a measurement allocated (reference cycles of a model and its optimizer
+    included) and hand the GPU's cached blocks back."""
+    import gc
+
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
 
 
 def _plan(real, runs: int, warmup: int, k: int, info):

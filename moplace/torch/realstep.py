@@ -72,7 +72,8 @@ def build_real(setup, batch_size: int, device: str) -> RealStep:
                         device)
     from .modelfile import build_model
 
-    model, loss, optimizer, x, y = build_model(source, batch_size, meta=False)
+    with torch.device(device):  # weights made on the device, not in host memory first
+        model, loss, optimizer, x, y = build_model(source, batch_size, meta=False)
     model.to(device)  # the same Parameter objects, so the optimizer's references hold
     if hasattr(loss, "to"):
         loss.to(device)
