@@ -297,3 +297,16 @@ def test_calibrate_refuses_bad_input_in_one_line_before_any_work(measured_graph,
     err = capsys.readouterr().err.strip()
     assert code == 2 and says in err and len(err.splitlines()) == 1
     assert "Traceback" not in err and not out.exists()
+
+
+def test_a_large_op_is_not_costed_by_a_table_measured_on_small_tensors_only():
+    """GPT-2's factory ops (a fill, an empty_like) were measured up to 8 KiB, launch-bound: a
+    Llama 3 8B MLP's 1.9 GB fill at their rate took 0.24 s; at element-wise bandwidth it moves
+    in about as long as 1.9 GB take at the H100's 3.35 TB/s."""
+    from moplace.costs.calibration import shipped
+
+    h100 = shipped("H100")
+    assert max(row[0] for row in h100.memory["factory"]) < 24  # small tensors only
+    fill = {"op": "fill", "flops": 0.0, "bytes": 1879048192, "dtype": "bfloat16",
+            "cls": "memory", "sub": "factory"}
+    assert 1879048192 / 3.35e12 < h100.seconds(fill) < 3 * 1879048192 / 3.35e12

@@ -45,6 +45,8 @@ NEIGHBOURS = 4
 #: tensor cores' fast paths (95-148 TFLOP/s on the H200 where aligned neighbours reach 600):
 #: in the interpolation it is this many squared octaves from aligned shapes
 MISALIGNED = 16.0
+#: log2 bytes from which a memory-bound kernel runs at about its plateau bandwidth (16 MiB)
+PLATEAU_LOG2_BYTES = 24
 #: H100 SXM's HBM3 bandwidth over H200's HBM3e (3.35 / 4.8 TB/s): what a derived H100 scales
 H100_FROM_H200 = 3.35 / 4.8
 _KEYS = {"format", "version", "kind", "derived", "measured_on", "ops_measured", "sources",
@@ -112,13 +114,14 @@ class Calibration:
                                                  self.floor_s))
 
     def _memory_table(self, f: dict, nbytes: float):
-        """The most specific bandwidth table measured up to ``nbytes`` (within a factor of
-        4): the op's in its dtype, the op's, its family's, element-wise ops'. A table measured
-        on small tensors only says nothing of large ones: the factory ops of GPT-2 reached 8
-        KiB, and a Llama MLP's 1.9 GB ``fill`` at their 8 GB/s took 0.24 s instead of 0.6 ms."""
+        """The most specific bandwidth table measured up to ``nbytes`` (within a factor of 4,
+        or up to 16 MiB, where bandwidth has about reached its plateau): the op's in its
+        dtype, the op's, its family's, element-wise ops'. A table measured on small tensors
+        only says nothing of large ones: the factory ops of GPT-2 reached 8 KiB, and a Llama
+        MLP's 1.9 GB ``fill`` at their 8 GB/s took 0.24 s instead of 0.6 ms."""
         names = (f"op:{f.get('op')}:{f.get('dtype')}", f"op:{f.get('op')}", f.get("sub", ""))
         tables = [self.memory[n] for n in names if self.memory.get(n)]
-        reach = math.log2(max(nbytes, 1.0)) - 2
+        reach = min(math.log2(max(nbytes, 1.0)) - 2, PLATEAU_LOG2_BYTES)
         fallback = self.memory["elementwise"]
         return next((t for t in tables if t[-1][0] >= reach), fallback)
 
