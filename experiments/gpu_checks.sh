@@ -50,7 +50,7 @@ say "gpu tests exit status $tests ($(( SECONDS - start )) s so far)"
 
 # model, batch, sequence lengths: 124 M, 355 M and 1.3 B parameters
 status=0
-for spec in "gpt2 8 512,1024" "gpt2-medium 8 512,1024" "gpt3-1.3b 4 512,1024"; do
+for spec in "gpt2 8 512,1024" "gpt2-medium 8 512,1024" "gpt3-1.3b 8 512,1024"; do
     set -- $spec
     remaining=$(left)
     if [ "$remaining" -lt 30 ]; then

@@ -119,8 +119,8 @@ def test_out_of_memory_says_what_it_held_and_asked_for():
                        requested_bytes(torch_says), simulated=120 * 2**30)
     assert "\n" not in line
     assert ("hf:llama-3-8b at batch 8 does not fit the NVIDIA H100 80GB HBM3 (H100, 80.00 GiB): "
-            "the real training step held 78.00 GiB and asked for 3.50 GiB more; the simulator "
-            "puts its step's peak at 120.00 GiB") in line
+            "the real training step held 78.00 GiB and asked for 3.50 GiB more: it needs at "
+            "least 81.50 GiB; the simulator puts its step's peak at 120.00 GiB") in line
 
 
 @no_cuda

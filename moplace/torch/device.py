@@ -133,7 +133,8 @@ def oom_message(what: str, info: DeviceInfo, stage: str, held: int, requested: i
     """One line for a model that did not fit the device: what it held when it asked for more,
     how much more, against the device's memory, and (where known) the simulator's one-device
     peak for the traced step."""
-    asked = f" and asked for {gib(requested)} more" if requested else ""
+    asked = (f" and asked for {gib(requested)} more: it needs at least {gib(held + requested)}"
+             if requested else "")
     need = f"; the simulator puts its step's peak at {gib(simulated)}" if simulated else ""
     return (f"{what} does not fit the {info.name} ({info.kind}, {gib(info.memory_bytes)}): "
             f"{stage} held {gib(held)}{asked}{need}; try a smaller --batch or --seq-len, "
