@@ -104,7 +104,8 @@ class TorchFidelityReport:
 
     def as_dict(self) -> dict:
         """The report as JSON takes it (``rows`` with each plan's and shape's names)."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "rows"}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name != "rows"}
         return {**fields, "summary": self.summary(),
                 "rows": [{**dataclasses.asdict(r), "plan": r.plan, "shape": r.shape}
                          for r in self.rows]}
@@ -113,7 +114,8 @@ class TorchFidelityReport:
     def from_dict(cls, data: dict) -> "TorchFidelityReport":
         """A report from its `as_dict` (a saved JSON report), to tabulate or log again."""
         names = {f.name for f in dataclasses.fields(TorchFidelityRow)}
-        rows = [TorchFidelityRow(**{k: v for k, v in r.items() if k in names}) for r in data["rows"]]
+        rows = [TorchFidelityRow(**{k: v for k, v in r.items() if k in names})
+                for r in data["rows"]]
         fields = {f.name for f in dataclasses.fields(cls)} - {"rows"}
         return cls(**{k: data[k] for k in fields if k in data}, rows=rows)
 
