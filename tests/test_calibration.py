@@ -310,3 +310,41 @@ def test_a_large_op_is_not_costed_by_a_table_measured_on_small_tensors_only():
     fill = {"op": "fill", "flops": 0.0, "bytes": 1879048192, "dtype": "bfloat16",
             "cls": "memory", "sub": "factory"}
     assert 1879048192 / 3.35e12 < h100.seconds(fill) < 3 * 1879048192 / 3.35e12
+
+
+def test_a_users_calibration_stands_in_for_the_shipped_one_of_its_kind(tmp_path, capsys):
+    """`profile --calibration FILE` (what `moplace calibrate` wrote on the user's GPU): its
+    kind's estimates are its own, and the graph and every result say so; without
+    --estimate its kind is the one estimated. A file that is no calibration, or one for a
+    kind moplace knows nothing of, is one line and exit 2 before any tracing."""
+    pytest.importorskip("torch")
+    from moplace.io import load_graph
+
+    data = json.loads((SHIPPED / "H200.json").read_text())
+    data.update(kind="A100", measured_on="A100")
+    mine = tmp_path / "a100.json"
+    mine.write_text(json.dumps(data))
+    model = tmp_path / "tiny.py"
+    model.write_text(TINY)
+    out = tmp_path / "g.json"
+    assert main(["profile", str(model), "--batch", "4", "--calibration", str(mine), "-o",
+                 str(out), "--quiet", "--no-cache"]) == 0
+    assert "on A100: calibrated estimate (3937 ops measured on A100)" in capsys.readouterr().out
+    g = load_graph(str(out))
+    assert g.metadata["estimated"] == {"A100": "calibrated estimate (3937 ops measured on A100)"}
+    cal, features = load_calibration(mine), g.metadata["cost_features"]
+    timed = [op for op in g.ops if op.name in features]
+    assert timed and all(op.compute["A100"] == cal.seconds(features[op.name]) for op in timed)
+    assert main(["profile", str(model), "--batch", "4", "--estimate", "H100", "--calibration",
+                 str(mine), "-o", str(out), "--force", "--quiet"]) == 0
+    capsys.readouterr()
+    assert set(load_graph(str(out)).metadata["estimated"]) == {"H100", "A100"}
+    data.update(kind="TPUv5")
+    mine.write_text(json.dumps(data))
+    for bad, says in ((mine, "calibrated for kind 'TPUv5', which moplace has no device spec"),
+                      (model, "tiny.py")):
+        assert main(["profile", str(model), "--batch", "4", "--calibration", str(bad), "-o",
+                     str(tmp_path / "no.json")]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1
+    assert not (tmp_path / "no.json").exists()

@@ -60,6 +60,10 @@ def add_commands(sub) -> None:
                         "weights for 16-bit weights (adam-mixed); adam: torch's AdamW on bf16 "
                         "weights, moments in bf16 and no master copy")
     p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. V100,H100")
+    p.add_argument("--calibration", action="append", type=file_arg, metavar="FILE",
+                   help="PyTorch and hf:NAME models: a calibration file written by `moplace "
+                        "calibrate` (kernels measured on your GPU), used for its kind's "
+                        "estimates in place of the one moplace ships; repeat for more kinds")
     p.add_argument("--no-cache", action="store_true",
                    help="PyTorch and hf:NAME models: trace again even when the same model, "
                         "batch, sequence length and dtype were traced before (traces are kept "
@@ -127,7 +131,7 @@ def _profile(args) -> int:
     if args.no_cache:
         raise MoplaceError(f"--no-cache: {args.model} is a Keras model, whose ops are measured "
                            f"each time, never cached (the flag is for PyTorch and hf: models)")
-    for flag in ("attention", "optimizer"):
+    for flag in ("attention", "optimizer", "calibration"):
         if getattr(args, flag, None) is not None:
             raise MoplaceError(f"--{flag}: {args.model} is a Keras model, profiled as it is "
                                f"built (the flag is for PyTorch and hf: models)")

@@ -46,6 +46,8 @@ def profile_torch(args, path) -> int:
         kinds = [require_spec(k).kind for k in kinds]
     except DeviceSpecError as exc:
         raise MoplaceError(f"--estimate: {exc}") from None
+    calibrations = _calibrations(getattr(args, "calibration", None) or [], kinds,
+                                 named=bool(args.estimate))
     if hf:  # a mistyped name or a bad config.json is refused before the output is checked
         from ..torch.hf import hf_config
 
@@ -78,6 +80,7 @@ def profile_torch(args, path) -> int:
                                      progress=display.job(f"trace {getattr(path, 'name', path)}"),
                                      cache=not args.no_cache,
                                      attention=getattr(args, "attention", None),
+                                     calibrations=calibrations,
                                      **({"device": info.device, "target_kind": info.kind}
                                         if info is not None else {}))
     g = traced.graph
@@ -138,3 +141,27 @@ def _print_measured(graph, measured, cluster_path) -> None:
 
     for line in measured_lines(graph, measured, load_cluster(str(cluster_path)), cluster_path):
         print(line)
+
+
+def _calibrations(paths, kinds: list, *, named: bool) -> dict:
+    """The calibration files of ``--calibration``, by kind (checked before any work). Their
+    kinds are the ones estimated (``kinds``, in place) when ``--estimate`` was not ``named``,
+    else each joins it where it did not name it."""
+    from ..costs.calibration import load_calibration
+    from ..costs.devicespecs import device_spec
+
+    out = {}
+    for path in paths:
+        cal = load_calibration(path)
+        spec = device_spec(cal.kind)
+        if spec is None:
+            raise MoplaceError(f"--calibration {path}: calibrated for kind {cal.kind!r}, which "
+                               f"moplace has no device spec for (`moplace clusters` lists kinds)")
+        if spec.kind in out:
+            raise MoplaceError(f"--calibration {path}: a second calibration for {spec.kind}")
+        out[spec.kind] = cal
+    if out and not named:
+        kinds[:] = list(out)
+    kinds += [k for k in out if k not in kinds]
+    return out
+

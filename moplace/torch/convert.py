@@ -52,11 +52,13 @@ UPDATE_WORK = {"sgd": (2, 3), "momentum": (4, 5), "adam": (12, 7)}
 
 
 def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = None,
-                measured=None) -> OpGraph:
+                measured=None, calibrations=None) -> OpGraph:
     """The op graph of ``traced``, its compute estimated on each device kind of ``kinds``;
     ``twin``: the same step traced at twice the batch, which tells each op's batch dimension
     (`_splittable`); ``measured`` (`moplace.torch.measure.Measured`): each op's time measured
-    on a GPU or this machine's CPU, as that device's kind (``measured.kind``)."""
+    on a GPU or this machine's CPU, as that device's kind (``measured.kind``);
+    ``calibrations``: kind -> `moplace.costs.calibration.Calibration`, a user's own (``profile
+    --calibration``) in place of the one shipped for the kind."""
     nodes = [n for n in traced.graph.nodes if n.op in ("placeholder", "call_function")]
     rep, tensor = _fold(nodes, traced)
     kept = [n for n in nodes if rep[n] is n]
@@ -97,7 +99,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
             compute = {k: 0.0 for k in kinds}
         else:  # features kept for calibrated estimates and `moplace calibrate`
             feats[names[n]] = f = node_features(n)
-            compute = est.estimate(f["flops"], f["bytes"], f["dtype"], kinds, f)
+            compute = est.estimate(f["flops"], f["bytes"], f["dtype"], kinds, f, calibrations)
         if measured is not None:
             compute = {**compute, measured.kind: timed.get(n, 0.0)}
         ops.append(Op(names[n], _type(n, param, traced), compute,
@@ -127,7 +129,8 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         numel = value.numel()
         name = f"update/{param}"
         feats[name] = f = update_features(value, trained, traced.optimizer)
-        compute = est.estimate(flops * numel, tensors * est.nbytes(value), "float32", kinds, f)
+        compute = est.estimate(flops * numel, tensors * est.nbytes(value), "float32", kinds, f,
+                               calibrations)
         if measured is not None:  # the optimizer's step, shared by the weights' bytes
             compute[measured.kind] = measured.optimizer_seconds * est.nbytes(value) / total
         group = block_of.get(node, f"param:{param}")
@@ -139,7 +142,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     meta = {"format": "pytorch", "torch_version": torch.__version__,
             "batch_size": traced.batch_size, "source": traced.source,
             "trace_seconds": traced.seconds, "optimizer": traced.optimizer,
-            "estimated": est.estimate_notes(kinds), "cost_features": feats,
+            "estimated": est.estimate_notes(kinds, calibrations), "cost_features": feats,
             "folded_views": len(nodes) - len(kept), "attention": traced.attention,
             **({"profiled_on": measured.kind, "measured": measured.metadata()}
                if measured is not None else {})}

@@ -86,26 +86,34 @@ def node_bytes(node) -> int:
     return int(read + nbytes(node.meta.get("val")))
 
 
-def estimate(flops: float, moved: float, dtype: str, kinds, features=None) -> dict[str, float]:
+def estimate(flops: float, moved: float, dtype: str, kinds, features=None,
+             calibrations=None) -> dict[str, float]:
     """Seconds on each device kind of ``kinds``: with an op's cost ``features``
-    (`moplace.torch.features`) and a calibration shipped for the kind
-    (`moplace.costs.calibration.shipped`), the calibrated estimate; else the roofline
+    (`moplace.torch.features`) and a calibration for the kind (``calibrations``, kind ->
+    `Calibration`, the user's own from ``profile --calibration``; else the one shipped,
+    `moplace.costs.calibration.shipped`), the calibrated estimate; else the roofline
     (`roofline_seconds`)."""
     out = {}
     for kind in kinds:
         spec = require_spec(kind)
-        cal = shipped(spec.kind) if features is not None else None
+        cal = _calibration(spec.kind, calibrations) if features is not None else None
         out[kind] = (cal.seconds(features) if cal is not None
                      else float(roofline_seconds(flops, moved, spec, dtype)))
     return out
 
 
-def estimate_notes(kinds) -> dict[str, str]:
+def estimate_notes(kinds, calibrations=None) -> dict[str, str]:
     """Per device kind of ``kinds``, what its estimates are, in words (the graph's
     ``metadata.estimated``, repeated by every result computed on it: `moplace.costs.origin`)."""
     out = {}
     for kind in kinds:
-        cal = shipped(require_spec(kind).kind)
+        cal = _calibration(require_spec(kind).kind, calibrations)
         out[kind] = (cal.note() if cal is not None
                      else "roofline from aten ops' FLOPs and bytes, moplace.torch.estimate")
     return out
+
+
+def _calibration(kind: str, calibrations):
+    """The user's calibration for ``kind`` if one was given, else the shipped one, or None."""
+    given = (calibrations or {}).get(kind)
+    return given if given is not None else shipped(kind)

@@ -37,13 +37,14 @@ class TracedModel:
 def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = None,
                         dtype: str = "fp32", measure_steps: int = 0, progress=None,
                         cache: bool = True, attention: str | None = None,
-                        target_kind: str | None = None, device: str = "cpu") -> TracedModel:
+                        target_kind: str | None = None, device: str = "cpu",
+                        calibrations: dict | None = None) -> TracedModel:
     """The op graph of the model file at ``path`` (or ``hf:NAME``, a Hugging Face model by
     configuration at ``seq_len`` tokens and ``dtype`` with ``attention``: `moplace.torch.hf`)
     at ``batch_size``, its SDPA traced as the attention kernels of ``target_kind`` (default:
     the first of ``kinds``; `moplace.torch.attention`), its compute estimated on each device
-    kind of ``kinds`` (`moplace.torch.estimate`), and
-    with ``measure_steps``, measured on ``device`` (``cuda`` or ``cpu``) over that many runs
+    kind of ``kinds`` (`moplace.torch.estimate`; ``calibrations``: kind -> a user's
+    `Calibration` in place of the shipped one), and with ``measure_steps``, measured on ``device`` (``cuda`` or ``cpu``) over that many runs
     (`moplace.torch.measure`: built for real there; pass the device's kind as
     ``target_kind``). With ``cache`` (and no
     measuring) a graph traced before with the same inputs is read from the trace cache, and a
@@ -71,7 +72,8 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     # SDPA as the kernels of the device that runs the graph, else of the first kind estimated
     target = target_kind or ("cpu" if measure_steps and str(device).startswith("cpu")
                              else list(kinds)[0] if kinds else None)
-    key = (trace_key(setup, kinds, seq_len, dtype, (setup.attention, target))
+    mine = tuple(sorted((k, repr(c)) for k, c in (calibrations or {}).items()))
+    key = (trace_key(setup, kinds, seq_len, dtype, (setup.attention, target, *mine))
            if cache and not measure_steps else None)
     store = TraceCache()
     if key is not None:
@@ -96,7 +98,7 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
                            ticker=ticker)
         ticker.tick()
     ticker.stage(STAGES[3])
-    graph = to_op_graph(traced, kinds, twin, measured)
+    graph = to_op_graph(traced, kinds, twin, measured, calibrations)
     source = {"model": str(path), "batch_size": int(batch_size), "framework": "pytorch",
               **({"seq_len": setup.x[0].shape[1], "dtype": dtype}
                  if str(path).startswith("hf:") else {})}
