@@ -348,3 +348,57 @@ def test_a_users_calibration_stands_in_for_the_shipped_one_of_its_kind(tmp_path,
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1
     assert not (tmp_path / "no.json").exists()
+
+
+#: one op of each kind a calibration costs, at sizes from tiny to huge
+FUZZ_FEATURES = [
+    {"cls": "matmul", "op": "mm", "dtype": "bfloat16", "m": 8192, "n": 768, "k": 3072,
+     "batch": 1},
+    {"cls": "matmul", "op": "mm", "dtype": "float16", "m": 7, "n": 50257, "k": 3, "batch": 2},
+    {"cls": "attention", "op": "_scaled_dot_product_flash_attention", "dtype": "bfloat16",
+     "bh": 96, "s_q": 1024, "s_kv": 1024, "d": 64, "causal": True, "bwd": False},
+    {"cls": "attention", "op": "x", "dtype": "float32", "bh": 1, "s_q": 1, "s_kv": 1, "d": 1,
+     "causal": False, "bwd": True},
+    {"cls": "memory", "op": "fill", "sub": "factory", "dtype": "bfloat16", "bytes": 2**31},
+    {"cls": "memory", "op": "add", "sub": "elementwise", "dtype": "float32", "bytes": 0},
+    {"cls": "memory", "op": "_softmax", "sub": "softmax", "dtype": "bfloat16", "bytes": 2**20},
+    {"cls": "optimizer", "op": "adam_update", "numel": 1000, "total": 10**9,
+     "element_size": 2}]
+
+
+def test_a_damaged_calibration_file_is_refused_or_costs_every_op_finitely(tmp_path):
+    """A fuzz of the calibration file (the mutations of tests/fuzz, seeded): each damaged
+    file is a `FormatError` naming it, or a calibration that costs every kind of op a finite,
+    non-negative time. Found: a file nested 10,000 deep raised RecursionError, and empty or
+    huge tables broke the interpolation."""
+    import random
+    import warnings
+
+    from fuzz import mutate
+
+    seed, rng = (SHIPPED / "H200.json").read_bytes(), random.Random(0)
+    tree = [mutate.replace_leaf, mutate.replace_node, mutate.delete_key,
+            mutate.duplicate_element, mutate.wrap_in_list, mutate.deep_nesting]
+    text = [mutate.flip_bytes, mutate.drop_line, mutate.truncate, mutate.replace_number,
+            mutate.replace_all_numbers, mutate.copy_token]
+    path, loaded = tmp_path / "cal.json", 0
+    for _ in range(300):
+        if rng.random() < 0.6:
+            doc = mutate._Tree(json.loads(seed))
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                rng.choice(tree)(doc, rng)
+            path.write_bytes(doc.dump(rng))
+        else:
+            path.write_bytes(rng.choice(text)(seed, rng))
+        try:
+            cal = load_calibration(path)
+        except FormatError as exc:
+            assert "cal.json" in str(exc)
+            continue
+        loaded += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no overflow on the way either
+            for f in FUZZ_FEATURES:
+                t = cal.seconds(f)
+                assert math.isfinite(t) and t >= 0, (f, t)
+    assert 0 < loaded < 300  # some damage is harmless, some is refused

@@ -45,6 +45,8 @@ NEIGHBOURS = 4
 #: tensor cores' fast paths (95-148 TFLOP/s on the H200 where aligned neighbours reach 600):
 #: in the interpolation it is this many squared octaves from aligned shapes
 MISALIGNED = 16.0
+#: the largest log2 of a size a calibration table may hold (a file's sizes are log2 values)
+MAX_LOG2 = 64
 #: log2 bytes from which a memory-bound kernel runs at about its plateau bandwidth (16 MiB)
 PLATEAU_LOG2_BYTES = 24
 #: H100 SXM's HBM3 bandwidth over H200's HBM3e (3.35 / 4.8 TB/s): what a derived H100 scales
@@ -232,6 +234,8 @@ def load_calibration(path) -> Calibration:
         data = json.loads(Path(path).read_text(), parse_constant=_no_constant)
     except (OSError, ValueError) as exc:
         raise FormatError(path, f"not a readable JSON file ({exc})") from None
+    except RecursionError:  # json's decoder recurses per level of nesting
+        raise FormatError(path, "nested too deeply to be a calibration file") from None
     return from_dict(data, str(path))
 
 
@@ -260,12 +264,15 @@ def from_dict(data, where: str) -> Calibration:
     _positive(data["optimizer"], "gbps", f"{where}: optimizer")
     for field, width in (("matmul", 6), ("attention", 4), ("memory", 2)):
         for name, table in _dict(data, field, where).items():
-            if not isinstance(table, list) or not all(
+            if not isinstance(table, list) or not table or not all(
                     isinstance(p, list) and len(p) == width
                     and all(isinstance(v, (int, float)) and math.isfinite(v) for v in p)
-                    and p[-1] > 0 for p in table):
-                raise FormatError(where, f"{field}.{name} must be a list of {width}-number "
-                                  f"points with a positive throughput last")
+                    and all(abs(v) <= MAX_LOG2 for v in p[:-1]) and p[-1] > 0 for p in table):
+                raise FormatError(where, f"{field}.{name} must be a non-empty list of "
+                                  f"{width}-number points (log2 sizes within ±{MAX_LOG2}) with "
+                                  f"a positive throughput last")
+            if field == "memory" and any(a[0] >= b[0] for a, b in zip(table, table[1:])):
+                raise FormatError(where, f"memory.{name} must be in ascending log2 bytes")
     if not data["matmul"]:
         raise FormatError(where, f"field 'matmul' has no dtype")
     split = data.get("split_overhead_s")
