@@ -73,6 +73,7 @@ def test_sdpa_is_traced_as_flash_kernels_with_flashattentions_flops(tmp_path):
     assert tuple(lse.shape) == (B, HEADS, S) and lse.dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_fp32_and_volta_get_the_memory_efficient_kernel_and_cpu_its_own(tmp_path):
     _, fp32 = traced_attention(tmp_path, "H100", dtype="fp32")
     assert {str(n.target) for n in fp32} == {

@@ -90,6 +90,7 @@ def test_a_tiny_hf_model_runs_its_plans_on_the_cpu_end_to_end(tmp_path, capsys):
     assert code == 2 and "a saved report" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # MLflow's store and the figure: seconds; the CPU run stays
 def test_a_saved_report_is_logged_to_mlflow_with_its_table_and_figure(tmp_path, capsys):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient

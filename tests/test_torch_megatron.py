@@ -362,7 +362,9 @@ def test_the_known_good_benchmark_finds_every_configuration_people_run_on_the_fr
     assert "nsga2, withheld" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("which", ["gpt2", "llama", "gpt2-sdpa", "llama-sdpa"])
+@pytest.mark.parametrize("which", ["gpt2", "llama",
+                                   pytest.param("gpt2-sdpa", marks=pytest.mark.slow),
+                                   pytest.param("llama-sdpa", marks=pytest.mark.slow)])
 def test_tensor_parallel_plans_run_to_the_end(gpt2, llama, gpt2_sdpa, llama_sdpa, which):
     """A regression: a value every layer's backward reads (rotary angles) was gathered once for
     all its readers, the gather waiting on ops after the first reader: the step deadlocked."""
