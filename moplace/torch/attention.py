@@ -131,9 +131,10 @@ def gpu_attention(kind: str | None):
         functional.scaled_dot_product_attention = original
 
 
-def attention_flops(node) -> float | None:
-    """FLOPs of a fused attention node by FlashAttention's convention (module docstring), or
-    None when ``node`` is not one."""
+def attention_sizes(node) -> dict | None:
+    """The sizes of a fused attention node, as the cost features keep them
+    (`moplace.torch.features`): ``bh`` (batch × heads), ``s_q``, ``s_kv``, ``d``, ``causal``
+    and ``bwd``; None when ``node`` is not one."""
     backward = FUSED.get(getattr(node, "target", None))
     if backward is None:
         return None
@@ -143,12 +144,21 @@ def attention_flops(node) -> float | None:
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: n.meta.get("val"))
     named = normalize_function(node.target, args, kwargs, normalize_to_only_use_kwargs=True)
     q, k = named.kwargs["query"], named.kwargs["key"]
-    b, h, s_q, d = (int(x) for x in q.shape[-4:]) if q.dim() == 4 else (1, *map(int, q.shape))
-    s_k = int(k.shape[-2])
-    forward = 4.0 * b * h * s_q * s_k * d
-    if named.kwargs.get("is_causal", False):
-        forward /= 2
-    return 2.5 * forward if backward else forward
+    *lead, s_q, d = (int(x) for x in q.shape)
+    bh = 1
+    for x in lead:
+        bh *= x
+    return {"bh": bh, "s_q": s_q, "s_kv": int(k.shape[-2]), "d": d,
+            "causal": bool(named.kwargs.get("is_causal", False)), "bwd": backward}
+
+
+def attention_flops(node) -> float | None:
+    """FLOPs of a fused attention node by FlashAttention's convention (module docstring,
+    `moplace.costs.calibration.attention_flops`), or None when ``node`` is not one."""
+    from ..costs.calibration import attention_flops as flash_flops
+
+    sizes = attention_sizes(node)
+    return None if sizes is None else flash_flops(sizes)
 
 
 def graph_attention(graph, implementation: str, kind: str | None) -> dict:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from . import estimate as est
 from ._torch import torch
+from .attention import attention_sizes
 
 #: memory-bound families, by words in the aten op's name (first match wins); the rest are
 #: ``elementwise``
@@ -64,11 +65,9 @@ def node_features(node) -> dict:
             return out
     if name.startswith("convolution") and out["flops"] > 0:
         return {**out, **_conv_gemm(node, name, shapes)}
-    if "scaled_dot_product" in name and len(shapes) >= 3 and len(shapes[0]) == 4:
-        q, k = shapes[0], shapes[1]
-        causal = bool(_arg(node, "is_causal", False))
-        out.update(cls="attention", bh=int(q[0] * q[1]), s_q=int(q[2]), s_kv=int(k[2]),
-                   d=int(q[3]), causal=causal, bwd=name.endswith("backward"))
+    sizes = attention_sizes(node)
+    if sizes is not None:
+        out.update(cls="attention", **sizes)
         return out
     out.update(cls="memory", sub=memory_subclass(name))
     return out
@@ -103,14 +102,3 @@ def _conv_gemm(node, name: str, shapes) -> dict:
 def _shape(arg) -> tuple:
     val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
     return tuple(val.shape) if isinstance(val, torch.Tensor) else ()
-
-
-def _arg(node, name: str, default):
-    if name in node.kwargs:
-        return node.kwargs[name]
-    schema = getattr(node.target, "_schema", None)
-    if schema is not None:
-        for i, a in enumerate(schema.arguments):
-            if a.name == name and i < len(node.args):
-                return node.args[i]
-    return default

@@ -439,7 +439,10 @@ class Arguments:
             n.append((f"profile model file {Path(model).name!r}",
                       ["profile", model, "--batch", "2", "--quiet", "-o", str(wd / "g.json")]))
         for extra in (["--testbed", "0"], ["--testbed", "2", "--device-count", "2"],
-                      ["--testbed", "x"], ["--no-cache"], ["--no-cache", "x"]):
+                      ["--testbed", "x"], ["--no-cache"], ["--no-cache", "x"],
+                      # the PyTorch front end's options: refused for a Keras model
+                      ["--attention", "eager"], ["--attention", "flex"], ["--optimizer", "adam"],
+                      ["--calibration", str(existing)], ["--device", "cuda"]):
             n.append((f"profile {' '.join(extra)[:30]}",
                       ["profile", "mlp", "--batch", "4", "-o", str(wd / "g.json"), *extra]))
             n.append((f"apply {' '.join(extra)[:30]}",
