@@ -55,8 +55,26 @@ def error_line(exc: BaseException) -> str:
     text = str(exc)
     if len(text) <= MAX_ERROR_LINE:
         return text
-    cut = len(text) - (MAX_ERROR_LINE - 40)
-    return f"{text[:MAX_ERROR_LINE - 40]}... ({cut} more characters)"
+    keep = text[:MAX_ERROR_LINE - 40]
+    space = max(keep.rfind(" "), keep.rfind(", "))  # never mid-word: a name is whole or gone
+    if space > MAX_ERROR_LINE // 2:
+        keep = keep[:space].rstrip(",")
+    return f"{keep}... ({len(text) - len(keep)} more characters)"
+
+
+def names_within(names, width: int) -> str:
+    """``names`` joined by commas, each whole, as many as fit in ``width`` characters, the rest
+    counted ("a, b and 5 more"): a list in a message is never cut mid-name."""
+    names = [str(n) for n in names]
+    shown_names: list[str] = []
+    for k, name in enumerate(names):
+        rest = len(names) - k - 1
+        if len(", ".join(shown_names + [name])) + (len(f" and {rest} more") if rest else 0) \
+                > width:
+            return (", ".join(shown_names) + " and " if shown_names else "") + \
+                f"{len(names) - k} more"
+        shown_names.append(name)
+    return ", ".join(shown_names)
 
 
 class ClusterError(MoplaceError):

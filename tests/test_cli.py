@@ -267,7 +267,8 @@ def bad_case(kind, tmp_path):
             ["graph.txt", "line 3", "forward_compute_time"]
     if kind == "unknown-preset":
         return ["evaluate", GRAPH, "--cluster", "3xTPU", "--baseline", "single"], \
-            ["unknown cluster preset '3xTPU'"] + list_presets()
+            ["unknown cluster preset '3xTPU'", "(`moplace clusters` lists them"] \
+            + [f" {name}, " for name in list_presets()[1:8]]  # names whole, as many as fit
     if kind == "missing-cluster-file":
         return ["evaluate", GRAPH, "--cluster", str(tmp_path / "gone.toml"), "--baseline",
                 "single"], ["gone.toml"]

@@ -33,6 +33,7 @@ from .. import __version__
 from ..errors import MoplaceError, error_line
 from . import calibrate, catalog, evaluate, export, fidelity, review, search, sweep, tf
 from .args import Parser
+from .output import undone_on_failure
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
@@ -53,7 +54,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
-        code = args.run(args)
+        with undone_on_failure():  # a refused command leaves no folder of its own behind
+            code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         return code
     except BrokenPipeError:  # the reader went away (`moplace graphs | head`): stop quietly

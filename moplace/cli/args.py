@@ -6,13 +6,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from ..errors import error_line, shown
 
 
+#: what a parser reads as a negative value, not an option: a number with an optional unit
+NEGATIVE = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*[A-Za-z/]*$")
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line naming the command and the way to help."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a negative size ("--memory-limit -4GB") reaches its option's check, which names it,
+        # instead of reading as an unknown option (argparse takes only "-4" and "-.5" so)
+        self._negative_number_matcher = NEGATIVE
 
     def error(self, message: str):
         text = error_line(Exception(message))  # an argument of 5,000 characters is cut
@@ -41,11 +52,26 @@ def memory_size(text: str) -> float:
     """An argparse ``type``: a memory size, ``8GiB``, ``512MiB``, ``16GB`` or bytes."""
     from ..core.presets import parse_size
 
-    value = parse_size(text) if isinstance(text, str) else None
+    value = parse_size(text.lstrip("-")) if isinstance(text, str) else None
+    if value is not None and text.lstrip().startswith("-") and value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive memory size, e.g. 8GiB or 512MiB, "
+                                         f"got {shown(text)}")
     if value is None or not 1 <= value <= 2.0**50:  # also refuses nan
         raise argparse.ArgumentTypeError(f"must be a memory size from 1 B to 1 PiB, e.g. 8GiB or "
                                          f"512MiB, got {shown(text)}")
-    return value
+    return Size(value, text.strip())
+
+
+class Size(float):
+    """A size in bytes that remembers how the user wrote it (``text``), for messages."""
+
+    def __new__(cls, value: float, text: str):
+        out = super().__new__(cls, value)
+        out.text = text
+        return out
+
+    def __reduce__(self):  # pickled (a checkpoint) as the plain number it is
+        return float, (float(self),)
 
 
 memory_size.__name__ = "memory size"

@@ -121,7 +121,8 @@ def _evaluate(args) -> int:
     from_front(args, needs_cluster=True)
     if not (args.strategy or args.baseline):
         raise MoplaceError("say what to evaluate: --strategy FILE or --baseline NAME")
-    graph, cluster = graph_arg(args), cluster_arg(args)
+    graph = graph_arg(args)
+    cluster = cluster_arg(args, graph)
     costs = CostModel(graph, cluster, inplace=not args.no_inplace)
     origin = {}
     if args.strategy:

@@ -6,6 +6,14 @@ from __future__ import annotations
 
 from .args import memory_size
 
+#: the exit status of a search or comparison whose front holds no feasible point (its
+#: least-violating points are still printed and written to front.json)
+NOTHING_FEASIBLE = 3
+#: what `search --help` and `compare --help` end with
+EXIT_STATUS = ("exit status: 0 when a feasible strategy was found; 3 when none fits (front.json "
+               "then holds the least-violating ones); 2 for a bad input (one line, before any "
+               "work)")
+
 
 def model_options(p) -> None:
     """``--memory-limit SIZE``: a per-device memory cap (see `cluster_arg`); ``--no-inplace``:
@@ -23,7 +31,9 @@ def model_options(p) -> None:
                    help="a per-device memory cap, e.g. 8GiB: no device may hold more (a "
                         "strategy is feasible when it fits under the cap and the devices' "
                         "memory). It bounds the search itself: `moplace show --where` "
-                        "filters a front after the search")
+                        "filters a front after the search. A cap below what any plan holds "
+                        "per device (the weights and optimizer state over all devices) is "
+                        "refused; one above every device's memory is taken with a warning")
     p.add_argument("--no-inplace", action="store_true",
                    help="run no op in place (by default an element-wise op writes its output "
                         "into an input no other op reads, as frameworks do): for comparison")
@@ -36,12 +46,58 @@ def graph_arg(args):
     return load_graph(args.graph, optimizer=args.optimizer or "auto")
 
 
-def cluster_arg(args):
-    """The cluster of ``--cluster``, each device's memory capped at ``--memory-limit``."""
+def cluster_arg(args, graph=None):
+    """The cluster of ``--cluster``, each device's memory capped at ``--memory-limit``; with
+    ``graph``, a cap no plan of it can fit under is refused first (`memory_floor`), and a cap
+    above every device's memory is said to change nothing (a warning)."""
     from ..core.presets import load_cluster
 
     cluster = load_cluster(args.cluster)
-    return cluster.capped(args.memory_limit) if args.memory_limit else cluster
+    limit = args.memory_limit
+    if not limit:
+        return cluster
+    if graph is not None:
+        _check_cap(limit, graph, cluster)
+    return cluster.capped(limit)
+
+
+def memory_floor(graph, n_devices: int) -> tuple[float, str]:
+    """(bytes, why): what the fullest device holds under every plan of ``graph`` on
+    ``n_devices`` devices, at least. Every op's parameters (weights and optimizer state,
+    resident the whole step) are held somewhere: whole, or in parts that add up to them
+    (splits, ZeRO's shards), so their sum over the devices is the graph's total and the
+    fullest device holds at least total / ``n_devices``; an op that cannot be split holds its
+    own whole on one device. Activations, gradients and scratch are left out: recomputation,
+    micro-batches and in-place ops shrink them in ways no bound here follows."""
+    total = float(graph.arrays.param_bytes.sum())
+    whole = [(op.param_bytes, op.name) for op in graph.ops if not op.splittable]
+    largest, name = max(whole, default=(0, ""))
+    from ..review.units import fmt
+
+    if largest > total / n_devices:
+        return float(largest), (f"op {name}'s weights and optimizer state, which no plan can "
+                                f"split")
+    return total / n_devices, (f"its {fmt(total, 'bytes')} of weights and optimizer state "
+                               f"sharded over all {n_devices} devices")
+
+
+def _check_cap(limit: float, graph, cluster) -> None:
+    import sys
+
+    from ..errors import MoplaceError
+    from ..review.units import fmt
+
+    floor, why = memory_floor(graph, cluster.n_devices)
+    given = getattr(limit, "text", None) or fmt(limit, "bytes")  # as the user wrote it
+    if limit < floor:
+        raise MoplaceError(f"--memory-limit {given} is below the least any plan "
+                           f"of {graph.name} can hold on {cluster.name}: {fmt(floor, 'bytes')} "
+                           f"per device ({why})")
+    largest = max(d.memory_bytes for d in cluster.devices)
+    if limit >= largest:
+        print(f"moplace: warning: --memory-limit {given} is above the memory of "
+              f"every device of {cluster.name} (at most {fmt(largest, 'bytes')}): it changes "
+              f"nothing, the devices' own memory bounds the plans", file=sys.stderr)
 
 
 def from_front(args, *, needs_cluster: bool) -> None:
@@ -92,3 +148,25 @@ def from_front(args, *, needs_cluster: bool) -> None:
             args.optimizer = data["optimizer"]
         if data.get("inplace") is False:
             args.no_inplace = True
+
+
+def objective_names(text: str) -> tuple[str, ...]:
+    """An argparse ``type``: ``--objectives a,b,c``, each a registered objective, none twice."""
+    import argparse
+
+    from objectives import OBJECTIVES
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names or len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"wants distinct objective names separated by commas, "
+                                         f"got {text!r}")
+    for name in names:
+        if name not in OBJECTIVES:
+            raise argparse.ArgumentTypeError(f"unknown objective {name!r}; known: "
+                                             f"{', '.join(OBJECTIVES)}")
+    return names
+
+
+def objectives_arg(args) -> dict:
+    """The `Problem` keyword ``--objectives`` asks for (none: the default objectives)."""
+    return {"objectives": args.objectives} if args.objectives else {}

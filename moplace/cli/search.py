@@ -16,6 +16,8 @@ continues from it (same graph, cluster, searcher and seed; the budget counts eve
 evaluations and seconds together), so running the same command again after Ctrl-C finishes
 the search exactly as if it had never stopped, and after a crash or SIGKILL loses at most
 the evaluations since the last write.
+
+Exit status (`EXIT_STATUS`): 3 when no strategy found fits.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from ..errors import MoplaceError
 from ..optimize.driver import Budget
 from ..review.table import ROW_LIMIT
 from .args import file_arg, integer
-from .problem import cluster_arg, graph_arg, model_options
+from .problem import (EXIT_STATUS, NOTHING_FEASIBLE, cluster_arg, graph_arg, model_options,
+                      objective_names, objectives_arg)
 
 
 def add_commands(sub) -> None:
     """Register ``search`` and ``compare`` on the CLI's subparsers."""
-    s = sub.add_parser("search", help="search the trade-off front of strategies")
+    s = sub.add_parser("search", help="search the trade-off front of strategies",
+                       epilog=EXIT_STATUS)
     _problem_and_budget(s, per="")
     s.add_argument("--searcher", required=True, help="searcher name (see `moplace searchers`)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -47,7 +51,8 @@ def add_commands(sub) -> None:
                    help="continue from FILE if it exists; write the search's state to it every "
                         "500 evaluations or 30 s and at the end (Ctrl-C included)")
     s.set_defaults(run=_search)
-    c = sub.add_parser("compare", help="run several searchers on the same budget, one table")
+    c = sub.add_parser("compare", help="run several searchers on the same budget, one table",
+                       epilog=EXIT_STATUS)
     _problem_and_budget(c, per=" per searcher")
     c.add_argument("--searchers", required=True, help="comma-separated names, e.g. heft,dpos,random")
     c.add_argument("--set", action="append", default=[], metavar="NAME.KEY=VALUE",
@@ -103,7 +108,8 @@ def _search(args) -> int:
     check_output(Path(args.out) / "front.json", force=args.force, flag="--out",
                  replaceable=resuming)  # before any work: nothing found is lost
     searcher = make_searcher(args.searcher, **parse_settings(args.set))
-    problem = Problem(graph_arg(args), cluster_arg(args), **objectives_arg(args),
+    graph = graph_arg(args)
+    problem = Problem(graph, cluster_arg(args, graph), **objectives_arg(args),
                       inplace=not args.no_inplace)
     extras = _front_extras(args, problem)
     evaluator = _evaluator(args)
@@ -145,14 +151,14 @@ def _search(args) -> int:
                           "front": [{k: v for k, v in point_json(pt, problem).items() if k != "strategy"}
                                     for pt in result.front], "front_file": str(path),
                           **tracking_json(tracker)}))
-        return 0
+        return 0 if result.front else NOTHING_FEASIBLE
     _print_result(problem, searcher, result, data, path, args.all)
     if tracker is not None:
         drawing = {"background": "being drawn", "inline": "drawn", "off": "off"}[args.figures]
         drawing = "drawn" if drawing == "being drawn" and tracker.figure_job is None else drawing
         print(f"logged to MLflow run {tracker.run_id} at {tracker.where} (figures "
               f"{drawing}; `moplace show {tracker.run_id[:8]}` lists them)")
-    return 0
+    return 0 if result.front else NOTHING_FEASIBLE
 
 
 def _print_result(problem, searcher, result, data, path, every) -> None:
@@ -239,7 +245,8 @@ def _compare(args) -> int:
 
     check_output(Path(args.out) / "front.json", force=args.force, flag="--out")
     budget = _budget(args)
-    problem = Problem(graph_arg(args), cluster_arg(args), **objectives_arg(args),
+    graph = graph_arg(args)
+    problem = Problem(graph, cluster_arg(args, graph), **objectives_arg(args),
                       inplace=not args.no_inplace)
     extras = _front_extras(args, problem)
     evaluator = _evaluator(args)
@@ -288,7 +295,7 @@ def _compare(args) -> int:
                           "seed": args.seed, "results": rows,
                           "combined_hypervolume": combined["hypervolume"],
                           "front_file": str(path), **tracking_json(comparison)}))
-        return 0
+        return 0 if combined["points"] else NOTHING_FEASIBLE
     _compare_table(problem, budget, args.seed, rows)
     print(f"combined front: {len(combined['points'])} points, hypervolume "
           f"{combined['hypervolume']:.4f}; wrote {path} (each point names its searcher; "
@@ -298,7 +305,7 @@ def _compare(args) -> int:
               f"{comparison.where}")
     for note in extras["notes"]:
         print(f"note: {note}")
-    return 0
+    return 0 if combined["points"] else NOTHING_FEASIBLE
 
 
 def _compare_table(problem, budget, seed, rows) -> None:
@@ -363,28 +370,6 @@ def parse_settings(items, names=None) -> dict:
                                f"{', '.join(names)}, got {item!r}")
         out.setdefault(name, {})[key] = value
     return out
-
-
-def objective_names(text: str) -> tuple[str, ...]:
-    """An argparse ``type``: ``--objectives a,b,c``, each a registered objective, none twice."""
-    import argparse
-
-    from objectives import OBJECTIVES
-
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names or len(set(names)) < len(names):
-        raise argparse.ArgumentTypeError(f"wants distinct objective names separated by commas, "
-                                         f"got {text!r}")
-    for name in names:
-        if name not in OBJECTIVES:
-            raise argparse.ArgumentTypeError(f"unknown objective {name!r}; known: "
-                                             f"{', '.join(OBJECTIVES)}")
-    return names
-
-
-def objectives_arg(args) -> dict:
-    """The `Problem` keyword ``--objectives`` asks for (none: the default objectives)."""
-    return {"objectives": args.objectives} if args.objectives else {}
 
 
 def parse_seconds(text: str) -> float:

@@ -450,6 +450,21 @@ class Arguments:
         # the per-device memory cap (issue 32): not a size, and one no strategy fits under
         n.append(("search --memory-limit 0", b["search-random"] + ["--memory-limit", "0"]))
         n.append(("evaluate --memory-limit 1KiB", b["evaluate"] + ["--memory-limit", "1KiB"]))
+        # (issue 48) below the floor no plan goes under, negative in both spellings, above
+        # every device's memory (a warning), and one under which nothing is found (exit 3)
+        for k in ("search-random", "compare", "evaluate"):
+            n.append((f"{k} --memory-limit 10MB", b[k] + ["--memory-limit", "10MB"]))
+            n.append((f"{k} --memory-limit -4GB", b[k] + ["--memory-limit", "-4GB"]))
+            n.append((f"{k} --memory-limit=-4GB", b[k] + ["--memory-limit=-4GB"]))
+        n.append(("search --memory-limit 1PiB", b["search-random"] + ["--memory-limit", "1PiB"]))
+        n.append(("search --memory-limit 200MB", b["search-random"] + ["--memory-limit", "200MB"]))
+        # a cluster that is no preset, named by its devices (issue 48); an --out folder the
+        # refused command must not leave behind
+        for v in ("8xH100", "16xh100", "8xMI300", "x" * 200):
+            n.append((f"evaluate --cluster {v[:10]!r}", _swap(b["evaluate"], "--cluster", v)))
+        n.append(("search --cluster 8xH100 --out new folder",
+                  _swap(_swap(b["search-random"], "--cluster", "8xH100"), "--out",
+                        str(wd / "refused" / "out"))))
         # an optimizer for a graph without update ops, and one that does not exist
         n.append(("evaluate --optimizer adam, no update ops",
                   ["evaluate", "dnn:LayerGraphs/gnmt_training", "--cluster", CLUSTER,

@@ -204,7 +204,9 @@ def run_one(argv, time_limit: float = 10.0, note: str = "") -> Outcome:
         return Outcome(False, "bad-exit", f"status 2 but stderr is {len(lines)} lines, not one "
                        f"'moplace: error:' line: {stderr[:300]!r}",
                        "status 2, stderr not one error line", **o)
-    if code != 0:
+    if code != 0 and not (code == 3 and argv and argv[0] in ("search", "compare")):
+        # 3: a search or comparison that found nothing feasible (documented; its front is
+        # still written and printed)
         return Outcome(False, "bad-exit", f"status {code!r}; stderr {stderr[-300:]!r}",
                        f"status {code!r}", **o)
     if "--json" in argv:

@@ -12,7 +12,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from ...errors import ClusterError, FormatError, did_you_mean, parse_toml, shown
+from ...errors import (MAX_ERROR_LINE, ClusterError, FormatError, did_you_mean,
+                       names_within, parse_toml, shown)
 from ..cluster import KIND_SPEED, Cluster, Device, kind_speed
 
 __all__ = ["KIND_SPEED", "kind_speed", "list_presets", "load_cluster", "parse_cluster"]
@@ -66,11 +67,35 @@ def load_cluster(preset_or_path) -> Cluster:
         return parse_cluster(text, path)
     match = [n for n in names if n == text] or [n for n in names if n.lower() == text.lower()]
     if not match:
-        raise ClusterError(f"unknown cluster preset {shown(text)}{did_you_mean(text, names)}; "
-                           f"presets are: "
-                           f"{', '.join(names)} (or give the path of a .toml cluster file)")
+        head = f"unknown cluster preset {shown(text)}{_suggested(text, names)}; presets are: "
+        raise ClusterError(f"{head}{names_within(names, MAX_ERROR_LINE - len(head) - 80)} "
+                           f"(`moplace clusters` lists them; or give the path of a .toml "
+                           f"cluster file)")
     source = resources.files(__name__).joinpath(f"{match[0]}.toml")
     return parse_cluster(source.read_text(encoding="utf-8"), f"{match[0]}.toml")
+
+
+def _words(name: str) -> list[str]:
+    """A preset name's words: ``2x8xH100-80GB-8xIB400`` -> 2, 8, h100, 80gb, 8, ib400."""
+    return [w for w in re.split(r"-|(?<=\d)x", name.lower()) if w]
+
+
+def _suggested(text: str, names: list[str]) -> str:
+    """`` (did you mean 'a' or 'b'?)``: the presets holding every word of a mistyped name
+    (``8xH100``: both 8-GPU H100 presets), else those of its device kind (``16xH100``), else
+    the closest spellings; ``""`` when none is near."""
+    words = _words(text)
+    close = [n for n in names if words and not set(words) - set(_words(n))]
+    if not close:
+        kinds = {w for w in words if re.fullmatch(r"[a-z]+\d+[a-z]*", w)}
+        close = [n for n in names if kinds & set(_words(n))]
+    if not close:
+        return did_you_mean(text, names)
+    import difflib
+
+    close = sorted(close, key=lambda n: -difflib.SequenceMatcher(None, text.lower(),
+                                                                  n.lower()).ratio())[:3]
+    return " (did you mean " + " or ".join(map(repr, close)) + "?)"
 
 
 def parse_cluster(text: str, path="<cluster>") -> Cluster:
