@@ -2,7 +2,12 @@
 infeasible ones.
 
 All objectives are minimized; ``a`` dominates ``b`` when ``a <= b`` in every objective and
-``a < b`` in at least one. A point is feasible when its constraint violation is 0.
+``a < b`` in at least one. A point is feasible when its constraint violation is 0. Values within
+`RTOL` of each other (relative) count as equal when a new point is judged (`no_worse`): a plan
+5e-17 s faster than another, the same in all else, is the same plan's float noise and does not
+push the first one out; a point leaves the front only when beaten outright. The search's front
+(`moplace.optimize.driver`) and a comparison's combined front judge so; an archive made with
+``rtol=0`` (the exact fronts of `moplace.optimize.exact`, the yardstick) compares exactly.
 """
 
 from __future__ import annotations
@@ -15,6 +20,23 @@ from typing import Any
 import numpy as np
 
 from .hypervolume import normalized_hypervolume
+
+
+#: the relative difference under which two objective values are the same value (float noise
+#: of sums taken in another order), for the front and for naming a point after a baseline
+RTOL = 1e-9
+
+
+def no_worse(a, b, rtol: float = RTOL) -> np.ndarray:
+    """``a <= b`` with values within ``rtol`` (relative) counted equal, elementwise
+    (broadcasting); ``all(axis=-1)`` of it: ``a`` weakly dominates ``b``."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return a <= b + rtol * np.maximum(np.abs(a), np.abs(b)) if rtol else a <= b
+
+
+def same_values(a, b) -> bool:
+    """Whether two points' objective values are equal within `RTOL` in every objective."""
+    return bool((no_worse(a, b) & no_worse(b, a)).all())
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: identity semantics, ndarray fields are not hashable
@@ -31,15 +53,17 @@ class Entry:
 
 class ParetoArchive:
     """Non-dominated feasible points, and up to ``max_infeasible`` least-violating infeasible
-    points kept apart (so a search in which nothing fits can still return something)."""
+    points kept apart (so a search in which nothing fits can still return something).
+    ``rtol``: values within it (relative) are equal (`no_worse`); 0 compares exactly."""
 
-    def __init__(self, n_objectives: int, *, max_infeasible: int = 100):
+    def __init__(self, n_objectives: int, *, max_infeasible: int = 100, rtol: float = 0.0):
         if int(n_objectives) < 1:
             raise ValueError(f"n_objectives must be >= 1, got {n_objectives}")
         if int(max_infeasible) < 0:
             raise ValueError(f"max_infeasible must be >= 0, got {max_infeasible}")
         self.n_objectives = int(n_objectives)
         self.max_infeasible = int(max_infeasible)
+        self.rtol = float(rtol)
         self.n_added = 0
         # front values live in a growing buffer: rows [:_k] are the front, in insertion order,
         # aligned with _entries; compared against each new point in one vectorized step
@@ -58,9 +82,10 @@ class ParetoArchive:
     def add(self, values, violation: float = 0.0, payload: Any = None) -> bool:
         """Offer a point; True when it entered the feasible front.
 
-        A feasible point enters unless some front point weakly dominates it (an equal point
-        included: the first one stays); the front points it dominates leave. An infeasible point
-        (``violation > 0``) never enters the front and is kept among the infeasible ones.
+        A feasible point enters unless some front point weakly dominates it (an equal point,
+        within ``rtol``, included: the first one stays); the front points it dominates outright
+        leave. An infeasible point (``violation > 0``) never enters the front and is kept among
+        the infeasible ones.
         """
         v = np.array(values, dtype=np.float64)  # a private copy: entries must not alias input
         if v.shape != (self.n_objectives,):
@@ -76,7 +101,7 @@ class ParetoArchive:
             self._add_infeasible(v, violation, payload, index)
             return False
         front = self._buf[:self._k]
-        if (front <= v).all(axis=1).any():
+        if no_worse(front, v, self.rtol).all(axis=1).any():
             return False
         # nothing weakly dominates v, so no front row equals it: v <= row means v dominates row
         beaten = (v <= front).all(axis=1)
@@ -110,11 +135,11 @@ class ParetoArchive:
         return self._inf_entries[:max(int(k), 0)]
 
     def weakly_dominates(self, values) -> bool:
-        """True when some front point is <= ``values`` in every objective."""
+        """True when some front point is <= ``values`` in every objective (within ``rtol``)."""
         v = np.asarray(values, dtype=np.float64)
         if v.shape != (self.n_objectives,):
             raise ValueError(f"expected {self.n_objectives} objective values, got shape {v.shape}")
-        return bool((self._buf[:self._k] <= v).all(axis=1).any())
+        return bool(no_worse(self._buf[:self._k], v, self.rtol).all(axis=1).any())
 
     def hypervolume(self, reference) -> float:
         """Normalized hypervolume of the front at ``reference`` (see

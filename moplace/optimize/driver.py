@@ -48,7 +48,7 @@ from ..core.strategy import Strategy
 from ..errors import MoplaceError
 from ..simulator.evaluation import Evaluation
 from . import checkpoint as _ckpt
-from .archive import ParetoArchive
+from .archive import RTOL, ParetoArchive
 from .problem import Problem
 from .searcher import Searcher, unpack
 from .sigint import HeldSigint
@@ -179,7 +179,7 @@ class _Run:
         self.problem, self.searcher, self.budget = problem, searcher, budget
         self.evaluator = evaluator
         self.seed, self.callbacks = int(seed), list(callbacks)
-        self.archive = ParetoArchive(len(problem.objectives))
+        self.archive = ParetoArchive(len(problem.objectives), rtol=RTOL)
         self.history: list[tuple[int, float]] = []
         self.best_history: list[tuple[int, tuple[float, ...]]] = []  # best of each objective
         self.elapsed_before, self.resumed_from = 0.0, 0

@@ -10,11 +10,11 @@ def comparison_json(results: dict) -> dict:
     and ``histories``: each search's history, for the comparison's progress figure."""
     from ..io.fronts import history_json, point_json, recorded_problem
     from ..io.strategies import FRONT_FORMAT, FRONT_VERSION
-    from ..optimize.archive import ParetoArchive
+    from ..optimize.archive import RTOL, ParetoArchive
 
     first = next(iter(results.values()))
     p = first.problem
-    archive = ParetoArchive(len(p.objectives))
+    archive = ParetoArchive(len(p.objectives), rtol=RTOL)
     for name, r in results.items():
         for pt in r.front + r.infeasible:
             archive.add(pt.values, pt.evaluation.violation, (name, pt))

@@ -10,7 +10,8 @@
 - Each objective in one unit per column (`moplace.review.units.column_unit`), every cell with
   the same significant digits; ``yes``/``no`` for booleans; the memory a point needs beyond the
   devices' capacity, summed over devices, in a column that says so.
-- The knee and any point equal (at the displayed precision) to a baseline named in the notes.
+- The knee and any point equal to a baseline (at the displayed precision, or within
+  `moplace.optimize.archive.RTOL`) named in the notes.
 
 Rows keep the front's point numbers, which ``--point K`` takes.
 """
@@ -68,6 +69,7 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
     when none fits) as a table, with a line saying what was left out (module docstring)."""
     from objectives import json_key
 
+    from ..optimize.archive import same_values
     from .marks import front_knee
     from .units import plan_text
 
@@ -84,8 +86,9 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
 
     shown = [cells(row) for row in values]
     rows, folded = front_rows(values, knee, None if every else limit, keys=shown)
-    baselines = {name: cells([b[json_key(o)] for o in objectives])
-                 for name, b in (data.get("baselines") or {}).items()}
+    marks = {name: [b[json_key(o)] for o in objectives]
+             for name, b in (data.get("baselines") or {}).items()}
+    baselines = {name: cells(v) for name, v in marks.items()}
     heads = ["#"] + [axis_label(o, u) for o, u in zip(objectives, units)] + ["feasible"]
     any_over = not all(p["feasible"] for p in points)
     over_unit = column_unit("over", [p["violation_bytes"] for p in points], kind="bytes")
@@ -99,7 +102,8 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
     for k in rows:
         p = points[k]
         notes = (["knee"] if k == knee else []) \
-            + [f"= {name}" for name, c in baselines.items() if c == shown[k]] \
+            + [f"= {name}" for name, c in baselines.items()
+               if c == shown[k] or same_values(marks[name], values[k])] \
             + ([" ".join(["="] + [f"#{j}" for j in folded[k]])] if folded[k] else [])
         row = [str(k), *shown[k], "yes" if p["feasible"] else "no"]
         if any_over:
