@@ -21,6 +21,7 @@ import pytest
 
 from moplace.cli import main
 from moplace.core.baselines import group_order, layer_split
+from moplace.core.degrees import Degrees, regular_plan
 from moplace.core.graph import Op, OpGraph
 from moplace.core.planshape import plan_shape
 from moplace.core.recompute import recomputable_heads
@@ -29,6 +30,8 @@ from moplace.io import load_graph
 from moplace.io.export import megatron_flags, plan_document, torchtitan_toml
 
 GRAPH, CLUSTER = "pipedream:vgg16", "4xV100-NVLink"
+#: a 4-layer Llama traced at batch 8 (its layers named: pipelines of equal stages run)
+TINY = Path(__file__).parent / "data" / "tiny-llama.json"
 
 
 def run(capsys, *argv):
@@ -55,6 +58,11 @@ def fronts(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vgg():
     return load_graph(GRAPH)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_graph(str(TINY))
 
 
 def two_by_two(graph, **options) -> Strategy:
@@ -123,28 +131,37 @@ def test_random_points_that_are_irregular_say_why_and_refuse_flags(capsys, front
     assert irregular  # random plans scatter layers over overlapping device sets
 
 
-def test_regular_pipeline_two_by_two(vgg):
+def test_regular_pipeline_two_by_two(vgg, tiny):
     strategy = two_by_two(vgg, micro_batches=4, schedule=1, zero_stage=1)
     shape = plan_shape(vgg, strategy.with_recompute(recomputable_heads(vgg)))
     assert (shape.pp, shape.dp, shape.tp) == (2, 2, 1) and shape.recompute_mode == "full"
     assert shape.stages[0].first == vgg.ops[vgg.groups[group_order(vgg)[0]][0]].name
-    flags = megatron_flags(shape)
+    # a graph that names no layers cannot say its stages are equal: no framework's flags
+    assert megatron_flags(shape, vgg) is None and torchtitan_toml(shape, vgg) is None
+    doc = plan_document(vgg, strategy, shape, [f"gpu{i}" for i in range(4)])
+    assert "layers" in doc["why_not"]["torchtitan"][0] and doc["runs"] == []
+    plan = regular_plan(tiny, Degrees(4, 2, "data", 4, "gpipe", "full", 1))
+    shape = plan_shape(tiny, plan)
+    assert (shape.pp, shape.dp, shape.tp) == (2, 2, 1) and shape.recompute_mode == "full"
+    assert megatron_flags(shape, tiny) is None  # Megatron runs no GPipe
+    tt = torchtitan_toml(shape, tiny)["tables"]
+    assert tt["parallelism"]["pipeline_parallel_schedule"] == "GPipe"
+    assert tt["parallelism"]["pipeline_parallel_layers_per_stage"] == 2
+    assert tt["activation_checkpoint"]["mode"] == "full"
+    shape = plan_shape(tiny, plan.with_options(schedule=0))
+    flags = megatron_flags(shape, tiny)
     assert flags["args"][flags["args"].index("--pipeline-model-parallel-size") + 1] == "2"
     assert "--use-distributed-optimizer" in flags["args"]
-    assert flags["args"][flags["args"].index("--micro-batch-size") + 1] == str(128 // 2 // 4)
-    assert any("GPipe" in n for n in flags["notes"])
-    tt = torchtitan_toml(shape)["tables"]
-    assert tt["parallelism"]["pipeline_parallel_schedule"] == "GPipe"
-    assert tt["activation_checkpoint"]["mode"] == "full"
+    assert flags["args"][flags["args"].index("--micro-batch-size") + 1] == str(8 // 2 // 4)
 
 
 def test_layer_split_is_a_four_stage_pipeline(vgg):
     shape = plan_shape(vgg, layer_split(vgg, 4))
     assert (shape.pp, shape.dp, shape.tp) == (4, 1, 1)
     assert [s.devices for s in shape.stages] == [(0,), (1,), (2,), (3,)]
-    lasts = [s.last_layer for s in shape.stages]
-    firsts = [s.first_layer for s in shape.stages]
-    assert firsts[0] == 0 and lasts[-1] == shape.layers - 1
+    lasts = [s.last_group for s in shape.stages]
+    firsts = [s.first_group for s in shape.stages]
+    assert firsts[0] == 0 and lasts[-1] == shape.groups - 1
     assert all(b == a + 1 for a, b in zip(lasts, firsts[1:]))  # contiguous stages
 
 
@@ -197,15 +214,16 @@ def test_not_a_front_and_existing_output_are_refused_before_work(capsys, tmp_pat
     assert code == 2 and "exists" in err and taken.read_text() == "keep"
 
 
-def test_megatron_core_transformer_config_takes_the_exported_values(vgg):
+def test_megatron_core_transformer_config_takes_the_exported_values(tiny):
     pytest.importorskip("torch", reason="megatron-core needs torch")
     tc = pytest.importorskip("megatron.core.transformer.transformer_config",
                              reason="megatron-core is not installed (see the module docstring)")
     import torch
 
-    for strategy in (two_by_two(vgg, micro_batches=4).with_recompute(recomputable_heads(vgg)),
-                     layer_split(vgg, 4), two_by_two(vgg, zero_stage=1)):
-        flags = megatron_flags(plan_shape(vgg, strategy))
+    for d in (Degrees(4, 2, "data", 4, "1f1b", "full", 0), Degrees(4, 4, "data", 1, "1f1b",
+                                                                   "none", 0),
+              Degrees(8, 2, "data", 1, "1f1b", "none", 1)):
+        flags = megatron_flags(plan_shape(tiny, regular_plan(tiny, d)), tiny)
         config = flags["config"]
         pp = config["pipeline_model_parallel_size"]
         made = tc.TransformerConfig(num_layers=4 * pp, hidden_size=64, num_attention_heads=4,
@@ -236,23 +254,25 @@ def _torchtitan_config_manager():
     return importlib.import_module("torchtitan.config.manager").ConfigManager
 
 
-def test_torchtitan_config_manager_reads_the_exported_toml(vgg, tmp_path):
+def test_torchtitan_config_manager_reads_the_exported_toml(tiny, tmp_path):
     ConfigManager = _torchtitan_config_manager()
-    for k, strategy in enumerate((two_by_two(vgg, micro_batches=4, schedule=1),
-                                  layer_split(vgg, 4).with_options(micro_batches=8),
-                                  two_by_two(vgg, zero_stage=3))):
-        shape = plan_shape(vgg, strategy)
+    for k, d in enumerate((Degrees(4, 2, "data", 4, "gpipe", "none", 0),
+                           Degrees(4, 4, "data", 8, "1f1b", "none", 0),
+                           Degrees(8, 2, "data", 1, "1f1b", "none", 3))):
+        shape = plan_shape(tiny, regular_plan(tiny, d))
         path = tmp_path / f"job{k}.toml"
-        path.write_text(torchtitan_toml(shape)["toml"])
+        path.write_text(torchtitan_toml(shape, tiny)["toml"])
         config = ConfigManager().parse_args(["--job.config_file", str(path)])
         par = config.parallelism
         assert (par.pipeline_parallel_degree, par.tensor_parallel_degree) == (shape.pp, shape.tp)
         assert par.data_parallel_replicate_degree * par.data_parallel_shard_degree == shape.dp
         assert par.pipeline_parallel_schedule == {"1f1b": "1F1B", "gpipe": "GPipe"}[
             shape.schedule]
-        assert config.training.local_batch_size == 128 // shape.dp
+        assert config.training.local_batch_size == 8 // shape.dp
         assert config.training.local_batch_size // par.pipeline_parallel_microbatch_size \
             == shape.micro_batches
+        assert par.pipeline_parallel_layers_per_stage * shape.pp == 4
+        assert par.fsdp_reshard_after_forward == ("always" if d.zero == 3 else "default")
 
 
 def test_export_writes_nothing_heavy_at_import():

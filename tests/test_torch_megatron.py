@@ -186,7 +186,7 @@ def test_tensor_parallel_plans_export_as_megatron_tp_with_sequence_parallelism(g
         shape = plan_shape(graph, plan)
         assert (shape.dp, shape.tp, shape.pp) == (1, 4, 1) and shape.sequence_parallel
         assert shape.recompute_mode == mode
-        flags = megatron_flags(shape)
+        flags = megatron_flags(shape, graph)
         assert "--sequence-parallel" in flags["args"]
         made = TransformerConfig(num_layers=2, hidden_size=H, num_attention_heads=HEADS,
                                  params_dtype=torch.bfloat16, **flags["config"])

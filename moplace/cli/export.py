@@ -112,9 +112,10 @@ def render(doc: dict, fmt: str, title: str) -> str:
         return strictjson.dumps(doc, indent=1) + "\n"
     if fmt == "text":
         return plan_text(doc, title=title) + "\n"
-    if not doc["regular"]:
-        raise MoplaceError(f"point {doc['point']} has no {fmt} flags: {doc['irregular'][0]} "
-                           f"(--format json writes its per-op placement)")
+    if not doc[fmt]:
+        raise MoplaceError(f"point {doc['point']} has no {fmt} flags: "
+                           f"{'; '.join(doc['why_not'][fmt])} (--format json writes its "
+                           f"per-op placement)")
     if fmt == "megatron":
         notes = "".join(f"# {n}\n" for n in doc["megatron"]["notes"])
         return notes + shlex.join(doc["megatron"]["args"]) + "\n"

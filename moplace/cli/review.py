@@ -38,8 +38,13 @@ def add_commands(sub) -> None:
     s.add_argument("--where", action="append", default=[], metavar="CONSTRAINT",
                    help="keep the points meeting OBJECTIVE OP VALUE, e.g. \"peak_memory<=16GiB\" "
                    "(GB = 1e9 B, GiB = 2**30 B) or \"runtime<=1.05x\" (times the best feasible "
-                   "value on the whole front); repeatable. It filters the front after the search: "
+                   "value on the whole front), or \"runs=RUNNER\" (the points torchtitan, megatron "
+                   "or moplace-apply runs); repeatable. It filters the front after the search: "
                    "`moplace search --memory-limit` bounds the search itself")
+    s.add_argument("--against", type=file_arg, metavar="FRONT_JSON",
+                   help="what the front in FRONT_JSON buys over this one: its best feasible "
+                   "value of each objective against this front's, in percent (after a "
+                   "`search --space torchtitan`, give the unconstrained search's front)")
     s.add_argument("--best", metavar="OBJECTIVE|knee",
                    help="among the points left, the one with the least of this objective, or "
                    "the knee (default with --where: knee)")
@@ -156,6 +161,14 @@ def _show(args) -> int:
                            f"(0..{len(points) - 1})" if points else "the front is empty")
     if args.where or args.best:
         return _answer(args, info, data)
+    if args.against:  # what another front (an unconstrained search's) buys over this one
+        from ..io.fronts import read_front
+        from .space import against
+
+        lines = against(data, read_front(args.against), info["what"], args.against)
+        print(strictjson.dumps({"against": args.against, "lines": lines}) if args.json
+              else "\n".join(lines))
+        return 0
     if args.json:
         out = {**{k: v for k, v in info.items() if k != "what"}, "tracking_uri": uri,
                "knee": knee, "figure_files": figures,

@@ -32,6 +32,7 @@ from ..errors import MoplaceError
 from ..optimize.driver import Budget
 from ..review.table import ROW_LIMIT
 from .args import file_arg, integer
+from .space import space_option, space_record, space_searcher
 from .problem import (EXIT_STATUS, NOTHING_FEASIBLE, cluster_arg, graph_arg, model_options,
                       objective_names, objectives_arg)
 
@@ -47,6 +48,7 @@ def add_commands(sub) -> None:
                         "or a plain word; `moplace searchers` lists the settings)")
     s.add_argument("--all", action="store_true",
                    help=f"list every front point (default: at most {ROW_LIMIT} rows)")
+    space_option(s)
     s.add_argument("--checkpoint", type=file_arg, metavar="FILE",
                    help="continue from FILE if it exists; write the search's state to it every "
                         "500 evaluations or 30 s and at the end (Ctrl-C included)")
@@ -107,7 +109,8 @@ def _search(args) -> int:
     resuming = bool(args.checkpoint) and Path(args.checkpoint).is_file()
     check_output(Path(args.out) / "front.json", force=args.force, flag="--out",
                  replaceable=resuming)  # before any work: nothing found is lost
-    searcher = make_searcher(args.searcher, **parse_settings(args.set))
+    settings = parse_settings(args.set)
+    searcher = space_searcher(args, settings) or make_searcher(args.searcher, **settings)
     graph = graph_arg(args)
     problem = Problem(graph, cluster_arg(args, graph), **objectives_arg(args),
                       inplace=not args.no_inplace)
@@ -130,7 +133,8 @@ def _search(args) -> int:
         result = search(problem, searcher, budget=budget, seed=args.seed, callbacks=callbacks,
                         checkpoint=args.checkpoint, evaluator=evaluator)
     notes = searcher.notes()
-    data = {**result_json(result), **extras, "notes": [*notes, *extras["notes"]]}
+    data = {**result_json(result), **extras, **space_record(args),
+            "notes": [*notes, *extras["notes"]]}
     path = write_front(data, args.out)
     if args.checkpoint and result.status == "interrupted":
         from ..optimize.checkpoint import read_meta

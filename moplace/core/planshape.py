@@ -28,10 +28,11 @@ _FLOW_ROLES = (ROLES.index("forward"), ROLES.index("other"))
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage: the co-location groups (by their first op) on one set of devices, in
-    data-flow order; ``dp``/``tp`` its data- and tensor-parallel degrees (None where its groups
-    mix batch and channel splits); ``first``/``last`` the names of its first and last group's
-    first op, ``first_layer``/``last_layer`` their positions among all the graph's groups."""
+    """One stage: co-location groups (by their first op) on one set of devices, in data-flow
+    order; ``dp``/``tp`` its data- and tensor-parallel degrees (None where its groups mix
+    batch and channel splits); ``first``/``last`` the names of its first and last group's
+    first op, ``first_group``/``last_group`` their positions (from 0) among all the graph's
+    groups in data-flow order: the stages of a shape cover disjoint runs of them."""
 
     devices: tuple[int, ...]
     heads: tuple[int, ...]
@@ -41,14 +42,16 @@ class Stage:
     tp: int | None
     first: str
     last: str
-    first_layer: int
-    last_layer: int
+    first_group: int
+    last_group: int
 
 
 @dataclass(frozen=True)
 class PlanShape:
     """A strategy's shape on its graph (see the module docstring). ``dp``, ``tp`` and ``pp``
-    are None unless the plan is regular; ``why`` lists what keeps it from being regular;
+    are None unless the plan is regular; ``stages`` are its pipeline stages when it is
+    regular, else the runs of consecutive groups (in data-flow order) on one device set, in
+    that order, so that they never overlap; ``groups`` counts the graph's co-location groups; ``why`` lists what keeps it from being regular;
     ``recompute_mode`` is ``"none"``, ``"full"`` (every group that can be is recomputed),
     ``"selective"`` (each attention's core: Megatron-LM's selective recomputation) or
     ``"partial"``; ``sequence_parallel``: tensor-parallel blocks with the ops between them
@@ -69,7 +72,7 @@ class PlanShape:
     recomputable: int
     batch_size: int | None
     why: tuple[str, ...]
-    layers: int
+    groups: int
     sequence_parallel: bool = False
 
     @property
@@ -101,9 +104,8 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
     why: list[str] = []
     ordered = _stage_order(graph, strategy, keys, sets, why)
     sizes = np.bincount(graph.arrays.group, minlength=graph.arrays.n_groups)
-    stages = []
-    for key in ordered:
-        where = [i for i, s in enumerate(sets) if s == key]
+
+    def stage(key, where) -> Stage:
         used = sorted({d for d in (dims[i] for i in where) if d is not None})
         n = len(key)
         # Megatron's tensor parallelism: blocks on tensor, the norms between them on batch
@@ -112,13 +114,17 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         dp = n if used == ["batch"] or n == 1 else (
             1 if used == ["channel"] or tensor else None)
         tp = n if used == ["channel"] or tensor else (1 if dp is not None else None)
-        stages.append(Stage(
+        return Stage(
             devices=key, heads=tuple(int(heads[i]) for i in where),
             ops=int(sum(int(sizes[order[i]]) for i in where)), dims=tuple(used), dp=dp, tp=tp,
             first=graph.ops[int(heads[where[0]])].name, last=graph.ops[int(heads[where[-1]])].name,
-            first_layer=where[0], last_layer=where[-1]))
+            first_group=where[0], last_group=where[-1])
+
+    stages = [stage(key, [i for i, s in enumerate(sets) if s == key]) for key in ordered]
     _check_stages(stages, len(strategy.used_devices), why)
     regular = not why
+    if not regular:  # device sets, not stages: listed as the runs they hold
+        stages = [stage(sets[run[0]], run) for run in _runs(sets)]
     heads_all = recomputable_heads(graph)
     recomputed = strategy.recompute
     cores = set(attention_cores(graph).tolist())
@@ -137,7 +143,18 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         sequence_parallel=regular and any(set(st.dims) == {"tensor", "batch"} for st in stages),
         batch_size=batch if isinstance(batch, int) and not isinstance(batch, bool)
         and batch > 0 else None,
-        why=tuple(why), layers=len(heads))
+        why=tuple(why), groups=len(heads))
+
+
+def _runs(sets) -> list[list[int]]:
+    """The positions of ``sets`` cut into runs of equal consecutive device sets."""
+    out: list[list[int]] = []
+    for i, s in enumerate(sets):
+        if out and sets[out[-1][-1]] == s:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def _replicate_unsplittable(graph, order, sets, dims) -> None:

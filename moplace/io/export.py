@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..core.coarsen import expand_names
 from ..core.graph import OpGraph
 from ..core.planshape import PlanShape
+from ..core.runners import FRAMEWORKS, batch_sizes, misfit, runners, stage_layers
 from ..core.strategy import Strategy
 
 PLAN_FORMAT = "moplace-plan"
@@ -20,20 +21,12 @@ PLAN_VERSION = 1
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
 
 
-def batch_sizes(shape: PlanShape) -> dict:
-    """The global, per-replica and micro-batch sizes where the graph names its batch and they
-    divide evenly (a size that does not is None)."""
-    b, dp, m = shape.batch_size, shape.dp or 1, shape.micro_batches
-    local = b // dp if b and b % dp == 0 else None
-    micro = local // m if local and local % m == 0 else None
-    return {"global": b, "per_replica": local, "micro": micro}
-
-
-def megatron_flags(shape: PlanShape) -> dict | None:
-    """Megatron-LM's flags for a regular plan (None otherwise): ``args`` (a list for a
-    command line), ``config`` (the megatron-core ``TransformerConfig`` fields they set) and
-    ``notes`` (what the flags leave out or approximate)."""
-    if not shape.regular:
+def megatron_flags(shape: PlanShape, graph: OpGraph) -> dict | None:
+    """Megatron-LM's flags for a plan Megatron runs (`moplace.core.runners.misfit`; None
+    otherwise): ``args`` (a list for a command line), ``config`` (the megatron-core
+    ``TransformerConfig`` fields they set) and ``notes`` (what the flags leave out or
+    approximate)."""
+    if misfit(graph, shape, "megatron"):
         return None
     args = ["--tensor-model-parallel-size", str(shape.tp),
             "--pipeline-model-parallel-size", str(shape.pp)]
@@ -62,29 +55,20 @@ def megatron_flags(shape: PlanShape) -> dict | None:
     elif shape.recompute_mode == "selective":
         args += ["--recompute-granularity", "selective"]
         config.update(recompute_granularity="selective")
-    elif shape.recompute_mode == "partial":
-        notes.append(_partial_note(shape))
     if shape.zero_stage in (1, 2):
         args.append("--use-distributed-optimizer")
-        if shape.zero_stage == 2:
-            notes.append("ZeRO-2: Megatron's distributed optimizer shards the optimizer state "
-                         "and reduce-scatters the gradients")
-    elif shape.zero_stage == 3:
-        args.append("--use-torch-fsdp2")
-        notes.append("ZeRO-3: weights sharded by PyTorch FSDP2")
-    if shape.pp > 1 and shape.schedule == "gpipe":
-        notes.append("Megatron runs its pipelines 1F1B (no GPipe schedule): the plan was "
-                     "scored under GPipe")
+        notes.append(f"ZeRO-{shape.zero_stage}: Megatron's distributed optimizer shards the "
+                     f"optimizer state and reduce-scatters the gradients")
     if shape.bucket_bytes:
         notes.append(f"gradient buckets of {shape.bucket_bytes:.0f} bytes "
                      f"(--ddp-bucket-size counts elements: bytes / element size)")
     return {"args": args, "config": config, "notes": notes}
 
 
-def torchtitan_toml(shape: PlanShape) -> dict | None:
-    """torchtitan's job config for a regular plan (None otherwise): ``tables`` (table -> key ->
-    value), ``toml`` (the text) and ``notes``."""
-    if not shape.regular:
+def torchtitan_toml(shape: PlanShape, graph: OpGraph) -> dict | None:
+    """torchtitan's job config for a plan torchtitan runs (`moplace.core.runners.misfit`;
+    None otherwise): ``tables`` (table -> key -> value), ``toml`` (the text) and ``notes``."""
+    if misfit(graph, shape, "torchtitan"):
         return None
     sharded = shape.zero_stage > 0
     par = {"data_parallel_replicate_degree": 1 if sharded else shape.dp,
@@ -92,15 +76,22 @@ def torchtitan_toml(shape: PlanShape) -> dict | None:
            "tensor_parallel_degree": shape.tp, "pipeline_parallel_degree": shape.pp,
            "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[shape.schedule]}
     notes = []
-    if shape.zero_stage in (1, 2):
+    if shape.zero_stage == 3:
+        par["fsdp_reshard_after_forward"] = "always"
+    elif shape.zero_stage in (1, 2):
         par["fsdp_reshard_after_forward"] = "never"
         notes.append(f"ZeRO-{shape.zero_stage} as FSDP that keeps the weights gathered "
                      f"between forward and backward (reshard never: ZeRO-2)")
+    if shape.pp > 1:
+        par["pipeline_parallel_layers_per_stage"] = stage_layers(graph, shape)[0]
     sizes = batch_sizes(shape)
     tables = {"parallelism": par}
-    if sizes["micro"]:
+    if sizes["micro"] and shape.pp > 1:
         par["pipeline_parallel_microbatch_size"] = sizes["micro"]
         tables["training"] = {"local_batch_size": sizes["per_replica"],
+                              "global_batch_size": sizes["global"]}
+    elif sizes["micro"]:  # micro-batches without a pipeline: gradient accumulation
+        tables["training"] = {"local_batch_size": sizes["micro"],
                               "global_batch_size": sizes["global"]}
     else:
         notes.append("set [training] local_batch_size and pipeline_parallel_microbatch_size "
@@ -115,17 +106,9 @@ def torchtitan_toml(shape: PlanShape) -> dict | None:
     if shape.sequence_parallel:
         notes.append("sequence parallelism: torchtitan shards the norms' activations on the "
                      "sequence under tensor parallelism by itself")
-    if shape.recompute_mode == "partial":
-        notes.append(_partial_note(shape))
     text = "".join(f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in keys.items())
                    + "\n" for table, keys in tables.items())
     return {"tables": tables, "toml": text.rstrip("\n") + "\n", "notes": notes}
-
-
-def _partial_note(shape: PlanShape) -> str:
-    return (f"{len(shape.recompute)} of {shape.recomputable} layers are recomputed (listed in "
-            f"'recompute'): no flag names a set of layers; apply it per layer "
-            f"(torch.utils.checkpoint)")
 
 
 def _toml_value(value) -> str:
@@ -137,8 +120,12 @@ def _toml_value(value) -> str:
 def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_names,
                   **where) -> dict:
     """The plan as JSON-ready data: ``where`` (e.g. source file, point, cluster) first, then
-    degrees, stages, levers, the flags (None where irregular) with ``why_no_flags``, and the
-    per-op placement and splits by device name (``ranks`` gives each used device's rank)."""
+    degrees, stages (each with its ``groups``, first and last position counted from 1 among
+    the graph's co-location groups in data-flow order; ``layers``: the model's layers per
+    stage, where the graph names them), levers, the flags of each framework that runs it
+    (None where it does not: ``why_not`` says why, ``why_no_flags`` for an irregular plan),
+    ``runs`` (`moplace.core.runners.runners`), and the per-op placement and splits by device
+    name (``ranks`` gives each used device's rank)."""
     names = list(device_names)
     ops = [op.name for op in graph.ops]
     return {
@@ -150,14 +137,17 @@ def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_n
                     if shape.regular else None),
         "stages": [{"devices": [names[d] for d in s.devices], "data": s.dp, "tensor": s.tp,
                     "first_op": s.first, "last_op": s.last,
-                    "layers": [s.first_layer, s.last_layer], "layer_count": len(s.heads),
-                    "ops": s.ops} for s in shape.stages],
-        "layers": shape.layers,
+                    "groups": [s.first_group + 1, s.last_group + 1],
+                    "group_count": len(s.heads), "ops": s.ops} for s in shape.stages],
+        "groups": shape.groups,
+        "layers": stage_layers(graph, shape) if shape.regular else None,
         "micro_batches": shape.micro_batches, "schedule": shape.schedule,
         "zero_stage": shape.zero_stage, "bucket_bytes": shape.bucket_bytes,
         "recompute": {"mode": shape.recompute_mode, "groups": list(shape.recompute)},
         "batch_size": batch_sizes(shape),
-        "megatron": megatron_flags(shape), "torchtitan": torchtitan_toml(shape),
+        "megatron": megatron_flags(shape, graph), "torchtitan": torchtitan_toml(shape, graph),
+        "runs": runners(graph, strategy, shape),
+        "why_not": {f: list(misfit(graph, shape, f)) for f in FRAMEWORKS},
         "why_no_flags": shape.why_text() or None, "irregular": list(shape.why),
         "placement": {m: names[int(d)] for n, d in zip(ops, strategy.placement.tolist())
                       for m in expand_names(graph, n)},
@@ -174,13 +164,14 @@ def plan_text(doc: dict, *, title: str) -> str:
     lines.append(f"shape: data {deg['data']} x tensor {deg['tensor']} x pipeline "
                  f"{deg['pipeline']}" if deg else "shape: irregular (per-op placement only)")
     stages = doc["stages"]
-    lines.append(f"stages ({len(stages)}, in data-flow order, of {doc['layers']} layers):")
+    what = "stages" if deg else "runs of groups on one device set"
+    lines.append(f"{what} ({len(stages)}, in data-flow order, of {doc['groups']} groups):")
     for k, s in enumerate(stages[:8]):
-        a, b = s["layers"]
+        a, b = s["groups"]
         width = (f"{s['tensor']}-way tensor parallel" if (s["tensor"] or 1) > 1 else
                  f"{s['data']} replica{'s' if s['data'] != 1 else ''}" if s["data"] else
                  "batch and channel splits")
-        lines.append(f"  {k}: layers {a}-{b} ({s['layer_count']}), {s['first_op']} .. "
+        lines.append(f"  {k}: groups {a}-{b} ({s['group_count']}), {s['first_op']} .. "
                      f"{s['last_op']}, {s['ops']} ops on {_listed(s['devices'])}: {width}")
     if len(stages) > 8:
         lines.append(f"  ... {len(stages) - 8} more (--format json lists them)")
@@ -190,17 +181,22 @@ def plan_text(doc: dict, *, title: str) -> str:
              if m > 1 else "1 micro-batch", f"ZeRO-{doc['zero_stage']}",
              f"{doc['bucket_bytes'] / 2**20:.2f} MiB buckets" if doc["bucket_bytes"]
              else "no gradient buckets",
-             f"recompute {rec['mode']}" + (f" ({_count(len(rec['groups']), 'layer')})"
+             f"recompute {rec['mode']}" + (f" ({_count(len(rec['groups']), 'group')})"
                                            if rec["groups"] else "")]
     lines.append("levers: " + ", ".join(lever))
+    lines.append("runs on: " + (", ".join(doc["runs"]) or "none of torchtitan, megatron, "
+                                "moplace-apply"))
+    if not deg:
+        lines.append("why no flags: " + doc["why_no_flags"])
+        return "\n".join(lines)
     if doc["megatron"]:
         lines.append("megatron: " + " ".join(doc["megatron"]["args"]))
+    if doc["torchtitan"]:
         tt = doc["torchtitan"]["tables"]["parallelism"]
         lines.append("torchtitan: " + ", ".join(f"{k}={v}" for k, v in tt.items()))
-        for note in doc["megatron"]["notes"] + doc["torchtitan"]["notes"]:
-            lines.append(f"  note: {note}")
-    else:
-        lines.append("why no flags: " + doc["why_no_flags"])
+    for f in ("megatron", "torchtitan"):
+        notes = doc[f]["notes"] if doc[f] else [f"no {f} flags: " + "; ".join(doc["why_not"][f])]
+        lines += [f"  note: {note}" for note in notes]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from ..core.runners import RUNNERS
 from ..errors import FormatError, shown
 from .strategies import FRONT_VERSION, StrategyError, check_version
 
@@ -59,7 +60,7 @@ def check_front(data, path) -> dict:
     for field in ("evaluations", "hypervolume", "memory_limit_bytes"):
         if data.get(field) is not None:
             _number(data[field], field, fail)
-    for field in ("graph_source", "cluster_source", "optimizer", "status", "searcher"):
+    for field in ("graph_source", "cluster_source", "optimizer", "status", "searcher", "space"):
         if data.get(field) is not None and not isinstance(data[field], str):
             fail(field, f"must be a string, got {shown(data[field])}")
     if "inplace" in data and not isinstance(data["inplace"], bool):
@@ -77,6 +78,9 @@ def _point(p, keys, at, fail) -> None:
     _number(p.get("violation_bytes"), f"{at}.violation_bytes", fail)
     if p.get("searcher") is not None and not isinstance(p["searcher"], str):
         fail(f"{at}.searcher", f"must be a string, got {shown(p['searcher'])}")
+    runs = p.get("runs")
+    if runs is not None and not (isinstance(runs, list) and all(r in RUNNERS for r in runs)):
+        fail(f"{at}.runs", f"must be a list of runners ({', '.join(RUNNERS)}), got {shown(runs)}")
     plan = p.get("plan")
     if plan is None:
         return

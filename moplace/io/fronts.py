@@ -19,7 +19,9 @@ graph gave them). Each objective is under the JSON key it was registered with
 (`objectives.Objective.json_key`). ``history`` has one entry per batch the searcher was told:
 evaluations so far, hypervolume and the best feasible value of each objective (``null`` before
 a feasible point was found).
-``baselines`` (optional) holds the baselines' points on the same problem
+``runs`` (optional, per point) lists the runners able to run it (`moplace.core.runners`:
+torchtitan, megatron, moplace-apply); ``space`` (optional) the framework whose plans a
+``--space`` search kept to. ``baselines`` (optional) holds the baselines' points on the same problem
 (`moplace.review.marks.baselines_json`), so a front point equal to one is named; ``notes`` what
 the searcher and the costs' origin (`moplace.costs.origin`) said. Both are optional: absent in
 older files and ignored by an older moplace, so they need no new version.
@@ -71,11 +73,15 @@ def read_front(path) -> dict:
 
 def point_json(point, problem) -> dict:
     """One evaluated point: objectives under their JSON names, feasibility, the plan at a
-    glance (`moplace.core.levers.plan_of`), the strategy."""
+    glance (`moplace.core.levers.plan_of`), the runners able to run it
+    (`moplace.core.runners.runners`), the strategy."""
+    from ..core.runners import runners
+
     values = dict(zip(problem.objectives, point.values.tolist()))
     out = {json_key(name): value for name, value in values.items()}
     out.update(feasible=point.feasible, violation_bytes=point.evaluation.violation,
                plan=plan_of(point.strategy, problem.graph),
+               runs=runners(problem.graph, point.strategy),
                strategy=strategy_to_json(problem.graph, point.strategy, problem.cluster))
     return out
 

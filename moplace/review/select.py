@@ -13,6 +13,9 @@ feasible value on the whole front, before any constraint (``1.05x``). The goal i
 to minimise among the points left (ties: the lesser other objectives, in order, then the first
 point) or ``knee`` (the knee of what is left: `moplace.review.marks.knee_index`).
 
+``runs=RUNNER`` keeps the points the runner can run (`moplace.core.runners.RUNNERS`:
+``torchtitan``, ``megatron``, ``moplace-apply``), as the front records them per point.
+
 Constraints filter a front after the search; ``--memory-limit`` (`moplace search`) bounds the
 search itself, so its front holds only plans that fit.
 """
@@ -29,6 +32,7 @@ from .marks import knee_index
 from .units import fmt, kind_of, label
 
 _OPS = ("<=", ">=", "<", ">")
+_RUNS = re.compile(r"\s*runs\s*=\s*(\S*)\s*")
 _PATTERN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*")
 
 
@@ -87,6 +91,32 @@ def _quantity(text: str, kind: str | None) -> float | None:
 
 
 @dataclass(frozen=True)
+class RunsConstraint:
+    """``runs=RUNNER``: the points whose runners include ``runner``."""
+
+    runner: str
+    text: str
+
+    def holds(self, runs) -> np.ndarray:
+        return np.array([self.runner in (r or ()) for r in runs], bool)
+
+
+def parse_runs(text: str) -> RunsConstraint | None:
+    """``text`` as a `RunsConstraint` when it is ``runs=RUNNER`` (None when it is not of
+    that form); a `MoplaceError` naming the runners when RUNNER is not one."""
+    from ..core.runners import RUNNERS
+
+    found = _RUNS.fullmatch(text) if isinstance(text, str) else None
+    if not found:
+        return None
+    name = found.group(1)
+    if name not in RUNNERS:
+        raise MoplaceError(f"--where {shown(text)}: {shown(name)} is not a runner"
+                           f"{did_you_mean(name, RUNNERS)} ({', '.join(RUNNERS)})")
+    return RunsConstraint(name, text.strip())
+
+
+@dataclass(frozen=True)
 class Selection:
     """The answer: ``index`` (the chosen point's number on the front; None when no point is
     left), the points left (``left``, their numbers), each constraint's absolute ``bounds``
@@ -96,13 +126,15 @@ class Selection:
     left: tuple[int, ...]
     bounds: tuple[tuple[Constraint, float], ...]
     goal: str
+    runs: tuple[str, ...] = ()
 
 
-def select(values: np.ndarray, feasible: np.ndarray, objectives, where=(), best="knee"
-           ) -> Selection:
+def select(values: np.ndarray, feasible: np.ndarray, objectives, where=(), best="knee",
+           runs=None) -> Selection:
     """The point of ``values`` (one row per front point, one column per objective) that
-    meets every constraint of ``where`` (strings or `Constraint`) and is best by ``best`` (an
-    objective or ``"knee"``); see the module docstring."""
+    meets every constraint of ``where`` (strings, `Constraint` or `RunsConstraint`) and is
+    best by ``best`` (an objective or ``"knee"``); ``runs``: each point's runners (None: the
+    front records none, and a ``runs=`` constraint is refused); see the module docstring."""
     objectives = list(objectives)
     values = np.asarray(values, float).reshape(-1, len(objectives))
     feasible = np.asarray(feasible, bool)
@@ -110,11 +142,17 @@ def select(values: np.ndarray, feasible: np.ndarray, objectives, where=(), best=
         raise MoplaceError(f"--best {shown(best)}: not an objective of this front"
                            f"{did_you_mean(best, [*objectives, 'knee'])}; choose one of "
                            f"{', '.join(objectives)} or knee")
-    constraints = [c if isinstance(c, Constraint) else parse_constraint(c, objectives)
-                   for c in where]
+    constraints = [c if isinstance(c, (Constraint, RunsConstraint)) else
+                   parse_runs(c) or parse_constraint(c, objectives) for c in where]
     keep = feasible.copy()
     bounds = []
     for c in constraints:
+        if isinstance(c, RunsConstraint):
+            if runs is None:
+                raise MoplaceError(f"--where {shown(c.text)}: this front records no runners "
+                                   f"(written before moplace recorded them): search again")
+            keep &= c.holds(runs)
+            continue
         col = values[:, objectives.index(c.objective)]
         if c.relative and not feasible.any():
             raise MoplaceError(f"--where {shown(c.text)}: no point of the front fits in "
@@ -123,8 +161,9 @@ def select(values: np.ndarray, feasible: np.ndarray, objectives, where=(), best=
         bounds.append((c, c.bound(ref)))
         keep &= c.holds(col, ref)
     left = np.flatnonzero(keep)
+    asked = tuple(c.text for c in constraints if isinstance(c, RunsConstraint))
     if not left.size:
-        return Selection(None, (), tuple(bounds), best)
+        return Selection(None, (), tuple(bounds), best, asked)
     if best == "knee":
         chosen = int(left[knee_index(values[left])])
     else:
@@ -132,7 +171,7 @@ def select(values: np.ndarray, feasible: np.ndarray, objectives, where=(), best=
         order = [k] + [j for j in range(len(objectives)) if j != k]
         keys = tuple(values[left, j] for j in reversed(order))
         chosen = int(left[np.lexsort(keys)[0]])
-    return Selection(chosen, tuple(int(i) for i in left), tuple(bounds), best)
+    return Selection(chosen, tuple(int(i) for i in left), tuple(bounds), best, asked)
 
 
 class Front:
@@ -171,13 +210,15 @@ class Front:
 
     def select(self, where=(), best="knee") -> Selection:
         """The point meeting ``where`` that is best by ``best`` (see the module docstring)."""
-        return select(self.values, self.feasible, self.objectives, where, best)
+        runs = [p.get("runs") for p in self.points]
+        return select(self.values, self.feasible, self.objectives, where, best,
+                      runs if all(isinstance(r, list) for r in runs) else None)
 
     def describe(self, selection: Selection) -> str:
         """The answer in a line a person reads: the point, its values, what it was chosen by."""
         if selection.index is None:
-            told = "; ".join(f"{c.text} (bound {fmt(b, kind_of(c.objective))})"
-                             for c, b in selection.bounds)
+            told = "; ".join([f"{c.text} (bound {fmt(b, kind_of(c.objective))})"
+                              for c, b in selection.bounds] + list(selection.runs))
             return f"no point of the {len(self.points)} meets {told}"
         row = self.values[selection.index]
         vals = ", ".join(f"{label(o)} {fmt(v, kind_of(o))}" for o, v in zip(self.objectives, row))

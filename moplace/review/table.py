@@ -12,6 +12,8 @@
   devices' capacity, summed over devices, in a column that says so.
 - The knee and any point equal to a baseline (at the displayed precision, or within
   `moplace.optimize.archive.RTOL`) named in the notes.
+- ``runs``: the runners able to run each point (`moplace.core.runners`; ``titan``, ``mega``,
+  ``apply`` for torchtitan, Megatron-LM, ``moplace apply``), when the front records them.
 
 Rows keep the front's point numbers, which ``--point K`` takes.
 """
@@ -97,7 +99,8 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
     comparison = any("searcher" in p for p in points)
     if comparison:
         heads.append("searcher")
-    heads += ["notes", "plan"]
+    runs = any("runs" in p for p in points)  # fronts before runners were recorded: none
+    heads += ["notes"] + (["runs"] if runs else []) + ["plan"]
     table = []
     for k in rows:
         p = points[k]
@@ -112,9 +115,10 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
         if comparison:
             row.append(str(p.get("searcher", "")))
         plan = p.get("plan")
-        row += [", ".join(notes), plan_text(plan) if isinstance(plan, dict) else ""]
+        row += [", ".join(notes)] + ([runs_text(p.get("runs"))] if runs else []) \
+            + [plan_text(plan) if isinstance(plan, dict) else ""]
         table.append(row)
-    lines = aligned(heads, table, words={"feasible", "searcher", "notes", "plan"})
+    lines = aligned(heads, table, words={"feasible", "searcher", "notes", "runs", "plan"})
     if len(rows) < len(set(shown)):
         lines.append(f"{len(rows)} of {len(set(shown))} distinct points shown: each "
                      f"objective's best, the knee and points spread along the front (--all "
@@ -124,6 +128,15 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
     if not data["points"]:
         lines.append("no strategy fits in memory; the rows are the least-violating ones")
     return "\n".join(lines)
+
+
+#: the runners as the ``runs`` column writes them (`moplace.core.runners.RUNNERS`)
+RUNS_SHORT = {"torchtitan": "titan", "megatron": "mega", "moplace-apply": "apply"}
+
+
+def runs_text(runs) -> str:
+    """A point's runners, compact: ``titan+mega+apply``; ``-`` for none."""
+    return "+".join(RUNS_SHORT.get(r, r) for r in runs or []) or "-"
 
 
 def aligned(heads: list[str], rows: list[list[str]], words: set[str]) -> list[str]:

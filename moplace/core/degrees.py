@@ -1,0 +1,257 @@
+"""The plans a training framework expresses, as a genome of degrees (`DegreeSpace`): what
+``moplace search --space torchtitan|megatron`` searches instead of per-op placement.
+
+A point of the space is a `Degrees`: the devices used (a power of two, or every device), the
+pipeline degree ``pp`` (equal stages by the model's layers), each stage's width over its
+devices, data parallel (every group split on ``batch``) or tensor parallel (Megatron's blocks
+split on ``tensor``, the ops between them on ``batch``: sequence parallelism), the
+micro-batches and their schedule, the recomputation (none, each layer checkpointed: ``full``,
+or each attention's core: ``selective``) and the ZeRO stage, as the framework names each
+(`moplace.core.runners`). Its genome is one integer gene per degree, in `GENES` order; a gene
+picks among the values left by the genes before it (a value past their count wraps round), so
+every genome decodes to a plan of the space and each plan has exactly one genome with genes
+within their counts (`encode`). `regular_plan` builds the strategy: every point of a space
+runs on its framework by `moplace.core.runners.misfit` (tests/test_runnable.py checks each).
+
+Later degrees (context and expert parallelism, virtual stages, device sets beyond a power of
+two) are new genes appended to `GENES` with their choices in `_choices`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from ..errors import StrategyError
+from .baselines import DDP_BUCKET_BYTES, reduces_gradients, shards_updates, topological_priority
+from .graph import OpGraph
+from .planshape import plan_shape
+from .recompute import attention_cores, layer_checkpoints
+from .runners import FRAMEWORKS, RECOMPUTE, SCHEDULES, misfit, stage_of_groups
+from .strategy import SCHEDULES as STRATEGY_SCHEDULES
+from .strategy import Split, Strategy
+
+#: the genes, in genome order
+GENES = ("devices", "pipeline", "mode", "micro_batches", "schedule", "recompute", "zero")
+#: the micro-batch counts the space offers
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+#: the ZeRO stages the space offers per framework (ZeRO-2 runs as ZeRO-1 in the simulator)
+ZERO = {"torchtitan": (0, 1, 3), "megatron": (0, 1)}
+
+
+@dataclass(frozen=True)
+class Degrees:
+    """One plan of a space: ``devices`` used, ``pp`` stages, ``mode`` ("data" or "tensor")
+    over each stage's ``devices // pp`` devices, ``micro_batches`` under ``schedule``
+    ("1f1b"/"gpipe"), ``recompute`` ("none"/"full"/"selective") and ``zero`` (0, 1, 3)."""
+
+    devices: int
+    pp: int
+    mode: str
+    micro_batches: int
+    schedule: str
+    recompute: str
+    zero: int
+
+    @property
+    def width(self) -> int:
+        return self.devices // self.pp
+
+    def text(self) -> str:
+        what = "tensor" if self.mode == "tensor" else "data"
+        return (f"{self.devices} devices: pp {self.pp} x {what} {self.width}, "
+                f"{self.micro_batches} micro-batches {self.schedule}, recompute "
+                f"{self.recompute}, ZeRO-{self.zero}")
+
+
+class DegreeSpace:
+    """The plans ``framework`` (one of `moplace.core.runners.FRAMEWORKS`) runs of ``graph``
+    on ``n_devices`` devices (module docstring)."""
+
+    def __init__(self, graph: OpGraph, n_devices: int, framework: str):
+        if framework not in FRAMEWORKS:
+            raise ValueError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+        self.graph, self.n_devices, self.framework = graph, int(n_devices), framework
+        layers = graph.metadata.get("layers")
+        self.layers = layers if isinstance(layers, dict) and layers.get("count") else None
+        batch = graph.metadata.get("batch_size")
+        self.batch = batch if isinstance(batch, int) and batch > 0 else None
+        cores, checkpoints = attention_cores(graph), layer_checkpoints(graph)
+        self.recompute_heads = {"none": np.empty(0, np.int64), "full": checkpoints,
+                                "selective": cores}
+        self.recompute_modes = tuple(r for r in RECOMPUTE[framework]
+                                     if r == "none" or self.recompute_heads[r].size)
+        self.shapes = self._shapes()
+
+    # -- the space ----------------------------------------------------------------------------
+
+    def _shapes(self) -> dict[int, dict[int, tuple[str, ...]]]:
+        """devices -> pp -> modes: the stage layouts that run on the framework, each checked
+        once, without levers, by `misfit`."""
+        D = self.n_devices
+        counts = sorted({k for k in range(1, D + 1) if k & (k - 1) == 0} | {D})
+        out: dict[int, dict[int, tuple[str, ...]]] = {}
+        tensor = any(all("tensor" in self.graph.ops[i].splittable for i in m)
+                     for m in self.graph.groups)
+        for n in counts:
+            for pp in (p for p in range(1, n + 1) if n % p == 0):
+                if pp > 1 and not (self.layers and self.layers["count"] % pp == 0):
+                    continue
+                modes = ("data", "tensor") if tensor and n // pp > 1 else ("data",)
+                ok = tuple(m for m in modes if self._runs(Degrees(n, pp, m, 1, "1f1b",
+                                                                  "none", 0)))
+                if ok:
+                    out.setdefault(n, {})[pp] = ok
+        return out
+
+    def _runs(self, d: Degrees) -> bool:
+        s = regular_plan(self.graph, d, self.recompute_heads)
+        shape = plan_shape(self.graph, s)
+        return shape.regular and shape.pp == d.pp and not misfit(self.graph, shape,
+                                                                  self.framework)
+
+    def _choices(self, partial: tuple) -> tuple:
+        """The values of the next gene after the values ``partial`` of the genes before it."""
+        k = len(partial)
+        if k == 0:
+            return tuple(self.shapes)
+        if k == 1:
+            return tuple(self.shapes[partial[0]])
+        if k == 2:
+            return self.shapes[partial[0]][partial[1]]
+        n, pp, mode = partial[:3]
+        dp = n // pp if mode == "data" else 1
+        if k == 3:
+            return tuple(m for m in MICRO_BATCHES
+                         if self.batch is None or self.batch % (dp * m) == 0) or (1,)
+        if k == 4:
+            return SCHEDULES[self.framework] if pp > 1 and partial[3] > 1 else ("1f1b",)
+        if k == 5:
+            return self.recompute_modes
+        shardable = dp > 1 and reduces_gradients(self.graph) and shards_updates(self.graph)
+        return tuple(z for z in ZERO[self.framework] if z == 0 or shardable
+                     and not (z == 3 and partial[3] > 1))
+
+    @property
+    def size(self) -> int:
+        return len(GENES)
+
+    @cached_property
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per gene, 0 and the largest index any of its choice lists has."""
+        hi = np.zeros(len(GENES))
+        for d in self.all():
+            x = self.encode_degrees(d)
+            hi = np.maximum(hi, x)
+        return np.zeros(len(GENES)), hi
+
+    def all(self) -> list[Degrees]:
+        """Every plan of the space, in genome order."""
+        out = []
+
+        def walk(partial):
+            if len(partial) == len(GENES):
+                out.append(Degrees(*partial))
+                return
+            for v in self._choices(partial):
+                walk(partial + (v,))
+
+        walk(())
+        return out
+
+    def degrees(self, x) -> Degrees:
+        """The plan genome ``x`` stands for (each gene rounded, wrapped round its choices)."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape != (len(GENES),):
+            raise StrategyError(f"genome has {x.size} genes, expected {len(GENES)}")
+        partial: tuple = ()
+        for gene in x.tolist():
+            choices = self._choices(partial)
+            partial += (choices[int(round(max(gene, 0.0))) % len(choices)],)
+        return Degrees(*partial)
+
+    def encode_degrees(self, d: Degrees) -> np.ndarray:
+        """The genome of plan ``d``; `StrategyError` when the space has no such plan."""
+        values, partial, x = (d.devices, d.pp, d.mode, d.micro_batches, d.schedule,
+                              d.recompute, d.zero), (), []
+        for name, v in zip(GENES, values):
+            choices = self._choices(partial)
+            if v not in choices:
+                raise StrategyError(f"{name} {v} is not in the {self.framework} space "
+                                    f"(choices {', '.join(map(str, choices))})")
+            x.append(choices.index(v))
+            partial += (v,)
+        return np.array(x, np.float64)
+
+    def decode(self, x) -> Strategy:
+        return regular_plan(self.graph, self.degrees(x), self.recompute_heads)
+
+    def encode(self, strategy: Strategy) -> np.ndarray:
+        """The genome of ``strategy`` when it is a plan of the space (as `decode` builds it);
+        `StrategyError` otherwise."""
+        d = self.of_strategy(strategy)
+        x = self.encode_degrees(d)
+        if self.decode(x).simulation_key != strategy.simulation_key:
+            raise StrategyError(f"the strategy has the degrees of {d.text()} but another "
+                                f"placement than the {self.framework} space builds")
+        return x
+
+    def of_strategy(self, strategy: Strategy) -> Degrees:
+        """The degrees of ``strategy``'s shape; `StrategyError` when it is irregular."""
+        shape = plan_shape(self.graph, strategy)
+        if not shape.regular:
+            raise StrategyError("an irregular plan has no degrees")
+        mode = "tensor" if shape.tp > 1 else "data"
+        rec = shape.recompute_mode if shape.recompute_mode != "partial" else "partial"
+        return Degrees(len(shape.devices), shape.pp, mode, shape.micro_batches,
+                       shape.schedule if shape.micro_batches > 1 and shape.pp > 1 else "1f1b",
+                       rec, shape.zero_stage)
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` genomes, each gene uniform over its bounds."""
+        lo, hi = self.bounds
+        return rng.integers(lo.astype(np.int64), hi.astype(np.int64) + 1,
+                            size=(n, len(GENES))).astype(np.float64)
+
+
+def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None) -> Strategy:
+    """The strategy of plan ``d`` on devices 0..d.devices-1: ``d.pp`` stages cut at the
+    layer boundaries (`moplace.core.runners.stage_of_groups`), stage k on devices
+    ``k * width ..``; in each stage every group split on ``batch`` over them (data parallel),
+    or (tensor parallel) on ``tensor`` where it may and on ``batch`` elsewhere; a group that
+    may not split runs on the stage's first device. Ops run in topological order; gradients
+    go in DDP's buckets where replicas reduce them."""
+    if recompute_heads is None:
+        recompute_heads = {"none": np.empty(0, np.int64), "full": layer_checkpoints(graph),
+                           "selective": attention_cores(graph)}
+    w = d.width
+    if d.pp > 1:
+        layers = graph.metadata["layers"]
+        names, period, per = layers["boundaries"], layers["period"], layers["count"] // d.pp
+        depth = graph.depth
+        cuts = np.array([depth[graph.index[names[k * per * period]]] for k in range(1, d.pp)],
+                        np.float64)
+        stage = stage_of_groups(graph, cuts)
+    else:
+        stage = np.zeros(graph.arrays.n_groups, np.int64)
+    device = stage * w
+    splits: dict[int, Split] = {}
+    if w > 1:
+        for g, members in enumerate(graph.groups):
+            devices = tuple(range(int(device[g]), int(device[g]) + w))
+            dims = [set(graph.ops[i].splittable) for i in members]
+            if d.mode == "tensor" and all("tensor" in s for s in dims):
+                splits[g] = Split("tensor", devices)
+            elif all("batch" in s for s in dims):
+                splits[g] = Split("batch", devices)
+    group = graph.arrays.group
+    placement = device[group]
+    op_splits = {op: splits[g] for g, members in enumerate(graph.groups) if g in splits
+                 for op in members}
+    bucket = DDP_BUCKET_BYTES if w > 1 and reduces_gradients(graph) else 0.0
+    return Strategy(placement, topological_priority(graph), op_splits, bucket_bytes=bucket,
+                    zero_stage=float(d.zero), micro_batches=float(d.micro_batches),
+                    schedule=float(STRATEGY_SCHEDULES.index(d.schedule)),
+                    recompute=recompute_heads[d.recompute])

@@ -1,0 +1,145 @@
+"""Who can run a plan (`runners`): torchtitan, Megatron-LM, ``moplace apply``, by one rule
+(`misfit`) that the export (`moplace.io.export`) writes its configurations by, so a plan
+listed as running on a framework always exports as that framework's configuration.
+
+A plan runs on **torchtitan** (0.2.2) or **Megatron-LM** (megatron-core 0.16.1) when its shape
+(`moplace.core.planshape`) is regular (every stage the same data- or tensor-parallel degree on
+its own devices, ``pp * dp * tp`` the devices used) and each of its levers is one the
+framework's configuration names:
+
+- equal pipeline stages: with ``pp > 1`` every stage holds the same number of the model's
+  layers, whole (`stage_layers`; a graph that names no layers cannot say, and is excluded);
+  torchtitan's ``pipeline_parallel_layers_per_stage``, Megatron's ``num_layers / pp``;
+- recomputation: none, every layer checkpointed (``full``: torchtitan's
+  ``activation_checkpoint.mode = "full"``, Megatron's ``--recompute-granularity full``) or each
+  attention's core (``selective``); a set of groups of its own (``partial``) neither;
+- ZeRO as each names it: torchtitan's FSDP (``data_parallel_shard_degree``; ZeRO-3 reshards
+  the weights after the forward, ZeRO-1/2 keeps them, ``fsdp_reshard_after_forward =
+  "never"``, which is ZeRO-2 and what the simulator runs for ZeRO-1); Megatron's distributed
+  optimizer (ZeRO-1/2, ``use_distributed_optimizer``), no ZeRO-3;
+- the schedule: torchtitan runs 1F1B and GPipe; Megatron only 1F1B;
+- micro-batches: the graph's batch (when it names it) must divide into ``dp`` replicas of
+  ``micro_batches`` micro-batches.
+
+A plan runs on **moplace-apply** when its graph came from a front end that ``moplace apply``
+runs (`APPLY_FORMATS`, read from the graph's ``metadata["format"]``): any plan of it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import ROLES, OpGraph
+from .planshape import PlanShape, plan_shape
+
+#: the runners, in the order they are listed
+RUNNERS = ("torchtitan", "megatron", "moplace-apply")
+#: the training frameworks of `RUNNERS` (configurations written by `moplace export`)
+FRAMEWORKS = ("torchtitan", "megatron")
+#: the graph formats (``metadata["format"]``) whose plans ``moplace apply`` runs: Keras
+#: graphs (the TensorFlow testbed); the PyTorch testbed adds "pytorch"
+APPLY_FORMATS = ("tensorflow",)
+#: the ZeRO stages each framework names (see the module docstring)
+ZERO_STAGES = {"torchtitan": (0, 1, 2, 3), "megatron": (0, 1, 2)}
+#: the pipeline schedules each framework runs
+SCHEDULES = {"torchtitan": ("1f1b", "gpipe"), "megatron": ("1f1b",)}
+#: the recomputation modes each framework names
+RECOMPUTE = {"torchtitan": ("none", "selective", "full"),
+             "megatron": ("none", "selective", "full")}
+
+
+def applies(graph: OpGraph) -> bool:
+    """Does ``moplace apply`` run plans of ``graph`` (its front end's format)?"""
+    return graph.metadata.get("format") in APPLY_FORMATS
+
+
+def batch_sizes(shape: PlanShape) -> dict:
+    """The global, per-replica and micro-batch sizes where the graph names its batch and they
+    divide evenly (a size that does not is None)."""
+    b, dp, m = shape.batch_size, shape.dp or 1, shape.micro_batches
+    local = b // dp if b and b % dp == 0 else None
+    micro = local // m if local and local % m == 0 else None
+    return {"global": b, "per_replica": local, "micro": micro}
+
+
+def stage_layers(graph: OpGraph, shape: PlanShape) -> list[int] | None:
+    """The model's layers each stage of ``shape`` holds whole, in stage order (a layer is
+    counted to the stage of its last boundary, `moplace.torch.layers`); None when the graph
+    names no layers or a layer's boundaries lie on two stages."""
+    layers = graph.metadata.get("layers")
+    if not isinstance(layers, dict):
+        return None
+    names, period, count = layers.get("boundaries"), layers.get("period"), layers.get("count")
+    if not (isinstance(names, list) and isinstance(period, int) and isinstance(count, int)
+            and period >= 1 and count >= 1 and len(names) > period * count):
+        return None
+    stage_of = {h: k for k, st in enumerate(shape.stages) for h in st.heads}
+    head = graph.group_head
+    out = [0] * len(shape.stages)
+    for j in range(count):
+        at = {stage_of.get(int(head[graph.index[n]])) if n in graph.index else None
+              for n in names[j * period + 1:(j + 1) * period + 1]}
+        if len(at) != 1 or None in at:
+            return None
+        out[at.pop()] += 1
+    return out
+
+
+def misfit(graph: OpGraph, shape: PlanShape, framework: str) -> tuple[str, ...]:
+    """Why ``framework`` (one of `FRAMEWORKS`) cannot run the plan of ``shape`` on ``graph``
+    (empty: it can); see the module docstring."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    if not shape.regular:
+        return ("irregular: " + "; ".join(shape.why),)
+    why = []
+    if shape.pp > 1:
+        counts = stage_layers(graph, shape)
+        if counts is None:
+            why.append("pipeline stages need the model's layers, whole on each stage "
+                       "(the graph names none, or a layer lies on two stages)")
+        elif len(set(counts)) > 1 or 0 in counts:
+            why.append(f"pipeline stages of unequal layers ({', '.join(map(str, counts))})")
+    if shape.zero_stage not in ZERO_STAGES[framework]:
+        why.append(f"ZeRO-{shape.zero_stage}: {framework} names ZeRO "
+                   + "/".join(map(str, ZERO_STAGES[framework][1:])) + " only")
+    if shape.pp > 1 and shape.micro_batches > 1 and shape.schedule not in SCHEDULES[framework]:
+        why.append(f"{framework} runs no {shape.schedule} pipeline schedule")
+    if shape.recompute_mode not in RECOMPUTE[framework]:
+        why.append(f"{len(shape.recompute)} of {shape.recomputable} groups recomputed: no "
+                   f"{framework} option names that set")
+    sizes = batch_sizes(shape)
+    if sizes["global"] and not sizes["micro"]:
+        why.append(f"batch {sizes['global']} does not divide into {shape.dp} replicas x "
+                   f"{shape.micro_batches} micro-batches")
+    return tuple(why)
+
+
+def runners(graph: OpGraph, strategy, shape: PlanShape | None = None) -> list[str]:
+    """The runners of `RUNNERS` able to run ``strategy`` on ``graph``, in that order."""
+    shape = shape if shape is not None else plan_shape(graph, strategy)
+    out = [f for f in FRAMEWORKS if not misfit(graph, shape, f)]
+    return out + (["moplace-apply"] if applies(graph) else [])
+
+
+def stage_of_groups(graph: OpGraph, cuts: np.ndarray) -> np.ndarray:
+    """Per co-location group, its pipeline stage when the forward is cut after the ops of
+    depth ``cuts`` (ascending: stage k holds the forward ops deeper than ``cuts[k - 1]`` up to
+    ``cuts[k]``): a forward op by its depth, any other op (a backward, an update) by its
+    depth mirrored about the loss's (the backward runs from the loss back), a group by the
+    median over its ops with inputs (its forward ops, when it has some): a layer's weights sit
+    with what reads them."""
+    a = graph.arrays
+    depth = graph.depth.astype(np.float64)
+    forward = a.role == ROLES.index("forward")
+    loss = depth[forward].max() if forward.any() else 0.0
+    key = np.where(forward, depth, 2 * loss - depth)
+    inputs = np.diff(a.in_ptr) > 0
+    fwd_groups = np.bincount(a.group, weights=forward & inputs, minlength=a.n_groups) > 0
+    use = inputs & np.where(fwd_groups[a.group], forward, True)
+    out = np.zeros(a.n_groups, np.int64)
+    for g, members in enumerate(graph.groups):
+        m = np.asarray(members)
+        chosen = m[use[m]] if use[m].any() else m
+        out[g] = int(np.searchsorted(cuts, np.median(key[chosen]), side="left"))
+    return out

@@ -1,0 +1,238 @@
+"""Fronts of runnable plans (issue 48): the runners of a plan (`moplace.core.runners`), the
+framework spaces (`moplace.core.degrees`), ``show --where runs=``, ``search --space`` and the
+export of irregular plans as disjoint runs of groups.
+
+The torchtitan test loads each export with torchtitan 0.2.2's own ``ConfigManager`` (its
+``torchtitan/config`` package, loaded without the package's ``__init__``, which imports
+triton); it skips, saying so, where torchtitan and tyro are not installed
+(``pip install --no-deps torchtitan==0.2.2 tyro``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import moplace
+from moplace.cli import main
+from moplace.core.baselines import baseline
+from moplace.core.degrees import DegreeSpace, Degrees, regular_plan
+from moplace.core.planshape import plan_shape
+from moplace.core.runners import misfit, runners
+from moplace.io.export import plan_document, torchtitan_toml
+
+TINY = Path(__file__).parent / "data" / "tiny-llama.json"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return moplace.load_graph(str(TINY))
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_runner_rule(tiny):
+    vgg = moplace.load_graph("pipedream:vgg16")
+    assert runners(vgg, baseline("data-parallel", vgg, 4)) == ["torchtitan", "megatron"]
+    # a Keras graph runs on moplace apply, whatever its plan
+    keras = type(vgg)(vgg.ops, vgg.edges, name="k", metadata={"format": "tensorflow"})
+    assert runners(keras, baseline("round-robin", keras, 4)) == ["moplace-apply"]
+    dp = baseline("data-parallel", tiny, 8)
+    assert runners(tiny, dp.with_options(zero_stage=3)) == ["torchtitan"]  # no Megatron FSDP
+    assert "megatron" in runners(tiny, dp.with_options(zero_stage=1))
+    some = regular_plan(tiny, Degrees(8, 1, "data", 1, "1f1b", "none", 0))
+    heads = DegreeSpace(tiny, 8, "torchtitan").recompute_heads["full"][:3]
+    assert runners(tiny, some.with_recompute(heads)) == []  # a set of groups: no flag names it
+    # a GPipe pipeline: torchtitan only; an uneven one (3 layers and 1): neither
+    gpipe = regular_plan(tiny, Degrees(4, 2, "data", 4, "gpipe", "none", 0))
+    assert runners(tiny, gpipe) == ["torchtitan"]
+    assert "gpipe" in misfit(tiny, plan_shape(tiny, gpipe), "megatron")[0]
+    odd = regular_plan(tiny, Degrees(4, 4, "data", 1, "1f1b", "none", 0))
+    stage = np.asarray(odd.placement)
+    placement = np.where(stage == 3, 2, stage)  # the last stage merged into the third
+    uneven = odd.derive(placement=placement)
+    assert "unequal" in " ".join(misfit(tiny, plan_shape(tiny, uneven), "torchtitan"))
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "megatron"])
+def test_every_plan_of_a_space_runs_and_exports(tiny, framework):
+    space = DegreeSpace(tiny, 8, framework)
+    plans = space.all()
+    assert len(plans) > 50 and len(set(plans)) == len(plans)
+    assert any(d.pp > 1 for d in plans) and any(d.mode == "tensor" for d in plans)
+    for d in plans[::3]:
+        x = space.encode_degrees(d)
+        assert space.degrees(x) == d
+        s = space.decode(x)
+        shape = plan_shape(tiny, s)
+        assert shape.regular and shape.pp == d.pp and not misfit(tiny, shape, framework), d
+        doc = plan_document(tiny, s, shape, [f"gpu{i}" for i in range(8)])
+        assert doc[framework] is not None and framework in doc["runs"]
+        assert space.encode(s).tolist() == x.tolist()
+    rng = np.random.default_rng(0)
+    for x in space.sample(40, rng):  # any genome decodes to a plan of the space
+        assert space.degrees(x) in set(plans)
+
+
+def test_the_space_seeds_stay_in_it(tiny):
+    from searchers.degrees import space_seeds
+
+    for framework in ("torchtitan", "megatron"):
+        space = DegreeSpace(tiny, 8, framework)
+        seeds = space_seeds(space)
+        assert seeds and all(d in set(space.all()) for _, d in seeds)
+        assert ("FSDP" in {label for label, _ in seeds}) == (framework == "torchtitan")
+
+
+def test_runs_filter(capsys, tmp_path):
+    front = tmp_path / "s" / "front.json"
+    code, _, err = run(capsys, "search", TINY, "--cluster", "8xH100-80GB-NVLink", "--searcher",
+                       "nsga2", "--budget", 60, "--out", front.parent, "--no-mlflow", "--quiet")
+    assert code == 0, err
+    data = json.loads(front.read_text())
+    runs = [p["runs"] for p in data["points"]]
+    assert any("torchtitan" in r for r in runs) and any("torchtitan" not in r for r in runs)
+    code, out, err = run(capsys, "show", front, "--where", "runs=torchtitan", "--json")
+    assert code == 0, err
+    left = json.loads(out)["left"]
+    assert left == [k for k, r in enumerate(runs) if "torchtitan" in r]
+    code, out, err = run(capsys, "show", front, "--where", "runs=deepspeed")
+    assert code == 2 and err.count("\n") == 1 and "not a runner" in err
+    code, out, err = run(capsys, "show", front)
+    assert code == 0 and "runs" in out.splitlines()[1] and "titan" in out
+    # a front written before runners were recorded still loads; runs= says why it cannot
+    for p in data["points"]:
+        p.pop("runs")
+    front.write_text(json.dumps(data))
+    code, out, err = run(capsys, "show", front)
+    assert code == 0 and "runs" not in out.splitlines()[1]
+    code, out, err = run(capsys, "show", front, "--where", "runs=megatron")
+    assert code == 2 and "records no runners" in err
+
+
+def test_irregular_exports_list_disjoint_runs_in_data_flow_order():
+    """The front point that listed `0: layers 0-40 (38)` and then `1: layers 34-34 (1)`:
+    data parallel with two groups placed alone on one device."""
+    vgg = moplace.load_graph("pipedream:vgg16")
+    dp = baseline("data-parallel", vgg, 4)
+    from moplace.core.baselines import group_order
+
+    order = group_order(vgg)
+    placement = np.array(dp.placement)
+    splits = dict(dp.splits)
+    for g in order[[19, 33]].tolist():
+        for op in vgg.groups[g]:
+            splits.pop(op, None)
+            placement[op] = 2
+    plan = moplace.Strategy(placement, dp.priority, splits, **dp.options)
+    shape = plan_shape(vgg, plan)
+    assert not shape.regular
+    doc = plan_document(vgg, plan, shape, [f"gpu{i}" for i in range(4)])
+    spans = [tuple(s["groups"]) for s in doc["stages"]]
+    assert spans[0][0] == 1 and spans[-1][1] == doc["groups"] == len(order)
+    assert all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:]))  # disjoint, in order
+    assert [s["group_count"] for s in doc["stages"]] == [b - a + 1 for a, b in spans]
+    assert len(spans) == 5 and spans[1] == (20, 20) and spans[3] == (34, 34)
+    for s, (a, b) in zip(doc["stages"], spans):  # names of the first ops of those groups
+        assert s["first_op"] == vgg.ops[vgg.groups[order[a - 1]][0]].name
+        assert s["last_op"] == vgg.ops[vgg.groups[order[b - 1]][0]].name
+    from moplace.io.export import plan_text
+
+    assert "  1: groups 20-20 (1), node20 .. node20" in plan_text(doc, title="t")
+
+
+def _torchtitan_available() -> bool:
+    return (importlib.util.find_spec("torchtitan") is not None
+            and importlib.util.find_spec("tyro") is not None)
+
+
+def _load_in_torchtitan(texts, tmp_path) -> list:
+    """Each TOML text of ``texts`` parsed by torchtitan 0.2.2's ``ConfigManager``: its config
+    package loaded without torchtitan's ``__init__`` (which imports its models, and triton),
+    the modules taken out again afterwards."""
+    spec = importlib.util.find_spec("torchtitan")
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "torchtitan"}
+    stub = types.ModuleType("torchtitan")
+    stub.__path__ = list(spec.submodule_search_locations)
+    sys.modules["torchtitan"] = stub
+    try:
+        from torchtitan.config import ConfigManager
+
+        jobs = []
+        for k, text in enumerate(texts):
+            path = tmp_path / f"p{k}.toml"
+            path.write_text(text)
+            jobs.append(ConfigManager().parse_args(["--job.config_file", str(path)]))
+        return jobs
+    finally:
+        for k in [k for k in sys.modules if k.split(".")[0] == "torchtitan"]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def test_a_torchtitan_front_exports_and_torchtitan_reads_each(capsys, tmp_path):
+    out_dir = tmp_path / "tt"
+    code, _, err = run(capsys, "search", TINY, "--cluster", "8xH100-80GB-NVLink", "--searcher",
+                       "nsga2", "--space", "torchtitan", "--budget", 40, "--out", out_dir,
+                       "--no-mlflow", "--quiet")
+    assert code == 0, err
+    front = out_dir / "front.json"
+    data = json.loads(front.read_text())
+    assert data["space"] == "torchtitan" and data["points"]
+    tomls, docs = [], []
+    for k, p in enumerate(data["points"]):
+        assert "torchtitan" in p["runs"]
+        code, toml, err = run(capsys, "export", front, "--point", k, "--format", "torchtitan")
+        assert code == 0, err
+        tomls.append(toml)
+        docs.append(json.loads(run(capsys, "export", front, "--point", k, "--json")[1]))
+    code, _, err = run(capsys, "search", TINY, "--cluster", "8xH100-80GB-NVLink", "--searcher",
+                       "mcmc", "--space", "megatron", "--out", tmp_path / "m", "--no-mlflow")
+    assert code == 2 and "nsga2 or random" in err and err.count("\n") == 1
+    if not _torchtitan_available():
+        pytest.skip("torchtitan 0.2.2 and tyro are not installed: the exports were written, "
+                    "not read by torchtitan (pip install --no-deps torchtitan==0.2.2 tyro)")
+    for job, doc in zip(_load_in_torchtitan(tomls, tmp_path), docs):
+        par = job.parallelism
+        assert par.pipeline_parallel_degree == doc["degrees"]["pipeline"]
+        assert par.tensor_parallel_degree == doc["degrees"]["tensor"]
+        assert (par.data_parallel_replicate_degree * par.data_parallel_shard_degree
+                == doc["degrees"]["data"])
+        tables = doc["torchtitan"]["tables"]
+        assert job.activation_checkpoint.mode == tables["activation_checkpoint"]["mode"]
+        if "training" in tables:
+            assert job.training.local_batch_size == tables["training"]["local_batch_size"]
+
+
+def test_show_against_says_what_the_other_front_buys(capsys, tmp_path):
+    for space, out in (("torchtitan", "a"), ("any", "b")):
+        code, _, err = run(capsys, "search", TINY, "--cluster", "8xH100-80GB-NVLink",
+                           "--searcher", "random", "--space", space, "--budget", 25, "--out",
+                           tmp_path / out, "--no-mlflow", "--quiet")
+        assert code == 0, err
+    code, out, err = run(capsys, "show", tmp_path / "a" / "front.json", "--against",
+                         tmp_path / "b" / "front.json")
+    assert code == 0, err
+    assert "the best unconstrained plan" in out and "the best torchtitan one" in out
+    assert len(out.splitlines()) == 3
+
+
+def test_torchtitan_toml_follows_the_rule(tiny):
+    s = regular_plan(tiny, Degrees(8, 2, "data", 2, "1f1b", "full", 1))
+    tables = torchtitan_toml(plan_shape(tiny, s), tiny)["tables"]
+    assert tables["parallelism"]["pipeline_parallel_layers_per_stage"] == 2
+    assert tables["parallelism"]["fsdp_reshard_after_forward"] == "never"
+    assert tables["training"] == {"local_batch_size": 2, "global_batch_size": 8}
+    acc = regular_plan(tiny, Degrees(4, 1, "data", 2, "1f1b", "none", 0))
+    assert torchtitan_toml(plan_shape(tiny, acc), tiny)["tables"]["training"] == {
+        "local_batch_size": 1, "global_batch_size": 8}  # 2 micro-batches: accumulation
