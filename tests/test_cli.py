@@ -156,13 +156,30 @@ class TestEvaluate:
 
 class TestListings:
     def test_clusters_lists_every_preset(self, capsys):
-        code, out, err = run(capsys, ["clusters"])
+        code, out, err = run(capsys, ["clusters", "--all"])
         assert code == 0 and err == ""
         presets = list_presets()
         assert len(presets) >= 5
         for name in presets:
             assert f"{name}:" in out
             assert any(line.startswith(name + ":") for line in out.splitlines())
+        assert "speed: each GPU's compute speed relative to a V100" in out
+
+    def test_clusters_lists_one_line_per_preset_by_default(self, capsys):
+        """(issue 48) A line per preset, its links in words and `speed` explained, not 253
+        lines of devices."""
+        code, out, err = run(capsys, ["clusters"])
+        assert code == 0 and err == ""
+        lines = out.splitlines()
+        assert lines[0].split() == ["preset", "GPUs", "servers", "kind", "memory", "speed",
+                                    "inside", "a", "server", "between", "servers"]
+        assert [line.split()[0] for line in lines[1:len(list_presets()) + 1]] == list_presets()
+        assert len(lines) <= len(list_presets()) + 5
+        row = next(line for line in lines if line.startswith("2x8xH100-80GB-8xIB400 "))
+        assert row.split()[1:7] == ["16", "2", "H100", "80", "GiB", "4.27"]
+        assert "NVLink4/NVSwitch 370 GB/s" in row and row.endswith("IB NDR 48 GB/s")
+        assert "speed: each GPU's compute speed relative to a V100" in out
+        assert "`moplace clusters --all` lists every device and link" in out
 
     def test_graphs_lists_bundled_names(self, capsys):
         code, out, err = run(capsys, ["graphs"])

@@ -301,7 +301,9 @@ class Case:
 
     def must(self, argv: list[str], what: str) -> Result:
         result = self.run(argv)
-        if result.code != 0:
+        # 3: a search on the test's shrunk budget found nothing that fits (documented; it
+        # still writes its front of the least-violating points, which later commands read)
+        if result.code != 0 and not (result.code == 3 and argv[0] in ("search", "compare")):
             pytest.fail(f"README.md:{self.cmd.line}: `{self.cmd.text}`: {what} `moplace "
                         f"{shlex.join(argv)}` exited {result.code}:\n{result.err[-3000:]}")
         return result

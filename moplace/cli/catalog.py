@@ -1,7 +1,8 @@
 """The catalogue commands: what moplace has to offer, before any work.
 
     moplace graphs       bundled profiled graphs: size, profiled device, batch, precision, compute
-    moplace clusters     preset clusters: devices, memory, links
+    moplace clusters     preset clusters, one line each: GPUs, servers, memory, speed, links
+                         [--all: every device and link]
     moplace searchers    registered searchers: origin, summary, settings [--json]
 """
 
@@ -16,20 +17,55 @@ def add_commands(sub) -> None:
     """Register ``graphs``, ``clusters`` and ``searchers`` on the CLI's subparsers."""
     gr = sub.add_parser("graphs", help="list the bundled profiled graphs")
     gr.set_defaults(run=_graphs)
-    cl = sub.add_parser("clusters", help="list the preset clusters")
+    cl = sub.add_parser("clusters", help="list the preset clusters, one line each")
+    cl.add_argument("--all", action="store_true",
+                    help="list every device and link of each preset (the long listing)")
     cl.set_defaults(run=_clusters)
     ls = sub.add_parser("searchers", help="list the registered searchers and their settings")
     ls.add_argument("--json", action="store_true", help="print exactly one JSON object")
     ls.set_defaults(run=_searchers)
 
 
+#: what the clusters' ``speed`` figure means, said under both listings
+SPEED = ("speed: each GPU's compute speed relative to a V100 (1.00); an op's time profiled on "
+         "another kind is scaled by the ratio of the two speeds")
+
+
 def _clusters(args) -> int:
     from ..core.presets import list_presets, load_cluster
+    from ..review.table import aligned
 
-    for name in list_presets():
-        print(load_cluster(name).describe())
-        print()
+    clusters = [load_cluster(name) for name in list_presets()]
+    if args.all:
+        for c in clusters:
+            print(c.describe())
+            print()
+        print(SPEED)
+        return 0
+    heads = ["preset", "GPUs", "servers", "kind", "memory", "speed", "inside a server",
+             "between servers"]
+    rows = [[c.name, str(c.n_devices), str(c.n_servers),
+             "/".join(dict.fromkeys(d.kind for d in c.devices)),
+             "/".join(dict.fromkeys(f"{d.memory_bytes / 2**30:.0f} GiB" for d in c.devices)),
+             "/".join(dict.fromkeys(f"{d.speed:.2f}" for d in c.devices)),
+             _link(c, same_server=True), _link(c, same_server=False)] for c in clusters]
+    print("\n".join(aligned(heads, rows, words={"preset", "kind", "inside a server",
+                                                "between servers"})))
+    print(f"\n{SPEED}\n`moplace clusters --all` lists every device and link; a cluster of "
+          f"your own: a TOML file (docs/cluster-format.md)")
     return 0
+
+
+def _link(cluster, *, same_server: bool) -> str:
+    """The link between the first two GPUs of one server (or of two servers): its label and
+    bandwidth per direction; ``-`` where there is no such pair."""
+    n = cluster.n_devices
+    for i in range(n):
+        for j in range(n):
+            if i != j and (cluster.server[i] == cluster.server[j]) == same_server:
+                label = cluster.link_labels[i * n + j]
+                return f"{label + ' ' if label else ''}{cluster.bandwidth[i, j] / 1e9:.4g} GB/s"
+    return "-"
 
 
 def _graphs(args) -> int:

@@ -15,6 +15,7 @@ both clusters.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError
@@ -115,7 +116,7 @@ def _devices(names) -> str:
 def _evaluate(args) -> int:
     from ..core.baselines import BASELINES, baseline
     from ..costs.costmodel import CostModel
-    from ..review.report import evaluation_table, summary_table
+    from ..review.report import evaluation_table, report_units, summary_table
     from ..simulator.evaluation import evaluate
 
     from_front(args, needs_cluster=True)
@@ -143,9 +144,12 @@ def _evaluate(args) -> int:
     from ..costs.origin import estimated_notes
 
     costs_notes = estimated_notes(graph, cluster)
+    same = _same_plans(runs, graph)
     if args.json:
         from ..core.levers import plan_of
-        objs = {name: {**ev.as_dict(), "plan": plan_of(runs[name], graph)}
+        objs = {name: {**ev.as_dict(), "plan": plan_of(runs[name], graph),
+                       **({"same_plan_as": same[name][0], "same_plan_why": same[name][1]}
+                          if name in same else {})}
                 for name, ev in results.items()}
         out = ({"graph": graph.name, "cluster": cluster.name, "results": objs,
                 "cost_notes": costs_notes}
@@ -156,13 +160,63 @@ def _evaluate(args) -> int:
                                       **origin, **next(iter(objs.values()))})
         print(strictjson.dumps(out))
         return 0
-    print(f"graph {graph.name} ({len(graph.ops)} ops, {len(graph.edges)} edges) on "
-          f"{cluster.name} ({cluster.n_devices} devices)")
+    batch = graph.metadata.get("batch_size")
+    batch = f", batch {batch}" if isinstance(batch, int) and not isinstance(batch, bool) else ""
+    print(f"graph {graph.name} ({len(graph.ops)} ops, {len(graph.edges)} edges{batch}) on "
+          f"{cluster.name} ({_devices(cluster.device_names).split(':')[0]})")
     for note in costs_notes:
         print(f"note: {note}")
+    units = report_units(results, cluster)
     if len(results) > 1:
-        print(summary_table(results))
+        print(summary_table(results, units, {name: f"= {other}: {why}"
+                                             for name, (other, why) in same.items()}))
     for name, ev in results.items():
+        if name in same:
+            print(f"\n{name}: the same plan as {same[name][0]} ({same[name][1]}), above")
+            continue
         print(f"\n{name}:")
-        print(evaluation_table(ev, cluster))
+        print(evaluation_table(ev, cluster, units))
+    hint = _next_hint(args)
+    if hint:
+        print(f"\nnext: {hint}")
     return 0
+
+
+def _same_plans(runs: dict, graph) -> dict:
+    """name -> (the earlier name whose strategy it is, why) for each strategy of ``runs``
+    that repeats an earlier one: a baseline that falls back to another on this graph or
+    cluster says so instead of standing as a second, silent copy."""
+    first: dict = {}
+    out = {}
+    for name, strategy in runs.items():
+        key = strategy.simulation_key
+        if key not in first:
+            first[key] = name
+            continue
+        tensor = any(all("tensor" in graph.ops[i].splittable for i in members)
+                     for members in graph.groups)
+        if len(strategy.used_devices) == 1:
+            why = "every op on one device"
+        elif name.startswith("tensor-parallel") and not tensor:
+            why = f"no op of {graph.name} can be split on tensor, so its groups split on batch"
+        else:
+            why = "the same placement, splits and order"
+        out[name] = (first[key], why)
+    return out
+
+
+def _next_hint(args) -> str:
+    """The command a user runs next: from the baselines, a search of the front beyond them;
+    from a front's point, its launch flags."""
+    import shlex
+
+    if args.baseline:
+        out = Path(str(args.graph)).name.split(":")[-1].replace("/", "-") or "front"
+        return (f"moplace search {shlex.quote(str(args.graph))} --cluster "
+                f"{shlex.quote(str(args.cluster))} --searcher nsga2 --out {shlex.quote(out)}  "
+                f"(the trade-off front beyond the baselines; then `moplace show "
+                f"{shlex.quote(out)}/front.json`)")
+    if args.strategy and args.point is not None:
+        return (f"moplace export {shlex.quote(str(args.strategy))} --point {args.point}  "
+                f"(the plan as Megatron-LM flags, a torchtitan TOML or per-op JSON)")
+    return ""

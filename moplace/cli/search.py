@@ -176,7 +176,9 @@ def _print_result(problem, searcher, result, data, path, every) -> None:
     if not result.front:
         print("no feasible strategy found; the least-violating ones:")
     print(front_text(data, every=every))
-    print(f"wrote {path} (evaluate a point with: moplace evaluate {path} --point K)")
+    print(f"wrote {path}")
+    print(f"next: moplace show {path} --point K (a point's plan), moplace evaluate {path} "
+          f"--point K (its devices), moplace export {path} --point K (its launch flags)")
     for note in data["notes"]:
         print(f"note: {note}")
     estimate = searcher.own_estimates().get("runtime")
