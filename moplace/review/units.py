@@ -119,23 +119,51 @@ def fmt_duration(seconds: float) -> str:
 
 def plan_text(plan: dict) -> str:
     """A strategy's plan (`moplace.core.levers.plan_of`) as a line a person reads at a
-    glance: "4 devices, 161 split, 25.00 MiB buckets, ZeRO-1, 88 recomputed, 8 micro-batches
-    1F1B"."""
+    glance, in the vocabulary of `show` and `export` (splits in ops, recomputation in groups,
+    a regular plan by its degrees) and with only the levers that act: "data parallel ×8,
+    25.00 MiB buckets, ZeRO-1", "4 devices, 161 ops split (64 on tensor), 88 groups
+    recomputed, 8 micro-batches 1F1B" (buckets and ZeRO left out where no weights are
+    replicated). A front written before a field existed reads as it did."""
     n = plan["devices"]
-    parts = [f"{n} device{'s' if n != 1 else ''}"]
-    if plan.get("split_groups"):
+    degrees = plan.get("degrees")
+    shape = _degrees_text(degrees) if isinstance(degrees, dict) else None
+    parts = [shape or f"{n} device{'s' if n != 1 else ''}"]
+    ops, tensor = _whole(plan.get("split_ops")), _whole(plan.get("tensor_ops"))
+    if shape is None and ops:
+        parts.append(f"{ops} ops split" + (f" ({tensor} on tensor)" if tensor else ""))
+    elif shape is None and ops is None and plan.get("split_groups"):  # an older front
         tensor = plan.get("tensor_groups")
-        parts.append(f"{plan['split_groups']} split" + (f" ({tensor} tensor-parallel)"
-                                                         if tensor else ""))
-    if plan.get("bucket_bytes"):
+        parts.append(f"{plan['split_groups']} groups split"
+                     + (f" ({tensor} tensor-parallel)" if tensor else ""))
+    acting = plan.get("replicas") is not False  # older fronts: shown as they were
+    if acting and plan.get("bucket_bytes"):
         parts.append(f"{fmt(plan['bucket_bytes'], 'bytes')} buckets")
-    if plan.get("zero_stage"):
+    if acting and plan.get("zero_stage"):
         parts.append(f"ZeRO-{plan['zero_stage']}")
     if plan.get("recomputed_groups"):
-        parts.append(f"{plan['recomputed_groups']} recomputed")
+        k = plan["recomputed_groups"]
+        parts.append(f"{k} group{'s' if k != 1 else ''} recomputed")
     if plan.get("micro_batches", 1) > 1:
         parts.append(f"{plan['micro_batches']} micro-batches {SCHEDULE_NAMES[plan['schedule']]}")
     return ", ".join(parts)
+
+
+def _whole(value) -> int | None:
+    """``value`` when it is a whole number >= 0 (a damaged file's is not), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
+
+
+def _degrees_text(degrees: dict) -> str | None:
+    """A regular plan's degrees in words: "data parallel ×8", "2 pipeline stages × tensor
+    parallel ×4"; None when they are not whole numbers >= 1."""
+    dp, tp, pp = (_whole(degrees.get(k)) for k in ("data", "tensor", "pipeline"))
+    if not all((dp, tp, pp)):
+        return None
+    parts = ([f"{pp} pipeline stages"] if pp > 1 else []) \
+        + ([f"data parallel ×{dp}"] if dp > 1 else []) \
+        + ([f"tensor parallel ×{tp}"] if tp > 1 else [])
+    return " × ".join(parts) or "1 device"
 
 
 #: how a schedule reads in tables
