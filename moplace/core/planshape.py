@@ -1,5 +1,5 @@
 """A strategy in the terms a user trains with (`plan_shape`): the devices it uses, its pipeline
-stages (the co-location groups, "layers", grouped by the devices they run on, in the order data
+stages (co-location groups, not model layers, grouped by the devices they run on, in the order data
 flows through them), each stage's data-parallel degree (its groups split on ``batch``: one
 replica per part) and tensor-parallel degree (split on ``channel``), the micro-batches and
 their schedule, the ZeRO stage, the recomputed groups and the bucket size; and whether the plan
@@ -189,7 +189,7 @@ def _stage_order(graph, strategy, keys, sets, why) -> list:
     if len(out) < len(keys):
         stuck = [keys[i] for i in range(len(keys)) if i not in out]
         why.append(f"data flows back and forth between devices {_devs(stuck[0])} and others "
-                   f"({len(stuck)} device sets on a cycle): the layers do not form a pipeline "
+                   f"({len(stuck)} device sets on a cycle): the groups do not form a pipeline "
                    f"of stages")
         return keys
     return [keys[i] for i in out]
@@ -201,14 +201,14 @@ def _check_stages(stages, n_used: int, why: list) -> None:
         for d in stage.devices:
             if d in seen and not why:
                 why.append(f"stages {seen[d]} and {k} share device {d} (a device set that "
-                           f"holds some layers whole and others split, or overlapping splits)")
+                           f"holds some groups whole and others split, or overlapping splits)")
             seen.setdefault(d, k)
     mixed = [k for k, stage in enumerate(stages) if stage.dp is None]
     if mixed:
         listed = ", ".join(map(str, mixed[:4])) + (", ..." if len(mixed) > 4 else "")
         what = f"stage {mixed[0]}" if len(mixed) == 1 else f"{len(mixed)} stages ({listed})"
-        why.append(f"{what} split some layers on batch and others on channel over the same "
-                   f"devices (a dp x tp stage would split every layer both ways)")
+        why.append(f"{what} split some groups on batch and others on channel over the same "
+                   f"devices (a dp x tp stage would split every group both ways)")
     degrees = [(s.dp, s.tp) for s in stages]
     if len(set(degrees)) > 1 and all(d is not None for d, _ in degrees):
         shown = ", ".join(f"stage {k} has {_replicas(s)}" for k, s in enumerate(stages))
