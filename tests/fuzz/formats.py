@@ -462,6 +462,8 @@ class Arguments:
         # refused command must not leave behind
         for v in ("8xH100", "16xh100", "8xMI300", "x" * 200):
             n.append((f"evaluate --cluster {v[:10]!r}", _swap(b["evaluate"], "--cluster", v)))
+        n.append(("clusters --all", ["clusters", "--all"]))
+        n.append(("clusters extra word", ["clusters", "8xH100"]))
         n.append(("search --cluster 8xH100 --out new folder",
                   _swap(_swap(b["search-random"], "--cluster", "8xH100"), "--out",
                         str(wd / "refused" / "out"))))
