@@ -14,13 +14,14 @@ the seeded random order), and the search ends when every plan of the space was e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from moplace.core.degrees import Degrees, DegreeSpace, regular_plan
 from moplace.core.strategy import Strategy
 from moplace.optimize.searcher import Searcher
 from moplace.optimize.settings import Settings, setting
-from dataclasses import dataclass
 
 #: the methods a space is searched with
 METHODS = ("nsga2", "random")
@@ -141,6 +142,7 @@ class SpaceSearcher(Searcher):
 
     def tell(self, strategies, evaluations) -> None:
         scale = float(np.sum(self.problem.cluster.memory)) or 1.0
+        self.evaluated = getattr(self, "evaluated", 0) + len(evaluations)
         if not hasattr(self, "told_x"):
             self.told_x, self.told_f, self.told_g = [], [], []
         X = self.pending[:len(evaluations)]
@@ -164,6 +166,7 @@ class SpaceSearcher(Searcher):
     def notes(self) -> list[str]:
         if not hasattr(self, "space"):
             return []
-        return [f"searched the {self.config.space} space: {len(self.asked)} of its "
+        done = getattr(self, "evaluated", 0)
+        return [f"searched the {self.config.space} space: {done} of its "
                 f"{len(self.plans)} plans ({self.config.method} over the degree genome, "
                 f"seeded with {len(self.seeds)} of the plans people run)"]

@@ -19,7 +19,9 @@ framework's configuration names:
   optimizer (ZeRO-1/2, ``use_distributed_optimizer``), no ZeRO-3;
 - the schedule: torchtitan runs 1F1B and GPipe; Megatron only 1F1B;
 - micro-batches: the graph's batch (when it names it) must divide into ``dp`` replicas of
-  ``micro_batches`` micro-batches.
+  ``micro_batches`` micro-batches;
+- tensor parallelism: its degree must divide the attention heads (where the graph's cost
+  features give them, `attention_heads`), as both frameworks shard heads.
 
 A plan runs on **moplace-apply** when its graph came from a front end that ``moplace apply``
 runs (`APPLY_FORMATS`, read from the graph's ``metadata["format"]``): any plan of it.
@@ -85,6 +87,20 @@ def stage_layers(graph: OpGraph, shape: PlanShape) -> list[int] | None:
     return out
 
 
+def attention_heads(graph: OpGraph) -> int | None:
+    """The attention heads of ``graph``'s model, where its cost features say (a fused
+    attention's batch x heads over the graph's batch); None where they do not."""
+    batch = graph.metadata.get("batch_size")
+    features = graph.metadata.get("cost_features")
+    if not (isinstance(batch, int) and batch > 0 and isinstance(features, dict)):
+        return None
+    for f in features.values():
+        if isinstance(f, dict) and f.get("cls") == "attention" and not f.get("bwd"):
+            bh = f.get("bh")
+            return bh // batch if isinstance(bh, int) and bh % batch == 0 else None
+    return None
+
+
 def misfit(graph: OpGraph, shape: PlanShape, framework: str) -> tuple[str, ...]:
     """Why ``framework`` (one of `FRAMEWORKS`) cannot run the plan of ``shape`` on ``graph``
     (empty: it can); see the module docstring."""
@@ -108,6 +124,10 @@ def misfit(graph: OpGraph, shape: PlanShape, framework: str) -> tuple[str, ...]:
     if shape.recompute_mode not in RECOMPUTE[framework]:
         why.append(f"{len(shape.recompute)} of {shape.recomputable} groups recomputed: no "
                    f"{framework} option names that set")
+    heads = attention_heads(graph)
+    if shape.tp > 1 and heads and heads % shape.tp:
+        why.append(f"tensor parallel over {shape.tp} devices: the {heads} attention heads do "
+                   f"not divide among them")
     sizes = batch_sizes(shape)
     if sizes["global"] and not sizes["micro"]:
         why.append(f"batch {sizes['global']} does not divide into {shape.dp} replicas x "

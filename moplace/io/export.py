@@ -24,8 +24,9 @@ TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
 def megatron_flags(shape: PlanShape, graph: OpGraph) -> dict | None:
     """Megatron-LM's flags for a plan Megatron runs (`moplace.core.runners.misfit`; None
     otherwise): ``args`` (a list for a command line), ``config`` (the megatron-core
-    ``TransformerConfig`` fields they set) and ``notes`` (what the flags leave out or
-    approximate)."""
+    ``TransformerConfig`` fields they set), ``ddp`` (the ``DistributedDataParallelConfig``
+    and ``OptimizerConfig`` field: ``use_distributed_optimizer``) and ``notes`` (what the
+    flags leave out or approximate)."""
     if misfit(graph, shape, "megatron"):
         return None
     args = ["--tensor-model-parallel-size", str(shape.tp),
@@ -55,6 +56,7 @@ def megatron_flags(shape: PlanShape, graph: OpGraph) -> dict | None:
     elif shape.recompute_mode == "selective":
         args += ["--recompute-granularity", "selective"]
         config.update(recompute_granularity="selective")
+    ddp = {"use_distributed_optimizer": shape.zero_stage in (1, 2)}
     if shape.zero_stage in (1, 2):
         args.append("--use-distributed-optimizer")
         notes.append(f"ZeRO-{shape.zero_stage}: Megatron's distributed optimizer shards the "
@@ -62,7 +64,7 @@ def megatron_flags(shape: PlanShape, graph: OpGraph) -> dict | None:
     if shape.bucket_bytes:
         notes.append(f"gradient buckets of {shape.bucket_bytes:.0f} bytes "
                      f"(--ddp-bucket-size counts elements: bytes / element size)")
-    return {"args": args, "config": config, "notes": notes}
+    return {"args": args, "config": config, "ddp": ddp, "notes": notes}
 
 
 def torchtitan_toml(shape: PlanShape, graph: OpGraph) -> dict | None:
