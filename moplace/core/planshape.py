@@ -52,7 +52,8 @@ class PlanShape:
     are None unless the plan is regular; ``stages`` are its pipeline stages when it is
     regular, else the runs of consecutive groups (in data-flow order) on one device set, in
     that order, so that they never overlap; ``groups`` counts the graph's co-location groups;
-    ``why`` lists what keeps it from being regular; ``recompute_mode`` is ``"none"``, ``"full"`` (every group that can be is recomputed),
+    ``why`` lists what keeps it from being regular; ``recompute_mode`` is ``"none"``,
+    ``"full"`` (every group that can be is recomputed),
     ``"selective"`` (each attention's core: Megatron-LM's selective recomputation) or
     ``"partial"``; ``sequence_parallel``: tensor-parallel blocks with the ops between them
     split on batch over the same devices; ``batch_size`` is the graph's (its metadata), when
