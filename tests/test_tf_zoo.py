@@ -257,3 +257,11 @@ def test_subclassed_model_rejected(tmp_path):
             return Net(), keras.losses.SparseCategoricalCrossentropy(), keras.optimizers.SGD(), (x, y)
         """)
     assert "no defined inputs" in error_for(path)
+
+
+def test_the_names_known_without_tensorflow_are_the_zoos():
+    """`moplace zoo` and the model argument's check list the zoo without importing TensorFlow
+    (`moplace.tf.source.ZOO_NAMES`): the same names in the same order as the zoo itself."""
+    from moplace.tf.source import ZOO_NAMES
+
+    assert list(ZOO_NAMES) == list(ZOO.names())

@@ -175,7 +175,7 @@ BAD = {
     "not a module": ("import torch\n\ndef build(b):\n    return 1, 2, 3, (4, 5)\n",
                      "model must be a torch.nn.Module"),
     "lbfgs": (MLP.format(opt="LBFGS", args=""), "optimizer LBFGS is not one moplace models"),
-    "syntax": ("import torch\ndef build(b:\n", "line 2"),
+    "syntax": ("import torch\ndef build(b:\n", ":2: SyntaxError: '(' was never closed"),
 }
 
 

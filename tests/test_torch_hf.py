@@ -21,10 +21,10 @@ TINY = {"gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
                   "vocab_size": 500, "max_position_embeddings": 64}}
 
 
-def config_file(tmp_path, kind):
+def config_file(tmp_path, kind, **extra):
     path = tmp_path / kind / "config.json"
     path.parent.mkdir()
-    path.write_text(json.dumps(TINY[kind]))
+    path.write_text(json.dumps({**TINY[kind], **extra}))
     return path
 
 
@@ -32,10 +32,23 @@ def config_file(tmp_path, kind):
     ("gpt2", "fp32", "adam", 4 + 4 + 8), ("llama", "bf16", "adam-mixed", 2 + 2 + 12)])
 def test_a_config_json_is_built_traced_and_converted(tmp_path, capsys, kind, dtype, optimizer,
                                                      per_param):
+    """GPT-2 at --dtype fp32; Llama at the bf16 its config.json names (issue 48: the dtype
+    and the optimizer state assumed are said, in --json too)."""
     out = tmp_path / "g.json"
-    assert main(["profile", f"hf:{config_file(tmp_path, kind)}", "--batch", "2", "--seq-len",
-                 "16", "--dtype", dtype, "-o", str(out), "--quiet"]) == 0
-    assert "a Hugging Face model (transformers, sdpa attention)" in capsys.readouterr().out
+    config = config_file(tmp_path, kind, **({"torch_dtype": "bfloat16"} if kind == "llama"
+                                            else {}))
+    assert main(["profile", f"hf:{config}", "--batch", "2", "--seq-len", "16", "-o", str(out),
+                 "--quiet", "--json", *(["--dtype", dtype] if kind == "gpt2" else [])]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lines"][0].startswith(f"{kind}: a Hugging Face model (transformers, sdpa "
+                                       f"attention)")
+    said = ("dtype: fp32 (--dtype)" if kind == "gpt2"
+            else "dtype: bf16, from the configuration's torch_dtype (bfloat16)")
+    assert data["dtype"] == dtype and data["notes"][0] == said and said in data["lines"]
+    state = {"adam": "optimizer state: adam: two moments (Adam) in the weights' dtype",
+             "adam-mixed": "optimizer state: adam-mixed: two moments (Adam) and a master copy "
+                           "of the weights, in FP32 beside 16-bit weights"}[optimizer]
+    assert data["optimizer"] == optimizer and any(n.startswith(state) for n in data["notes"])
     g = load_graph(str(out))
     assert g.name == kind and g.metadata["optimizer"] == optimizer
     assert g.metadata["source"]["seq_len"] == 16 and g.metadata["source"]["dtype"] == dtype

@@ -11,7 +11,8 @@
     moplace searchers
     moplace clusters
     moplace graphs
-    moplace profile MODEL_OR_PY --batch N [--device-count K | --testbed K] -o graph.json   (TensorFlow)
+    moplace profile MODEL_OR_PY --batch N [--device-count K | --testbed K] -o graph.json   (Keras: TensorFlow)
+    moplace profile MODEL.py|hf:NAME --batch N [--seq-len S] [--dtype bf16] -o graph.json (PyTorch)
     moplace apply GRAPH (--strategy FILE | --baseline NAME) --steps N [--testbed K] [--json] (TensorFlow)
     moplace fidelity MODEL_OR_PY --batch N [--testbed 2] [-o STEM] [--json]   (TensorFlow)
     moplace zoo
@@ -83,6 +84,8 @@ EXAMPLES = """examples:
   moplace compare pipedream:vgg16 --cluster 4xV100-NVLink --searchers nsga2,mcmc,random
   moplace runs                        the searches logged to MLflow; `moplace ui` opens them
   moplace profile mlp --batch 32 -o mlp.json    a Keras model's step, measured (TensorFlow)
+  moplace profile hf:gpt2 --batch 8 -o gpt2.json   a PyTorch model's step (a .py file or
+                                      hf:NAME), traced without memory, times estimated
 
 `moplace COMMAND --help` lists a command's options. A bad input prints one line naming what is
 wrong and exits 2."""

@@ -31,27 +31,31 @@ def add_commands(sub) -> None:
                    help="batch size (PyTorch and hf: models: several, e.g. 4,8; required but "
                         "to log a saved report)")
     f.add_argument("--seq-len", type=integers(1, 2**22), metavar="TOKENS",
-                   help="hf:NAME only: tokens per sequence, one or several (e.g. 256,512; "
+                   help="(hf:NAME only) tokens per sequence, one or several (e.g. 256,512; "
                         "default: the model's longest context)")
-    f.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="hf:NAME only: the weights' precision (default fp32)")
+    f.add_argument("--dtype", choices=("fp32", "bf16", "fp16"),
+                   help="(hf:NAME only) the weights' precision (default: the configuration's "
+                        "torch_dtype, else fp32)")
     f.add_argument("--device", choices=("cuda", "cpu"),
-                   help="PyTorch and hf: models: the GPU (default where one is visible) or "
+                   help="(PyTorch only) the GPU (default where one is visible) or "
                         "this CPU")
     f.add_argument("--micro-batches", type=integers(1, 1024), default=[1, 2, 4, 8],
-                   metavar="K,...", help="PyTorch and hf: models: the one-device plans, as "
+                   metavar="K,...", help="(PyTorch only) the one-device plans, as "
                    "micro-batches accumulating their gradients (default 1,2,4,8; 1: single)")
     f.add_argument("--testbed", type=integer(1, 64), metavar="K",
-                   help="worker processes, one device each (default 2)")
+                   help="(Keras only) worker processes, one device each (default 2)")
     f.add_argument("--steps", type=integer(3, 10**5), default=None,
                    help="timed steps per strategy (default 20; PyTorch and hf: models 10)")
     f.add_argument("--front-points", type=integer(0, 100),
-                   help="points of the NSGA-II front to run (default 6)")
-    f.add_argument("--budget", type=integer(1, 10**7), help="NSGA-II evaluations (default 2000)")
+                   help="(Keras only) points of the NSGA-II front to run (default 6)")
+    f.add_argument("--budget", type=integer(1, 10**7),
+                   help="(Keras only) NSGA-II evaluations (default 2000)")
     f.add_argument("--calibration", type=integer(0, 100),
-                   help="random strategies the corrections are fitted on (default 6; 0: none)")
+                   help="(Keras only) random strategies the corrections are "
+                   "fitted on (default 6; 0: none)")
     f.add_argument("--seed", type=integer(0, 2**32 - 1),
-                   help="random seed of the searches and calibration (default 0)")
+                   help="(Keras only) random seed of the searches and "
+                   "calibration (default 0)")
     f.add_argument("-o", "--output", type=file_arg, metavar="STEM",
                    help="write STEM.txt, STEM.json and STEM.png")
     f.add_argument("--force", action="store_true", help="replace existing output files")
@@ -91,7 +95,7 @@ def _fidelity(args) -> int:
                                f"the option is for PyTorch and hf: models")
     if args.batch is None:
         raise MoplaceError("--batch is required")
-    if len(args.batch) > 1 or args.micro_batches != [1, 2, 4, 8] or args.dtype != "fp32":
+    if len(args.batch) > 1 or args.micro_batches != [1, 2, 4, 8] or args.dtype is not None:
         raise MoplaceError(f"--batch with one size: {args.model} is a Keras model (several "
                            f"sizes, --micro-batches and --dtype are for PyTorch and hf: models)")
     args.batch = args.batch[0]

@@ -21,62 +21,81 @@ from ..errors import MoplaceError
 from .args import file_arg, integer
 
 
+PROFILE = """\
+Trace one training step of a model into an op graph. A Keras model (a zoo name or a Keras .py
+file) is traced and every op measured with TensorFlow. A PyTorch model file (one that imports
+torch) or hf:NAME (a Hugging Face model by configuration) is traced under fake tensors, its op
+times estimated for --estimate's kinds. "(Keras only)" and "(PyTorch only)" mark the options
+of one front end (PyTorch includes hf:NAME)."""
+
+
 def add_commands(sub) -> None:
     """Register the front-end subcommands on the CLI's subparsers."""
-    p = sub.add_parser("profile", help="trace a Keras model's training step and measure every op")
+    p = sub.add_parser("profile", help="trace a model's training step into an op graph (Keras: "
+                       "measured; PyTorch file or hf:NAME: estimated)", description=PROFILE)
     p.add_argument("model", type=file_arg,
                    help="zoo name (see `moplace zoo`), a .py file defining build(batch_size) "
                         "(Keras, or PyTorch when it imports torch), or hf:NAME, a Hugging Face "
-                        "model by configuration (hf:gpt2, hf:llama-3-8b..., or hf:PATH.json)")
+                        "model by configuration (hf:gpt2, hf:llama-3-8b..., or "
+                        "hf:PATH/config.json)")
     p.add_argument("--batch", type=integer(1, 2**20), required=True, help="batch size")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--device-count", type=integer(1, 256), default=1,
-                       help="devices to set up in this process (logical CPUs without GPUs); with "
-                       "2+ the links are measured")
+                       help="(Keras only) devices to set up in this process (logical CPUs "
+                       "without GPUs); with 2+ the links are measured")
     where.add_argument("--testbed", type=integer(1, 64), metavar="K",
-                       help="profile on a testbed of K worker processes (one GPU or one share "
-                       "of the cores each) and measure the links between them")
-    p.add_argument("--steps", type=integer(1, 10**6), default=5, help="traced steps (after 2 warm-up steps)")
+                       help="(Keras only) profile on a testbed of K worker processes (one GPU "
+                       "or one share of the cores each) and measure the links between them")
+    p.add_argument("--steps", type=integer(1, 10**6), default=5,
+                   help="traced steps (after 2 warm-up steps; PyTorch: with --measure); "
+                        "default 5")
     p.add_argument("--measure", action="store_true",
-                   help="PyTorch and hf:NAME models: also build it for real (hf: random "
+                   help="(PyTorch only) also build the model for real (hf: random "
                         "weights) and time every op on --device with torch.profiler (--steps "
                         "runs), as that device's kind (H100, A100-80GB..., or cpu)")
     p.add_argument("--device", choices=("cuda", "cpu"),
-                   help="with --measure: the GPU (default where one is visible) or this CPU")
+                   help="(PyTorch only) with --measure: the GPU (default where one is "
+                        "visible) or this CPU")
     p.add_argument("--seq-len", type=integer(1, 2**22), metavar="TOKENS",
-                   help="hf:NAME only: tokens per sequence (default: the model's longest context)")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="hf:NAME only: the weights' and activations' precision (16-bit: FP32 "
-                        "master weights and optimizer state unless --optimizer says otherwise)")
+                   help="(hf:NAME only) tokens per sequence (default: the model's longest "
+                        "context)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"),
+                   help="(hf:NAME only) the weights' and activations' precision (default: the "
+                        "configuration's torch_dtype, else fp32; 16-bit: FP32 master weights "
+                        "and optimizer state unless --optimizer says otherwise)")
     p.add_argument("--attention", choices=("sdpa", "eager"),
-                   help="hf:NAME only: sdpa (the GPU's flash or memory-efficient kernels) or "
+                   help="(hf:NAME only) sdpa (the GPU's flash or memory-efficient kernels) or "
                         "eager (matmuls and a softmax); default: the configuration's "
                         "attn_implementation, else sdpa")
     from ..core.optimizer import OPTIMIZERS
 
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
-                   help="PyTorch and hf:NAME models: the optimizer state the update ops keep; "
+                   help="(PyTorch only) the optimizer state the update ops keep; "
                         "default: the model's optimizer, its state in FP32 with FP32 master "
                         "weights for 16-bit weights (adam-mixed); adam: torch's AdamW on bf16 "
                         "weights, moments in bf16 and no master copy")
-    p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. V100,H100")
+    p.add_argument("--estimate", default="", help="device kinds to estimate costs for, e.g. "
+                   "V100,H100 (PyTorch default: H100)")
     p.add_argument("--calibration", action="append", type=file_arg, metavar="FILE",
-                   help="PyTorch and hf:NAME models: a calibration file written by `moplace "
+                   help="(PyTorch only) a calibration file written by `moplace "
                         "calibrate` (kernels measured on your GPU), used for its kind's "
                         "estimates in place of the one moplace ships; repeat for more kinds")
     p.add_argument("--no-cache", action="store_true",
-                   help="PyTorch and hf:NAME models: trace again even when the same model, "
+                   help="(PyTorch only) trace again even when the same model, "
                         "batch, sequence length and dtype were traced before (traces are kept "
                         "in $MOPLACE_CACHE or ~/.cache/moplace)")
     p.add_argument("--coarsen", choices=("auto", "yes", "no"), default="auto",
-                   help="PyTorch and hf:NAME models: merge each op whose output only one op "
+                   help="(PyTorch only) merge each op whose output only one op "
                         "reads into that op (moplace.core.coarsen; the graph maps the merged "
                         "ops back); auto: only for graphs of more than 20,000 ops")
-    p.add_argument("--parts", default="", help="also profile at batch/n for these n, e.g. 2,4, "
-                   "so split parts get measured costs")
+    p.add_argument("--parts", default="", help="(Keras only) also profile at batch/n for "
+                   "these n, e.g. 2,4, so split parts get measured costs")
     p.add_argument("-o", "--output", type=file_arg, required=True, help="graph JSON to write")
     p.add_argument("--force", action="store_true", help="replace existing output files")
     p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
+    p.add_argument("--json", action="store_true", help="(PyTorch only) print exactly one JSON "
+                   "object: the graph written and its notes (dtype, attention, optimizer "
+                   "state)")
     p.set_defaults(run=_profile)
     a = sub.add_parser("apply", help="run a strategy for real on the profiled model and time it")
     a.add_argument("graph", type=file_arg, nargs="?",
@@ -98,7 +117,8 @@ def add_commands(sub) -> None:
     a.add_argument("--json", action="store_true", help="print exactly one JSON object")
     a.add_argument("--quiet", action="store_true", help="no progress display on stderr")
     a.set_defaults(run=_apply)
-    z = sub.add_parser("zoo", help="list the models `moplace profile` knows by name")
+    z = sub.add_parser("zoo", help="list the Keras models `moplace profile` knows by name "
+                       "(profiling them needs TensorFlow)")
     z.set_defaults(run=_zoo)
 
 
@@ -113,28 +133,30 @@ def _require_tensorflow(command: str) -> None:
 
 
 def _profile(args) -> int:
-    from ..tf.source import model_file
+    from .modelarg import model_kind
 
-    if str(args.model).startswith("hf:"):  # a Hugging Face model by configuration
+    kind, path = model_kind(args.model)  # a missing file or a syntax error: one line, first
+    if kind in ("hf", "torch"):  # a Hugging Face model by configuration, or a PyTorch file
         from .torchprofile import profile_torch
 
-        return profile_torch(args, str(args.model))
-    path = model_file(args.model)
-    if path is not None and path.suffix == ".py" and path.is_file():
-        from .torchprofile import imports_torch, profile_torch
-
-        if imports_torch(path):  # a PyTorch model file: its own front end, no TensorFlow
-            return profile_torch(args, path)
+        return profile_torch(args, path or str(args.model))
+    if args.json:
+        raise MoplaceError(f"--json: {args.model} is a Keras model; the option is for PyTorch "
+                           f"and hf: models")
     if args.coarsen == "yes":
         raise MoplaceError(f"--coarsen: {args.model} is a Keras model, whose graph `apply` "
                            f"runs for real op by op; coarsening is for PyTorch and hf: models")
     if args.no_cache:
         raise MoplaceError(f"--no-cache: {args.model} is a Keras model, whose ops are measured "
                            f"each time, never cached (the flag is for PyTorch and hf: models)")
-    for flag in ("attention", "optimizer", "calibration"):
+    for flag in ("attention", "optimizer", "calibration", "dtype", "seq_len"):
         if getattr(args, flag, None) is not None:
-            raise MoplaceError(f"--{flag}: {args.model} is a Keras model, profiled as it is "
-                               f"built (the flag is for PyTorch and hf: models)")
+            raise MoplaceError(f"--{flag.replace('_', '-')}: {args.model} is a Keras model, "
+                               f"profiled as it is built (the flag is for PyTorch and hf: "
+                               f"models)")
+    if args.measure:
+        raise MoplaceError(f"--measure: {args.model} is a Keras model, whose ops are always "
+                           f"measured (the flag builds a PyTorch or hf: model for real)")
     if getattr(args, "device", None) is not None:
         raise MoplaceError(f"--device: {args.model} is a Keras model, profiled on the devices "
                            f"TensorFlow sees (--device-count, --testbed); --device is for "
@@ -265,10 +287,9 @@ def _apply(args) -> int:
 
 
 def _zoo(args) -> int:
-    _require_tensorflow("zoo")
-    from ..tf.zoo import ZOO
+    from ..tf.source import ZOO_NAMES  # the names, without TensorFlow (profiling them needs it)
 
-    print("\n".join(ZOO.names()))
+    print("\n".join(ZOO_NAMES))
     return 0
 
 

@@ -25,9 +25,9 @@ def is_torch_model(model: str) -> bool:
     path = Path(model)
     if path.suffix == ".json" and path.is_file():
         return True
-    from ..torch.modelfile import imports_torch
+    from .modelarg import model_kind
 
-    return path.suffix == ".py" and path.is_file() and imports_torch(path)
+    return model_kind(model)[0] == "torch"  # a missing file or a syntax error: one line
 
 
 def torch_fidelity(args) -> int:
@@ -48,7 +48,7 @@ def torch_fidelity(args) -> int:
         return _log_saved(args)
     if args.batch is None:
         raise MoplaceError("--batch is required (one size or several, e.g. 4,8)")
-    if not hf and (args.seq_len is not None or args.dtype != "fp32"):
+    if not hf and (args.seq_len is not None or args.dtype is not None):
         raise MoplaceError(f"--seq-len and --dtype are for hf:NAME models ({args.model} sets "
                            f"its own shapes and dtypes)")
     if any(k < 1 for k in args.micro_batches):
@@ -56,10 +56,12 @@ def torch_fidelity(args) -> int:
     from ..torch.device import resolve_device
 
     device = resolve_device(args.device)  # a missing GPU is refused before any work
+    dtype = args.dtype or "fp32"
     if hf:
-        from ..torch.hf import hf_config
+        from ..torch.hf import hf_config, resolve_dtype
 
         hf_config(args.model[3:])
+        dtype = resolve_dtype(args.model[3:], args.dtype)[0]  # else the configuration's
     else:
         from ..torch.modelfile import build_model
 
@@ -74,7 +76,7 @@ def torch_fidelity(args) -> int:
 
     with Display("quiet" if args.json or args.quiet else "auto") as display:
         report = run_torch_fidelity(args.model, args.batch, args.seq_len or [None],
-                                    device=device, dtype=args.dtype, steps=args.steps or 10,
+                                    device=device, dtype=dtype, steps=args.steps or 10,
                                     plans=tuple(dict.fromkeys(args.micro_batches)),
                                     progress=display.job(f"fidelity {args.model}"))
     if not report.measured:

@@ -11,9 +11,8 @@ from pathlib import Path
 from ..core.coarsen import COARSEN_ABOVE, coarsen
 from ..core.recompute import CORE_SUFFIX
 from ..errors import MoplaceError
-from ..torch.modelfile import imports_torch
 
-__all__ = ["imports_torch", "profile_torch"]
+__all__ = ["profile_torch"]
 #: the device kind a PyTorch model is estimated for when --estimate names none
 DEFAULT_KIND = "H100"
 
@@ -33,7 +32,7 @@ def profile_torch(args, path) -> int:
     if getattr(args, "device", None) is not None and not args.measure:
         raise MoplaceError("--device: the device --measure runs the model on (without "
                            "--measure nothing runs)")
-    if not hf and (args.seq_len is not None or args.dtype != "fp32"
+    if not hf and (args.seq_len is not None or args.dtype is not None
                    or getattr(args, "attention", None) is not None):
         raise MoplaceError(f"{what}: --seq-len, --dtype and --attention are for hf:NAME models "
                            f"(a model file sets its own shapes, dtypes and attention)")
@@ -48,10 +47,13 @@ def profile_torch(args, path) -> int:
         raise MoplaceError(f"--estimate: {exc}") from None
     calibrations = _calibrations(getattr(args, "calibration", None) or [], kinds,
                                  named=bool(args.estimate))
+    dtype, precision = args.dtype, None
     if hf:  # a mistyped name or a bad config.json is refused before the output is checked
-        from ..torch.hf import hf_config
+        from ..torch.hf import check_seq_len, hf_config, resolve_dtype
 
-        hf_config(str(path)[3:], getattr(args, "attention", None))
+        config, _ = hf_config(str(path)[3:], getattr(args, "attention", None))
+        check_seq_len(str(path)[3:], config, args.seq_len)
+        dtype, precision = resolve_dtype(str(path)[3:], args.dtype)
     from .output import check_output
 
     out_dir = Path(args.output).resolve().parent
@@ -59,23 +61,23 @@ def profile_torch(args, path) -> int:
         raise MoplaceError(f"-o {args.output}: folder {out_dir} does not exist")
     check_output(args.output, force=args.force, flag="-o")  # before tracing, not after
     cluster_path = Path(args.output).with_suffix(".cluster.toml")
-    info = None
+    info, lines = None, []
     if args.measure:
         check_output(cluster_path, force=args.force, flag="-o")
         from ..torch.device import device_info, resolve_device
 
         info = device_info(resolve_device(getattr(args, "device", None)))  # before any work
         if info.kind in kinds:  # measured, not estimated: the two are never mixed
-            print(f"{info.kind}: measured on the {info.name}, not estimated (--estimate "
-                  f"{info.kind} dropped)")
+            lines.append(f"{info.kind}: measured on the {info.name}, not estimated "
+                         f"(--estimate {info.kind} dropped)")
             kinds.remove(info.kind)
     from ..io import save_graph
     from ..torch.frontend import profile_torch_model
     from .progress import Display
 
-    with Display("quiet" if args.quiet else "auto") as display:
+    with Display("quiet" if args.quiet or args.json else "auto") as display:
         traced = profile_torch_model(path, args.batch, kinds, seq_len=args.seq_len,
-                                     dtype=args.dtype, measure_steps=args.steps if args.measure
+                                     dtype=dtype, measure_steps=args.steps if args.measure
                                      else 0,
                                      progress=display.job(f"trace {getattr(path, 'name', path)}"),
                                      cache=not args.no_cache,
@@ -103,44 +105,57 @@ def profile_torch(args, path) -> int:
            f"{traced.trace_seconds:.1f} s before; {traced.cached}; --no-cache traces again)"
            if traced.cached else f"traced in {traced.total_seconds:.1f} s without allocating "
            f"it (fake tensors)")
-    print(f"{g.name}: {kind}, {traced.parameters:,} parameters; {len(g.ops)} ops, "
-          f"{len(g.edges)} edges ({g.metadata['folded_views']} views folded); {how}")
+    lines.append(f"{g.name}: {kind}, {traced.parameters:,} parameters; {len(g.ops)} ops, "
+                 f"{len(g.edges)} edges ({g.metadata['folded_views']} views folded); {how}")
     if len(g.ops) < fine:
-        print(f"coarsened: {fine} ops -> {len(g.ops)}, each op whose output only one op reads "
-              f"merged into it (--coarsen no keeps every aten op; plans name the real ops)")
+        lines.append(f"coarsened: {fine} ops -> {len(g.ops)}, each op whose output only one op "
+                     f"reads merged into it (--coarsen no keeps every aten op; plans name the "
+                     f"real ops)")
     layers, blocks = g.metadata.get("layers"), {
         op.colocation for op in g.ops if (op.colocation or "").startswith("tensor:")
         and not op.colocation.endswith(CORE_SUFFIX)}
     if layers and layers.get("count"):
-        print(f"structure: {layers['count']} repeated layers of {layers['period']} segments "
-              f"(found from the data flow); {len(blocks)} tensor-parallel blocks")
+        lines.append(f"structure: {layers['count']} repeated layers of {layers['period']} "
+                     f"segments (found from the data flow); {len(blocks)} tensor-parallel "
+                     f"blocks")
     if kinds:  # each kind's own words: calibrated where a calibration ships, else roofline
-        notes = g.metadata.get("estimated") or {}
-        calibrated = [k for k in kinds if str(notes.get(k, "")).startswith("calibrated")]
-        said = [f"on {k}: {notes[k]}" for k in calibrated]
+        estimated = g.metadata.get("estimated") or {}
+        calibrated = [k for k in kinds if str(estimated.get(k, "")).startswith("calibrated")]
+        said = [f"on {k}: {estimated[k]}" for k in calibrated]
         roof = [k for k in kinds if k not in calibrated]
         said += [f"on {' and '.join(roof)}: roofline estimates"] if roof else []
-        print(f"op times {'; '.join(said)}, not measurements: one device's step {steps}")
+        lines.append(f"op times {'; '.join(said)}, not measurements: one device's step {steps}")
     from ..costs.origin import assumption_notes
 
-    for note in assumption_notes(g):
-        print(note)
+    notes = ([precision] if precision else []) + assumption_notes(g)
+    lines += notes
     if traced.measured is not None:
-        _print_measured(g, traced.measured, cluster_path)
+        lines += _measured_lines(g, traced.measured, cluster_path)
     kinds += [info.kind] if info is not None else []
-    print(f"wrote {args.output} (search it on a cluster of {' or '.join(kinds)} devices: "
-          f"`moplace clusters` lists the presets)")
+    lines.append(f"wrote {args.output} (search it on a cluster of {' or '.join(kinds)} "
+                 f"devices: `moplace clusters` lists the presets)")
+    if args.json:  # the same facts, one JSON object
+        from .. import strictjson
+
+        print(strictjson.dumps({
+            "graph": g.name, "output": str(args.output), "framework": "pytorch",
+            "source": g.metadata.get("source"), "parameters": traced.parameters,
+            "ops": len(g.ops), "edges": len(g.edges), "dtype": dtype if hf else None,
+            "optimizer": g.metadata.get("optimizer"), "kinds": kinds,
+            "cached": str(traced.cached) if traced.cached else None, "notes": notes,
+            "lines": lines}))
+    else:
+        print("\n".join(lines))
     return 0
 
 
-def _print_measured(graph, measured, cluster_path) -> None:
+def _measured_lines(graph, measured, cluster_path) -> list:
     """The measured step and peak beside the simulator's one-device step and peak on the
     measured op times (`moplace.torch.onedevice`)."""
     from ..core.presets import load_cluster
     from ..torch.onedevice import measured_lines
 
-    for line in measured_lines(graph, measured, load_cluster(str(cluster_path)), cluster_path):
-        print(line)
+    return list(measured_lines(graph, measured, load_cluster(str(cluster_path)), cluster_path))
 
 
 def _calibrations(paths, kinds: list, *, named: bool) -> dict:

@@ -12,6 +12,11 @@ from pathlib import Path
 
 from ..errors import FormatError, MoplaceError
 
+#: the names of `moplace.tf.zoo.ZOO`, in its order, known without importing TensorFlow
+#: (`moplace zoo`, and a mistyped name refused before TensorFlow loads); a test holds them equal
+ZOO_NAMES = ("resnet50", "inception_v3", "vgg19", "mobilenet_v2", "nasnet_mobile", "mlp", "cnn",
+             "transformer", "gnmt")
+
 
 def model_file(model_or_path: str) -> Path | None:
     """The model file ``model_or_path`` names, or None for a zoo name."""

@@ -35,12 +35,13 @@ class TracedModel:
 
 
 def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = None,
-                        dtype: str = "fp32", measure_steps: int = 0, progress=None,
+                        dtype: str | None = None, measure_steps: int = 0, progress=None,
                         cache: bool = True, attention: str | None = None,
                         target_kind: str | None = None, device: str = "cpu",
                         calibrations: dict | None = None) -> TracedModel:
     """The op graph of the model file at ``path`` (or ``hf:NAME``, a Hugging Face model by
-    configuration at ``seq_len`` tokens and ``dtype`` with ``attention``: `moplace.torch.hf`)
+    configuration at ``seq_len`` tokens and ``dtype`` (None: the configuration's) with
+    ``attention``: `moplace.torch.hf`)
     at ``batch_size``, its SDPA traced as the attention kernels of ``target_kind`` (default:
     the first of ``kinds``; `moplace.torch.attention`), its compute estimated on each device
     kind of ``kinds`` (`moplace.torch.estimate`; ``calibrations``: kind -> a user's
@@ -54,6 +55,12 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     from .trace import trace_step
 
     t0 = time.perf_counter()
+    if str(path).startswith("hf:"):
+        from .hf import resolve_dtype
+
+        dtype = resolve_dtype(str(path)[3:], dtype)[0]
+    else:
+        dtype = dtype or "fp32"
 
     def load_setup(spec, batch):
         if str(spec).startswith("hf:"):

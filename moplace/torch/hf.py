@@ -1,9 +1,11 @@
 """Hugging Face models by configuration: ``moplace profile hf:NAME`` builds a causal language
 model with the ``transformers`` package from a configuration, never from weights: one bundled
 here (`CONFIGS`, written from the published architecture numbers; gated models' files cannot
-be downloaded, and no network is used) or a ``config.json`` given as ``hf:PATH.json``. The
-model is built on the meta device, cast to ``--dtype``, trained with AdamW on next-token
-cross-entropy over ``--seq-len`` tokens, and traced as a model file is (`moplace.torch.trace`).
+be downloaded, and no network is used) or a ``config.json`` given as ``hf:PATH/config.json``
+(every size field of its model type given: `check_sizes`). The model is built on the meta
+device, cast to ``--dtype`` (else the configuration's ``torch_dtype``: `resolve_dtype`),
+trained with AdamW on next-token cross-entropy over ``--seq-len`` tokens, and traced as a model
+file is (`moplace.torch.trace`).
 
 Attention (`attention_of`): ``--attention`` if given, else the configuration's
 ``attn_implementation``, else ``sdpa``, what transformers trains with; SDPA is traced as the
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import FormatError, MoplaceError, did_you_mean
+from ..errors import FormatError, MoplaceError, did_you_mean, shown
 from .modelfile import TorchSetup, _fake, _make_fake
 
 #: name -> (model type, configuration, where the numbers come from)
@@ -48,40 +50,131 @@ DTYPES = ("fp32", "bf16", "fp16")
 
 def hf_config(spec: str, attention: str | None = None):
     """The ``transformers`` configuration of ``spec`` (a bundled name, or a config.json path)
-    with its attention (`attention_of`), and its name."""
+    with its attention (`attention_of`), and its name; a config.json that leaves a size field
+    to transformers' default is refused (`check_sizes`)."""
     try:
         from transformers import AutoConfig
     except ImportError:
         raise MoplaceError(f"hf:{spec} needs the transformers package: pip install "
                            f"'moplace[torch]'") from None
+    kind, options, name, asked = _read(spec)
     if spec.endswith(".json"):
-        path = Path(spec)
-        try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            raise FormatError(path, f"cannot be read ({exc.strerror})") from None
-        except ValueError as exc:
-            raise FormatError(path, f"not JSON ({exc})") from None
-        if not isinstance(data, dict) or "model_type" not in data:
-            raise FormatError(path, "not a Hugging Face config.json (no model_type)")
-        kind = data.pop("model_type")
-        asked = data.pop("attn_implementation", None) or data.pop("_attn_implementation", None)
-        name = path.stem if path.stem != "config" else path.parent.name or "model"
-        options = data
-    else:
+        check_sizes(Path(spec), kind, options)
+    from ._torch import quiet_logs
+
+    try:
+        with quiet_logs():  # transformers' remarks on the values: our lines say what matters
+            config = AutoConfig.for_model(kind, **options)
+    except Exception as exc:  # noqa: BLE001 - transformers' checks of the values, many kinds
+        raise MoplaceError(f"hf:{_cut(spec)}: transformers cannot make a {shown(kind)} "
+                           f"configuration: {_cut(exc)}") from None
+    config._attn_implementation = attention_of(spec, attention, asked)
+    config.use_cache = False  # training keeps no key-value cache
+    return config, name
+
+
+def _read(spec: str):
+    """(model type, options, name, attention asked for) of a bundled name or a config.json."""
+    if not spec.endswith(".json"):
         if spec not in CONFIGS:
             raise MoplaceError(f"unknown Hugging Face model hf:{spec}{did_you_mean(spec, CONFIGS)}"
                                f" (bundled: {', '.join(CONFIGS)}; or hf:PATH/config.json)")
         kind, options, _ = CONFIGS[spec]
-        name, asked = spec, None
+        return kind, dict(options), spec, None
+    path = Path(spec)
     try:
-        config = AutoConfig.for_model(kind, **options)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise MoplaceError(f"hf:{spec}: transformers cannot make a {kind!r} configuration: "
-                           f"{exc}") from None
-    config._attn_implementation = attention_of(spec, attention, asked)
-    config.use_cache = False  # training keeps no key-value cache
-    return config, name
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise FormatError(path, f"cannot be read ({exc.strerror or exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise FormatError(path, f"not JSON ({str(exc)[:200]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise FormatError(path, "not a Hugging Face config.json (no model_type)")
+    kind = data.pop("model_type")
+    asked = data.pop("attn_implementation", None) or data.pop("_attn_implementation", None)
+    if asked is not None and not isinstance(asked, str):
+        raise FormatError(path, f"attn_implementation {shown(asked)} is not a name")
+    name = path.stem if path.stem != "config" else path.parent.name or "model"
+    return kind, data, name, asked
+
+
+#: the size fields of a model, each by the names configuration classes give it (resolved
+#: through a class's ``attribute_map``), and the largest value moplace traces
+SIZE_FIELDS = {"hidden size": (("hidden_size", "n_embd", "d_model"), 2**20),
+               "layers": (("num_hidden_layers", "n_layer", "num_layers"), 1024),
+               "attention heads": (("num_attention_heads", "n_head", "num_heads"), 4096),
+               "vocabulary": (("vocab_size",), 2**24),
+               "FFN size": (("intermediate_size", "ffn_dim", "ffn_hidden_size", "n_inner",
+                             "d_ff"), 2**22)}
+
+
+def check_sizes(path: Path, kind: str, options: dict) -> None:
+    """Refuse a config.json that leaves a size field of its model type (`SIZE_FIELDS`) to the
+    configuration class's default (one derived from other fields, a default of None, is
+    fine), or gives one that is not a whole number in range; `FormatError` naming it."""
+    import inspect
+
+    from transformers import CONFIG_MAPPING
+
+    if kind not in CONFIG_MAPPING:
+        return  # transformers names the unknown model type
+    cls = CONFIG_MAPPING[kind]
+    aliases = dict(getattr(cls, "attribute_map", {}) or {})
+    try:
+        defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
+    except (TypeError, ValueError):  # pragma: no cover - every class has a signature
+        return
+    given = {aliases.get(k, k): k for k in options}
+    for what, (names, most) in SIZE_FIELDS.items():
+        field = next((aliases.get(n, n) for n in names if aliases.get(n, n) in defaults), None)
+        if field is None:
+            continue
+        default = defaults[field]
+        if field not in given:
+            if default is None or default is inspect.Parameter.empty:
+                continue  # derived from the other fields (GPT-2's n_inner: 4 x n_embd)
+            raise FormatError(path, f"`{field}`{_what(field, what)} is not set (transformers "
+                                    f"would use its default {shown(default)}); give it")
+        value = options[given[field]]
+        if value is None and default is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            raise FormatError(path, f"`{given[field]}`{_what(given[field], what)} must be a "
+                                    f"whole number from 1 to {most:,}, got {shown(value)}")
+
+
+def _what(field: str, what: str) -> str:
+    """`` (hidden size)`` after a field whose name does not say it (GPT-2's ``n_embd``)."""
+    return "" if field in [names[0] for names, _ in SIZE_FIELDS.values()] else f" ({what})"
+
+
+#: a configuration's ``torch_dtype`` (or ``dtype``) -> the --dtype it means
+CONFIG_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def resolve_dtype(spec: str, option: str | None) -> tuple[str, str]:
+    """The dtype an ``hf:`` model is traced at and where it comes from, in words: ``option``
+    (``--dtype``) if given (said when the configuration names another), else the
+    configuration's ``torch_dtype`` (or ``dtype``), else FP32."""
+    _, options, _, _ = _read(spec)
+    key = next((k for k in ("torch_dtype", "dtype") if options.get(k) not in (None, "auto")),
+               None)
+    named = options.get(key) if key else None
+    ours = (CONFIG_DTYPES.get(named.removeprefix("torch."))
+            if isinstance(named, str) else None)
+    if option is not None:
+        if option not in DTYPES:
+            raise MoplaceError(f"--dtype {option}: one of {', '.join(DTYPES)}")
+        if key and ours != option:
+            return option, (f"dtype: {option} (--dtype; the configuration's {key} says "
+                            f"{shown(named, 40)})")
+        return option, f"dtype: {option} (--dtype)"
+    if key is None:
+        return "fp32", "dtype: fp32, the default (the configuration names none; --dtype chooses)"
+    if ours is None:
+        raise FormatError(spec, f"`{key}` {shown(named, 40)} is not one moplace traces "
+                                f"({', '.join(CONFIG_DTYPES)}); --dtype chooses")
+    return ours, f"dtype: {ours}, from the configuration's {key} ({named})"
 
 
 def attention_of(spec: str, option: str | None, configured) -> str:
@@ -102,30 +195,29 @@ def attention_of(spec: str, option: str | None, configured) -> str:
     return HF_NAMES[configured]
 
 
-def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str,
+def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str | None,
                   attention: str | None = None) -> TorchSetup:
     """The training step of ``hf:spec`` at ``batch_size`` sequences of ``seq_len`` tokens (its
     longest context when None), built without memory (`moplace.torch.modelfile`), with
-    ``attention`` (`attention_of`)."""
+    ``attention`` (`attention_of`), at ``dtype`` (None: the configuration's, `resolve_dtype`)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForCausalLM
 
-    from ._torch import torch
+    from ._torch import quiet_logs, torch
 
     config, name = hf_config(spec, attention)
-    _one_sequence_per_row()
-    longest = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions")
-    seq_len = int(seq_len or longest)
-    if not 1 <= seq_len <= longest:
-        raise MoplaceError(f"--seq-len {seq_len}: hf:{spec} takes 1 to {longest} tokens")
-    if dtype not in DTYPES:
-        raise MoplaceError(f"--dtype {dtype}: one of {', '.join(DTYPES)}")
+    seq_len = check_seq_len(spec, config, seq_len)
+    dtype, _ = resolve_dtype(spec, dtype)
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config).to(torch_dtype)
-        optimizer = torch.optim.AdamW(model.parameters())
-        x = torch.randint(0, config.vocab_size, (batch_size, seq_len))
-        y = torch.randint(0, config.vocab_size, (batch_size, seq_len))
+    try:
+        with torch.device("meta"), quiet_logs():
+            model = AutoModelForCausalLM.from_config(config).to(torch_dtype)
+            optimizer = torch.optim.AdamW(model.parameters())
+            x = torch.randint(0, config.vocab_size, (batch_size, seq_len))
+            y = torch.randint(0, config.vocab_size, (batch_size, seq_len))
+    except Exception as exc:  # noqa: BLE001 - transformers' model code, many kinds
+        raise MoplaceError(f"hf:{_cut(spec)}: transformers cannot build the model: "
+                           f"{type(exc).__name__}: {_cut(exc)}") from None
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     _make_fake(model, mode)
     return TorchSetup(name, model, _next_token_loss, optimizer, (_fake(x, mode),),
@@ -133,13 +225,24 @@ def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str,
                       attention=config._attn_implementation)
 
 
-def _one_sequence_per_row() -> None:
-    """Without a key-value cache (training keeps none) transformers looks for sequences packed
-    into one row by reading the position ids' values, which fake tensors do not have: the
-    steps moplace traces hold one sequence per row, so the answer is none."""
-    from transformers import masking_utils
+def check_seq_len(spec: str, config, seq_len: int | None) -> int:
+    """``seq_len`` (``--seq-len``), else the configuration's longest context; refused beyond
+    it."""
+    longest = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions",
+                                                                          None)
+    if isinstance(longest, bool) or not isinstance(longest, int) or not 1 <= longest <= 2**22:
+        raise MoplaceError(f"hf:{_cut(spec)}: max_position_embeddings {shown(longest)} is "
+                           f"not a context length from 1 to {2**22:,} tokens")
+    seq_len = int(seq_len or longest)
+    if not 1 <= seq_len <= longest:
+        raise MoplaceError(f"--seq-len {seq_len}: hf:{spec} takes 1 to {longest} tokens")
+    return seq_len
 
-    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+
+def _cut(text, width: int = 200) -> str:
+    """``text`` (a path, or an exception's message of several lines) as one short line."""
+    one = " ".join(str(text).split()) or type(text).__name__
+    return one if len(one) <= width else one[:width] + "..."
 
 
 def _next_token_loss(output, y):

@@ -179,4 +179,5 @@ def _where(exc: Exception, path: Path) -> str:
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
              if Path(f.filename).resolve() == path.resolve()]
     at = f"line {lines[-1]}: " if lines else ""
-    return f"{at}{type(exc).__name__}: {exc}"
+    first = (str(exc).strip().splitlines() or [""])[0]  # torch's messages add its C++ trace
+    return f"{at}{type(exc).__name__}: {first}"

@@ -15,12 +15,16 @@ as the kernels of the device kind the step is traced for (`moplace.torch.attenti
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 import time
+import traceback
+from pathlib import Path
 from typing import Any
 
 from ..errors import MoplaceError
-from ._torch import torch
+from ._torch import quiet_logs, torch
 from .modelfile import TorchSetup
 
 
@@ -67,13 +71,14 @@ def trace_step(setup: TorchSetup, kind: str | None = None) -> TracedTorchStep:
     t0 = time.perf_counter()
     step = _Step(setup.model, setup.loss, len(setup.x))
     try:
-        with gpu_attention(kind), setup.mode:
+        with gpu_attention(kind), traceable(), quiet_logs(), setup.mode:
             gm, sig = aot_export_module(step, (*setup.x, setup.y), trace_joint=True,
                                         output_loss_index=0)
     except Exception as exc:  # noqa: BLE001 - PyTorch's tracing errors, many kinds
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MoplaceError(f"{setup.source}: PyTorch could not trace the training step: "
-                           f"{type(exc).__name__}: {first}") from None
+                           f"{_line_of(exc, setup.source)}{type(exc).__name__}: "
+                           f"{first}") from None
     names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
     backward = sig.backward_signature
     prefix = "model."  # the wrapper's attribute
@@ -90,3 +95,30 @@ def trace_step(setup: TorchSetup, kind: str | None = None) -> TracedTorchStep:
         list(sig.user_inputs), setup.batch_size, setup.optimizer_name, setup.source,
         time.perf_counter() - t0,
         graph_attention(gm.graph, setup.attention or "model", kind))
+
+
+@contextlib.contextmanager
+def traceable():
+    """What a step needs to trace without data, for every model (a model file's or ``hf:``'s):
+    transformers, where the model uses it, looks for several sequences packed into one row
+    by reading the position ids' values when no key-value cache is kept (training keeps
+    none), which fake tensors do not have; the steps moplace traces hold one sequence per
+    row, so the answer is none."""
+    masking = sys.modules.get("transformers.masking_utils")
+    find = getattr(masking, "find_packed_sequence_indices", None)
+    if find is None:
+        yield
+        return
+    masking.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking.find_packed_sequence_indices = find
+
+
+def _line_of(exc: Exception, source: str) -> str:
+    """``line N: `` of the model file ``source`` where ``exc`` passed last, or nothing."""
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+             if f.filename == source or (not source.startswith("hf:")
+                                         and Path(f.filename).resolve() == Path(source).resolve())]
+    return f"line {lines[-1]}: " if lines else ""

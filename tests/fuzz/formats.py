@@ -19,7 +19,7 @@ from . import mutate
 CLUSTER = "4xV100-NVLink"
 GRAPH = "pipedream:alexnet"
 FORMATS = ("pipedream", "dnn-partitioning", "native", "cluster", "strategy", "front", "sweep",
-           "arguments")
+           "arguments", "torch-model", "hf-config")
 EVALUATE_ALL = ["--baseline", "all", "--json"]
 
 
@@ -438,6 +438,18 @@ class Arguments:
         for model in (str(existing), str(binary), "notes.txt", str(wd / "nosuch.txt")):
             n.append((f"profile model file {Path(model).name!r}",
                       ["profile", model, "--batch", "2", "--quiet", "-o", str(wd / "g.json")]))
+        # a missing model file and syntax errors (issue 48): one line, whichever front end
+        for model, text in (("nosuch.py", None), ("keras_syntax.py", "import keras\ndef b(:\n"),
+                            ("torch_syntax.py", "import torch\ndef b(:\n"),
+                            ("nul.py", "import torch\x00\n")):
+            if text is not None:
+                (wd / model).write_text(text)
+            for command in (["profile", "--batch", "2", "-o", str(wd / "g.json")],
+                            ["fidelity", "--batch", "2", "--no-mlflow"]):
+                n.append((f"{command[0]} {model}", [command[0], str(wd / model), *command[1:]]))
+        for extra in (["--dtype", "bf16"], ["--seq-len", "8"], ["--json"], ["--measure"]):
+            n.append((f"profile Keras {extra[0]}",  # a PyTorch option: refused before TF loads
+                      ["profile", "mlp", "--batch", "2", "-o", str(wd / "g.json"), *extra]))
         for extra in (["--testbed", "0"], ["--testbed", "2", "--device-count", "2"],
                       ["--testbed", "x"], ["--no-cache"], ["--no-cache", "x"],
                       # the PyTorch front end's options: refused for a Keras model
@@ -597,10 +609,75 @@ class SweepToml(FileFormat):
         return ["sweep", "{input}", "--check", "--json", "--no-mlflow"]
 
 
+# -- PyTorch model files and Hugging Face config.json files (issue 48) --------------------------
+#: a small PyTorch model file; torch is imported twice, so that one dropped line leaves it a
+#: PyTorch file (a file without the import is a Keras one: `arguments` covers those)
+TORCH_MODEL = """\
+import torch
+from torch import nn
+
+
+def build(batch_size):
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.GELU(),
+                          nn.LayerNorm(32), nn.Linear(32, 10))
+    x = torch.randn(batch_size, 16)
+    y = torch.randint(0, 10, (batch_size,))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, nn.CrossEntropyLoss(), optimizer, (x, y)
+"""
+TORCH_SHAPE_ERROR = TORCH_MODEL.replace("nn.Linear(32, 32)", "nn.Linear(64, 32)")
+
+
+class TorchModel(FileFormat):
+    """PyTorch model files, profiled (traced under fake tensors; nothing cached)."""
+
+    ext, table = "py", mutate.PYTHON_MUTATIONS
+
+    def make_seeds(self):
+        return [("mlp", TORCH_MODEL.encode()), ("shape error", TORCH_SHAPE_ERROR.encode()),
+                ("syntax error", TORCH_MODEL.replace("(batch_size):", "(batch_size:").encode())]
+
+    def command(self, rng):
+        return ["profile", "{input}", "--batch", "2", "--no-cache", "--quiet", "--force",
+                "-o", str(self.workdir / "torch-graph.json")]
+
+
+HF_CONFIGS = {
+    "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 500, "max_position_embeddings": 64, "torch_dtype": "bfloat16",
+              "rms_norm_eps": 1e-5, "tie_word_embeddings": False},
+    "qwen2": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 500, "max_position_embeddings": 64, "dtype": "float32",
+              "attn_implementation": "eager"},
+    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 64,
+             "vocab_size": 500},
+}
+
+
+class HfConfig(FileFormat):
+    """config.json files given as hf:PATH, read and checked by `profile`: a valid one gets
+    as far as the output file, which exists (no --force), so nothing is traced here
+    (tests/test_torch_hf.py traces valid ones)."""
+
+    ext, json_share = "json", 0.8
+
+    def make_seeds(self):
+        (self.workdir / "hf-graph.json").write_text("{}")
+        return [(name, json.dumps(config, indent=1).encode())
+                for name, config in HF_CONFIGS.items()]
+
+    def command(self, rng):
+        return ["profile", "hf:{input}", "--batch", "2", "--quiet",
+                "-o", str(self.workdir / "hf-graph.json")]
+
+
 def make_format(name: str, workdir: Path):
     kinds = {"pipedream": PipeDream, "dnn-partitioning": DnnPartitioning, "native": Native,
              "cluster": ClusterToml, "strategy": StrategyJson, "front": FrontJson,
-             "sweep": SweepToml, "arguments": Arguments}
+             "sweep": SweepToml, "arguments": Arguments, "torch-model": TorchModel,
+             "hf-config": HfConfig}
     if name not in kinds:
         raise ValueError(f"unknown format {name!r}; formats: {', '.join(FORMATS)}")
     return kinds[name](Path(workdir))

@@ -259,7 +259,7 @@ def _save_failure(workdir: Path, fmt: str, input_id: str, case, outcome: Outcome
     if stored is not None:
         kept = folder / stored.name
         shutil.copyfile(stored, kept)
-        argv = [str(kept) if a == str(stored) else a for a in argv]
+        argv = [a.replace(str(stored), str(kept)) for a in argv]
     side = folder / f"{input_id}.txt"
     shown, exact = _ascii(shorten(shlex.join(argv))), _ascii(shlex.join(argv))
     side.write_text(f"argv: {shown}\nargv_json: {json.dumps(argv)}\n"
@@ -295,7 +295,7 @@ def fuzz(format_name: str, n: int, seed: int, workdir, *, time_limit: float = 10
             if case.data is not None:
                 stored = inputs / f"{input_id}.{case.ext}"
                 stored.write_bytes(case.data)
-                argv = [str(stored) if a == "{input}" else a for a in argv]
+                argv = [a.replace("{input}", str(stored)) for a in argv]  # hf:{input}
             outcome = run_one(argv, time_limit, note=str(stored or input_id))
             outcome.mutations = tuple(case.mutations)
             if not outcome.ok:
@@ -318,6 +318,10 @@ def warm_up(format_name: str = "") -> None:
     if format_name == "arguments":
         with contextlib.suppress(ImportError):  # without TensorFlow, profile says to install it
             import moplace.tf.modelfile  # noqa: F401
+    if format_name in ("torch-model", "hf-config"):  # torch and transformers load in seconds
+        with contextlib.suppress(ImportError):
+            import moplace.torch.trace  # noqa: F401
+            from transformers import AutoConfig  # noqa: F401
     from moplace import load_cluster, load_graph
     from moplace.core.baselines import BASELINES, baseline
     from moplace.optimize.problem import Problem

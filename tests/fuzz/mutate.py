@@ -85,11 +85,16 @@ def truncate(data: bytes, rng) -> bytes:
 
 
 def replace_number(data: bytes, rng) -> bytes:
+    return _replace_one_number(data, rng, NUMBER_JUNK, insert_non_utf8)
+
+
+def _replace_one_number(data: bytes, rng, junk, otherwise) -> bytes:
+    """One number token of ``data`` becomes one of ``junk`` (``otherwise`` without numbers)."""
     found = list(_NUMBER.finditer(data))
     if not found:
-        return insert_non_utf8(data, rng)
+        return otherwise(data, rng)
     m = rng.choice(found)
-    return data[:m.start()] + rng.choice(NUMBER_JUNK).encode() + data[m.end():]
+    return data[:m.start()] + rng.choice(junk).encode() + data[m.end():]
 
 
 def replace_all_numbers(data: bytes, rng) -> bytes:
@@ -115,6 +120,21 @@ def copy_token(data: bytes, rng) -> bytes:
 TEXT_MUTATIONS = [flip_bytes, insert_non_utf8, drop_line, repeat_line, repeat_line_many,
                   swap_lines, truncate, replace_number, replace_number, replace_number,
                   replace_all_numbers, copy_token, copy_token]
+
+#: numbers as Python source: a model file that still parses, with sizes that do not make sense
+PY_NUMBERS = ["0", "-1", "-64", "3.5", "10**9", "2**40", "1e308", "float('nan')", "True",
+              "None", "'x'", "7", "1" + "0" * 30]
+
+
+def replace_number_python(data: bytes, rng) -> bytes:
+    """One number of a Python file becomes another valid Python expression."""
+    return _replace_one_number(data, rng, PY_NUMBERS, copy_token)
+
+
+# a model file mostly stays Python (most text mutations are syntax errors, a line each)
+PYTHON_MUTATIONS = [replace_number_python, replace_number_python, replace_number_python,
+                    replace_number_python, copy_token, copy_token, drop_line, swap_lines,
+                    repeat_line, flip_bytes, truncate]
 
 
 # -- JSON trees ---------------------------------------------------------------------------------
