@@ -122,9 +122,9 @@ def _toml_value(value) -> str:
 def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_names,
                   **where) -> dict:
     """The plan as JSON-ready data: ``where`` (e.g. source file, point, cluster) first, then
-    degrees, stages (each with its ``groups``, first and last position counted from 1 among
-    the graph's co-location groups in data-flow order; ``layers``: the model's layers per
-    stage, where the graph names them), levers, the flags of each framework that runs it
+    degrees, stages (`_stages`: each with its ``groups``, first and last position counted
+    from 1 among the graph's co-location groups in data-flow order, and its ``layers``),
+    levers, the flags of each framework that runs it
     (None where it does not: ``why_not`` says why, ``why_no_flags`` for an irregular plan),
     ``runs`` (`moplace.core.runners.runners`), and the per-op placement and splits by device
     name (``ranks`` gives each used device's rank)."""
@@ -137,12 +137,8 @@ def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_n
         "regular": shape.regular,
         "degrees": ({"data": shape.dp, "tensor": shape.tp, "pipeline": shape.pp}
                     if shape.regular else None),
-        "stages": [{"devices": [names[d] for d in s.devices], "data": s.dp, "tensor": s.tp,
-                    "first_op": s.first, "last_op": s.last,
-                    "groups": [s.first_group + 1, s.last_group + 1],
-                    "group_count": len(s.heads), "ops": s.ops} for s in shape.stages],
+        "stages": _stages(graph, shape, names),
         "groups": shape.groups,
-        "layers": stage_layers(graph, shape) if shape.regular else None,
         "micro_batches": shape.micro_batches, "schedule": shape.schedule,
         "zero_stage": shape.zero_stage, "bucket_bytes": shape.bucket_bytes,
         "recompute": {"mode": shape.recompute_mode, "groups": list(shape.recompute)},
@@ -158,6 +154,24 @@ def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_n
     }
 
 
+def _stages(graph: OpGraph, shape: PlanShape, names: list) -> list[dict]:
+    """The stages as `plan_document` lists them: ``groups`` is the span of positions (from 1)
+    where the stages' spans do not overlap (None where they do: a pipeline of a traced joint
+    graph, each stage's backward after every stage's forward), ``layers`` the model's layers
+    (from 1) each stage holds, where the graph names them."""
+    stages = shape.stages
+    spans = sorted((s.first_group, s.last_group) for s in stages)
+    disjoint = all(b[0] > a[1] for a, b in zip(spans, spans[1:]))
+    counts = stage_layers(graph, shape) if shape.regular else None
+    firsts = [sum(counts[:k]) + 1 for k in range(len(counts))] if counts else None
+    return [{"devices": [names[d] for d in s.devices], "data": s.dp, "tensor": s.tp,
+             "first_op": s.first, "last_op": s.last,
+             "groups": [s.first_group + 1, s.last_group + 1] if disjoint else None,
+             "group_count": len(s.heads), "ops": s.ops,
+             "layers": [firsts[k], firsts[k] + counts[k] - 1] if counts else None}
+            for k, s in enumerate(stages)]
+
+
 def plan_text(doc: dict, *, title: str) -> str:
     """The short summary of `plan_document`'s ``doc`` a person reads."""
     devices = doc["devices"]
@@ -169,12 +183,14 @@ def plan_text(doc: dict, *, title: str) -> str:
     what = "stages" if deg else "runs of groups on one device set"
     lines.append(f"{what} ({len(stages)}, in data-flow order, of {doc['groups']} groups):")
     for k, s in enumerate(stages[:8]):
-        a, b = s["groups"]
         width = (f"{s['tensor']}-way tensor parallel" if (s["tensor"] or 1) > 1 else
                  f"{s['data']} replica{'s' if s['data'] != 1 else ''}" if s["data"] else
                  "batch and channel splits")
-        lines.append(f"  {k}: groups {a}-{b} ({s['group_count']}), {s['first_op']} .. "
-                     f"{s['last_op']}, {s['ops']} ops on {_listed(s['devices'])}: {width}")
+        held = (f"layers {s['layers'][0]}-{s['layers'][1]}, {s['group_count']} groups"
+                if s["layers"] else f"groups {s['groups'][0]}-{s['groups'][1]} "
+                f"({s['group_count']}), {s['first_op']} .. {s['last_op']}" if s["groups"]
+                else f"{s['group_count']} groups")
+        lines.append(f"  {k}: {held}, {s['ops']} ops on {_listed(s['devices'])}: {width}")
     if len(stages) > 8:
         lines.append(f"  ... {len(stages) - 8} more (--format json lists them)")
     m = doc["micro_batches"]
