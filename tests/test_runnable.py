@@ -303,3 +303,11 @@ def test_megatron_core_config_classes_take_every_plan_of_the_megatron_space(tiny
         ddp = DistributedDataParallelConfig(**flags["ddp"])
         opt = OptimizerConfig(**flags["ddp"])
         assert ddp.use_distributed_optimizer == opt.use_distributed_optimizer == (d.zero == 1)
+
+
+def test_a_pipeline_of_a_joint_graph_lists_its_stages_by_layer(tiny):
+    s = regular_plan(tiny, Degrees(8, 2, "data", 1, "1f1b", "none", 0))
+    stages = plan_document(tiny, s, plan_shape(tiny, s), [f"gpu{i}" for i in range(8)])["stages"]
+    assert [st["layers"] for st in stages] == [[1, 2], [3, 4]]
+    assert all(st["groups"] is None for st in stages)  # each stage's backward comes last
+    assert sum(st["group_count"] for st in stages) == tiny.arrays.n_groups
