@@ -62,10 +62,15 @@ def test_a_model_file_wrapping_a_transformers_model_traces(tmp_path, config, mod
     path = tmp_path / "wrapped.py"
     path.write_text(WRAPPED.format(config=config, model=model))
     original = masking_utils.find_packed_sequence_indices
-    traced = trace_step(load_setup(path, 2))
+    setup = load_setup(path, 2)
+    traced = trace_step(setup)
     assert masking_utils.find_packed_sequence_indices is original
-    # embedding, q k v o, gate up down, two norms, the final norm, the head
-    assert traced.optimizer == "adam" and len(traced.trainable) == 12
+    # every weight (Llama: embedding, q k v o, gate up down, two norms, the final norm, the
+    # head; Qwen2's q, k and v have biases too), each with its gradient
+    weights = {name for name, _ in setup.model.named_parameters()}
+    assert len(weights) == (12 if config == "LlamaConfig" else 15)
+    assert traced.optimizer == "adam" and traced.trainable == weights
+    assert set(traced.gradients.values()) == traced.trainable
     assert any(str(n.target) == "aten.mm.default" for n in traced.graph.nodes)
 
 
