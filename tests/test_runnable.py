@@ -311,3 +311,15 @@ def test_a_pipeline_of_a_joint_graph_lists_its_stages_by_layer(tiny):
     assert [st["layers"] for st in stages] == [[1, 2], [3, 4]]
     assert all(st["groups"] is None for st in stages)  # each stage's backward comes last
     assert sum(st["group_count"] for st in stages) == tiny.arrays.n_groups
+
+
+def test_a_damaged_runs_field_is_named():
+    from moplace.errors import FormatError
+    from moplace.io.frontcheck import check_front
+
+    point = {"runtime_s": 1.0, "feasible": True, "violation_bytes": 0.0}
+    check_front({"objectives": ["runtime"], "points": [point]}, "f.json")  # none: an old front
+    for runs in (["deepspeed"], "torchtitan"):
+        with pytest.raises(FormatError, match=r"points\[0\]\.runs"):
+            check_front({"objectives": ["runtime"], "points": [{**point, "runs": runs}]},
+                        "f.json")
