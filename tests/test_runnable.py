@@ -323,3 +323,18 @@ def test_a_damaged_runs_field_is_named():
         with pytest.raises(FormatError, match=r"points\[0\]\.runs"):
             check_front({"objectives": ["runtime"], "points": [{**point, "runs": runs}]},
                         "f.json")
+
+
+@pytest.mark.parametrize("method", ["nsga2", "random"])
+def test_a_space_search_is_the_same_for_the_same_seed(tiny, method):
+    from searchers.degrees import SpaceSearcher
+
+    cluster = moplace.load_cluster("8xH100-80GB-NVLink")
+    fronts = []
+    for _ in range(2):
+        result = moplace.search(moplace.Problem(tiny, cluster),
+                                SpaceSearcher(space="megatron", method=method, pop_size=8),
+                                budget=30, seed=3)
+        assert all("megatron" in runners(tiny, p.strategy) for p in result.front)
+        fronts.append([p.strategy.simulation_key for p in result.front])
+    assert fronts[0] == fronts[1] and fronts[0]
