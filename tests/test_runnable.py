@@ -180,39 +180,57 @@ def _load_in_torchtitan(texts, tmp_path) -> list:
         sys.modules.update(saved)
 
 
-@pytest.mark.slow
-def test_a_torchtitan_front_exports_and_torchtitan_reads_each(capsys, tmp_path):
-    out_dir = tmp_path / "tt"
-    code, _, err = run(capsys, "search", TINY, "--cluster", "8xH100-80GB-NVLink", "--searcher",
-                       "nsga2", "--space", "torchtitan", "--budget", 40, "--out", out_dir,
+def _torchtitan_front(capsys, graph, out, budget) -> tuple[Path, list]:
+    """A ``--space torchtitan`` search of ``graph`` on 8xH100 into ``out``: its front.json
+    and each point's export (`moplace.cli.export.export_point`), every one on torchtitan."""
+    code, _, err = run(capsys, "search", graph, "--cluster", "8xH100-80GB-NVLink", "--searcher",
+                       "nsga2", "--space", "torchtitan", "--budget", budget, "--out", out,
                        "--no-mlflow", "--quiet")
     assert code == 0, err
-    front = out_dir / "front.json"
+    from moplace.cli.export import export_point
+
+    front = out / "front.json"
     data = json.loads(front.read_text())
     assert data["space"] == "torchtitan" and data["points"]
-    code, toml, err = run(capsys, "export", front, "--point", 0, "--format", "torchtitan")
-    assert code == 0, err
-    from moplace.cli.export import export_point, render
-
     docs = [export_point(str(front), k)[0] for k in range(len(data["points"]))]
-    tomls = [render(doc, "torchtitan", "") for doc in docs]
-    assert tomls[0] == toml and all("torchtitan" in doc["runs"] for doc in docs)
-    code, _, err = run(capsys, "search", TINY, "--cluster", "8xH100-80GB-NVLink", "--searcher",
-                       "mcmc", "--space", "megatron", "--out", tmp_path / "m", "--no-mlflow")
-    assert code == 2 and "nsga2 or random" in err and err.count("\n") == 1
+    assert all("torchtitan" in doc["runs"] and doc["torchtitan"] for doc in docs)
+    return front, docs
+
+
+def _read_by_torchtitan(docs, tmp_path) -> None:
+    """Each plan of ``docs`` (its torchtitan TOML) read by torchtitan's ConfigManager, as the
+    degrees, batch sizes and activation checkpointing it states; a skip where torchtitan is
+    not installed."""
     if not _torchtitan_available():
         pytest.skip("torchtitan 0.2.2 and tyro are not installed: the exports were written, "
                     "not read by torchtitan (pip install --no-deps torchtitan==0.2.2 tyro)")
-    for job, doc in zip(_load_in_torchtitan(tomls, tmp_path), docs):
-        par = job.parallelism
-        assert par.pipeline_parallel_degree == doc["degrees"]["pipeline"]
-        assert par.tensor_parallel_degree == doc["degrees"]["tensor"]
+    from moplace.cli.export import render
+
+    jobs = _load_in_torchtitan([render(doc, "torchtitan", "") for doc in docs], tmp_path)
+    for job, doc in zip(jobs, docs):
+        par, tables = job.parallelism, doc["torchtitan"]["tables"]
+        assert (par.pipeline_parallel_degree, par.tensor_parallel_degree) == (
+            doc["degrees"]["pipeline"], doc["degrees"]["tensor"])
         assert (par.data_parallel_replicate_degree * par.data_parallel_shard_degree
                 == doc["degrees"]["data"])
-        tables = doc["torchtitan"]["tables"]
         assert job.activation_checkpoint.mode == tables["activation_checkpoint"]["mode"]
         if "training" in tables:
             assert job.training.local_batch_size == tables["training"]["local_batch_size"]
+            assert job.training.global_batch_size == doc["batch_size"]["global"]
+
+
+@pytest.mark.slow
+def test_a_torchtitan_front_exports_and_torchtitan_reads_each(capsys, tmp_path):
+    front, docs = _torchtitan_front(capsys, TINY, tmp_path / "tt", 40)
+    from moplace.cli.export import render
+
+    code, toml, err = run(capsys, "export", front, "--point", 0, "--format", "torchtitan")
+    assert code == 0, err
+    assert toml == render(docs[0], "torchtitan", "")  # the command writes what the test reads
+    code, _, err = run(capsys, "search", TINY, "--cluster", "8xH100-80GB-NVLink", "--searcher",
+                       "mcmc", "--space", "megatron", "--out", tmp_path / "m", "--no-mlflow")
+    assert code == 2 and "nsga2 or random" in err and err.count("\n") == 1
+    _read_by_torchtitan(docs, tmp_path)
 
 
 def test_show_against_says_what_the_other_front_buys(capsys, tmp_path):
@@ -243,36 +261,15 @@ def test_torchtitan_toml_follows_the_rule(tiny):
 def test_llama_3_8b_torchtitan_front_exports_and_torchtitan_reads_each(capsys, tmp_path):
     """The issue's figure: ``search --space torchtitan`` on hf:llama-3-8b (8 x 4096 tokens,
     bf16, calibrated H100 estimates) over 8xH100: every front point runs on torchtitan, and
-    torchtitan's ConfigManager reads each export (profile about 2 minutes on 2 cores, from
-    the trace cache in seconds; the search about 3; the exports 5 s a point)."""
+    torchtitan's ConfigManager reads each export (21 minutes here on 2 shared cores, most of
+    it the profile and the search)."""
     graph = tmp_path / "llama8b.json"
     code, _, err = run(capsys, "profile", "hf:llama-3-8b", "--batch", 8, "--seq-len", 4096,
                        "--dtype", "bf16", "--estimate", "H100", "-o", graph, "--quiet")
     assert code == 0, err
-    test_front = tmp_path / "tt"
-    code, _, err = run(capsys, "search", graph, "--cluster", "8xH100-80GB-NVLink", "--searcher",
-                       "nsga2", "--space", "torchtitan", "--budget", 60, "--out", test_front,
-                       "--no-mlflow", "--quiet")
-    assert code == 0, err
-    front = test_front / "front.json"
-    points = json.loads(front.read_text())["points"]
-    assert len(points) >= 5 and all("torchtitan" in p["runs"] for p in points)
-    tomls, docs = [], []
-    for k in range(len(points)):
-        code, toml, err = run(capsys, "export", front, "--point", k, "--format", "torchtitan")
-        assert code == 0, err
-        tomls.append(toml)
-        docs.append(json.loads(run(capsys, "export", front, "--point", k, "--json")[1]))
-    if not _torchtitan_available():
-        pytest.skip("torchtitan 0.2.2 and tyro are not installed (pip install --no-deps "
-                    "torchtitan==0.2.2 tyro)")
-    for job, doc in zip(_load_in_torchtitan(tomls, tmp_path), docs):
-        par = job.parallelism
-        assert (par.pipeline_parallel_degree, par.tensor_parallel_degree) == (
-            doc["degrees"]["pipeline"], doc["degrees"]["tensor"])
-        assert (par.data_parallel_replicate_degree * par.data_parallel_shard_degree
-                == doc["degrees"]["data"])
-        assert job.training.global_batch_size == 8
+    _, docs = _torchtitan_front(capsys, graph, tmp_path / "tt", 60)
+    assert len(docs) >= 5
+    _read_by_torchtitan(docs, tmp_path)
 
 
 @pytest.mark.slow
