@@ -24,7 +24,7 @@ LAYERS = [
     ["searchers"],             # the built-in searchers (entry-point plugins)
     ["moplace.scale"],         # evaluators elsewhere: a Dask cluster
     ["moplace.review"],        # MLflow tracking, reports
-    ["moplace.tf", "moplace.torch"],  # the TensorFlow and PyTorch front ends
+    ["moplace.tf", "moplace.torch", "moplace.testbed"],  # the front ends, their testbeds' room
     ["moplace.sweep"],         # sweeps: an Optuna study of searches, MLflow parent run
     ["moplace"],               # the public API (moplace/__init__.py)
     ["moplace.cli", "moplace.__main__"],  # the command line, outermost

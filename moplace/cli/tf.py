@@ -108,10 +108,12 @@ def add_commands(sub) -> None:
     a.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
     where = a.add_mutually_exclusive_group()
     where.add_argument("--device-count", type=integer(1, 256),
-                       help="devices in this process (default: those it was profiled with)")
+                       help="(Keras only) devices in this process (default: those it was "
+                            "profiled with)")
     where.add_argument("--testbed", type=integer(1, 64), metavar="K",
                        help="run on a testbed of K worker processes (default: the testbed the "
-                       "graph was profiled on, if any)")
+                       "graph was profiled on, if any; a PyTorch graph: K processes joined by "
+                       "torch.distributed, gloo)")
     a.add_argument("--cluster", type=file_arg, help="cluster for the simulated runtime (default: the measured one)")
     a.add_argument("--steps", type=integer(1, 10**6), required=True, help="timed steps (after 2 warm-up steps)")
     a.add_argument("--json", action="store_true", help="print exactly one JSON object")
@@ -218,7 +220,6 @@ def _profile(args) -> int:
 
 
 def _apply(args) -> int:
-    _require_tensorflow("apply")
     _positive("--steps", args.steps)
     from .problem import from_front
 
@@ -230,6 +231,11 @@ def _apply(args) -> int:
 
     graph = load_graph(args.graph)
     cluster = load_cluster(args.cluster) if args.cluster else None
+    from .torchapply import apply_torch_graph, is_torch_graph
+
+    if is_torch_graph(graph):
+        return apply_torch_graph(args, graph, cluster)
+    _require_tensorflow("apply")
     from ..tf.source import profiled_source
 
     profiled_source(graph)  # a graph that cannot be applied is refused before TensorFlow loads
@@ -273,16 +279,14 @@ def _apply(args) -> int:
            "trained": result.trained if result.expressible else None,
            "losses": result.losses, "step_seconds": result.step_seconds,
            "peak_memory_bytes": result.peak_memory_bytes, "notes": result.notes}
-    if args.json:
-        print(strictjson.dumps(out))
-        return 0 if result.expressible else 1
-    if not result.expressible:
-        raise MoplaceError(f"{out['strategy']} cannot run: {result.reason} (simulated "
-                           f"{simulated * 1e3:.3f} ms)")
-    else:
-        print(f"{out['strategy']} on {count} device(s): measured {result.measured_step_s * 1e3:.3f} ms "
-              f"(median of {args.steps}), simulated {simulated * 1e3:.3f} ms "
-              f"({out['relative_error']:+.1%}); loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")
+    from .torchapply import json_or_refusal
+
+    code = json_or_refusal(args, out, result, simulated, "")
+    if code is not None:
+        return code
+    print(f"{out['strategy']} on {count} device(s): measured {result.measured_step_s * 1e3:.3f} ms "
+          f"(median of {args.steps}), simulated {simulated * 1e3:.3f} ms "
+          f"({out['relative_error']:+.1%}); loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")
     return 0
 
 

@@ -25,10 +25,15 @@ def profile_torch(args, path) -> int:
     if importlib.util.find_spec("torch") is None:
         raise MoplaceError(f"{what}, and torch is not installed: pip install 'moplace[torch]' "
                            f"(the CPU wheel, torch==2.13.0)")
-    if args.testbed is not None or args.device_count not in (None, 1) or args.parts:
-        raise MoplaceError(f"{what}: --testbed, --device-count and --parts measure ops with "
-                           f"TensorFlow; a PyTorch model's times are roofline estimates "
-                           f"(--estimate KINDS) for now")
+    if args.device_count not in (None, 1) or args.parts:
+        raise MoplaceError(f"{what}: --device-count and --parts measure ops with TensorFlow; "
+                           f"a PyTorch model is measured on --testbed K processes, or with "
+                           f"--measure on one device")
+    if args.testbed is not None:
+        if getattr(args, "device", None) not in (None, "cpu"):
+            raise MoplaceError("--testbed: the PyTorch testbed's processes share this machine's "
+                               "CPU cores (--device cuda measures one GPU: --measure alone)")
+        args.measure, args.device = True, "cpu"
     if getattr(args, "device", None) is not None and not args.measure:
         raise MoplaceError("--device: the device --measure runs the model on (without "
                            "--measure nothing runs)")
@@ -75,7 +80,8 @@ def profile_torch(args, path) -> int:
     from ..torch.frontend import profile_torch_model
     from .progress import Display
 
-    with Display("quiet" if args.quiet or args.json else "auto") as display:
+    threads = _testbed_threads(args.testbed)
+    with Display("quiet" if args.quiet or args.json else "auto") as display, threads:
         traced = profile_torch_model(path, args.batch, kinds, seq_len=args.seq_len,
                                      dtype=dtype, measure_steps=args.steps if args.measure
                                      else 0,
@@ -93,8 +99,13 @@ def profile_torch(args, path) -> int:
     fine = len(g.ops)
     if args.coarsen == "yes" or (args.coarsen == "auto" and fine > COARSEN_ABOVE):
         g = coarsen(g)
+    testbed_lines = []
+    if args.testbed is not None:
+        g, toml, testbed_lines = _testbed_cluster(g, args.testbed)
     save_graph(g, args.output)
-    if traced.measured is not None:
+    if args.testbed is not None:
+        cluster_path.write_text(toml)
+    elif traced.measured is not None:
         from ..torch.device import cluster_toml
 
         cluster_path.write_text(cluster_toml(g.name, info))
@@ -130,7 +141,9 @@ def profile_torch(args, path) -> int:
     notes = ([precision] if precision else []) + assumption_notes(g)
     lines += notes
     if traced.measured is not None:
-        lines += _measured_lines(g, traced.measured, cluster_path)
+        said = _measured_lines(g, traced.measured, cluster_path)
+        lines += [ln for ln in said if not (testbed_lines and ln.startswith("wrote "))]
+    lines += testbed_lines
     kinds += [info.kind] if info is not None else []
     lines.append(f"wrote {args.output} (search it on a cluster of {' or '.join(kinds)} "
                  f"devices: `moplace clusters` lists the presets)")
@@ -147,6 +160,55 @@ def profile_torch(args, path) -> int:
     else:
         print("\n".join(lines))
     return 0
+
+
+def _testbed_threads(count):
+    """A context in which torch runs as many threads as one of ``count`` testbed processes
+    (None: a context that changes nothing)."""
+    import contextlib
+
+    if count is None:
+        return contextlib.nullcontext()
+    from ..testbed.procs import core_shares
+
+    @contextlib.contextmanager
+    def threads():
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(len(core_shares(count)[0]))
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    return threads()
+
+
+def _testbed_cluster(graph, count: int):
+    """(the graph with the testbed recorded, the testbed's cluster file, lines saying so): its
+    ``count`` processes as ``cpu`` devices, the links between them measured."""
+    from ..core.graph import OpGraph
+    from ..core.presets import parse_cluster
+    from ..core.presets.export import cluster_to_toml
+    from ..torch.testbed import TorchTestbed
+
+    with TorchTestbed(count) as bed:
+        latency, bandwidth = bed.measure_links()
+        describe = bed.describe()
+    fits = {(i, j): (latency, bandwidth) for i in range(count) for j in range(count) if i != j}
+    cluster = TorchTestbed.placeholder_cluster(count).with_links(fits)
+    meta = dict(graph.metadata)
+    meta["measured"] = {**meta.get("measured", {}), "testbed": {"processes": count},
+                        "device_count": count,
+                        "links": [[i, j, latency, bandwidth] for (i, j) in fits]}
+    toml = cluster_to_toml(cluster, description=f"the PyTorch testbed: {describe}; links "
+                                                 "measured by moplace profile --testbed")
+    names = [d.name for d in parse_cluster(toml, "the testbed's cluster").devices]
+    meta["measured"]["device_names"] = names
+    line = (f"testbed: {describe}; links {latency * 1e6:.0f} us + {bandwidth / 1e9:.2f} GB/s "
+            f"(gloo, measured); `moplace apply` runs plans on it")
+    return OpGraph(graph.ops, graph.edges, name=graph.name, metadata=meta), toml, [line]
 
 
 def _measured_lines(graph, measured, cluster_path) -> list:

@@ -17,9 +17,6 @@ out, and counted in the result's ``notes``.
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from ..core.graph import OpGraph
@@ -27,6 +24,7 @@ from ..core.strategy import Strategy
 from ..errors import MoplaceError
 from ..progress import Report, Ticker
 from ..simulator.engine import Trace
+from ..testbed.result import ApplyResult
 from .memory import device_peaks, largest_scratch
 from .microbatch import copied_ops, copy_name, rewrite_micro_batches, split_copies
 from .profile import quiet_stderr
@@ -39,36 +37,6 @@ from .trace import TracedStep
 
 class ApplyError(MoplaceError):
     """A strategy cannot be applied to this model."""
-
-
-@dataclass
-class ApplyResult:
-    """What running a strategy for real gave (times in seconds)."""
-
-    expressible: bool
-    reason: str = ""
-    notes: list[str] = field(default_factory=list)
-    step_seconds: list[float] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
-    peak_memory_bytes: dict[str, int] = field(default_factory=dict)  # see moplace.tf.memory
-    scratch_bytes: dict[str, int] = field(default_factory=dict)  # largest kernel scratch
-
-    @property
-    def spread_s(self) -> tuple[float, float] | None:
-        """The 10th and 90th percentiles of the timed steps (seconds)."""
-        if not self.step_seconds:
-            return None
-        q = np.percentile(self.step_seconds, [10, 90])
-        return float(q[0]), float(q[1])
-
-    @property
-    def measured_step_s(self) -> float | None:
-        return statistics.median(self.step_seconds) if self.step_seconds else None
-
-    @property
-    def trained(self) -> bool:
-        """True when the loss changed over the run (the update ops really ran)."""
-        return len(set(np.round(self.losses, 7))) > 1
 
 
 def apply_strategy(traced: TracedStep, graph: OpGraph, strategy: Strategy, trace: Trace,

@@ -7,10 +7,9 @@ placeholders until `moplace.tf.commprofile` measures real ones.
 
 from __future__ import annotations
 
-import os
-
 from ..core.cluster import Cluster, Device, kind_speed
 from ..errors import MoplaceError
+from ..testbed.procs import host_memory_bytes
 from ._tf import tf
 
 __all__ = ["DeviceSetupError", "available_devices", "configure_logical_cpus", "device_kind",
@@ -88,18 +87,6 @@ def device_kind(name: str) -> str:
         return "gpu"
     model = tf.config.experimental.get_device_details(gpus[index]).get("device_name")
     return gpu_kind(model) if model else "gpu"
-
-
-def host_memory_bytes() -> int:
-    """Physical RAM of this host, in bytes."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        with open("/proc/meminfo") as f:  # the same figure where sysconf lacks the names
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    raise DeviceSetupError("cannot read the host's memory size")
 
 
 def host_cluster(devices: list[str], memory_bytes: int | None = None) -> Cluster:

@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 
 from ..core.cluster import Cluster
 from ..errors import MoplaceError
-from .devices import PLACEHOLDER_BANDWIDTH, PLACEHOLDER_LATENCY, host_memory_bytes
+from ..testbed.procs import WorkerDied, Workers, core_shares, free_port, host_memory_bytes
+from .devices import PLACEHOLDER_BANDWIDTH, PLACEHOLDER_LATENCY
 
 __all__ = ["Testbed", "TestbedError", "Worker"]
 
@@ -70,9 +66,8 @@ class Testbed:
         cores = sorted(os.sched_getaffinity(0))
         #: True when there are fewer cores than CPU workers, so workers share cores
         self.shared_cores = not self.gpus and count > len(cores)
-        self._cores = [cores[k::count] or [cores[k % len(cores)]] for k in range(count)]
-        self._procs: list[subprocess.Popen] = []
-        self._logs: list = []
+        self._cores = core_shares(count)
+        self._workers: Workers | None = None
         self.workers: list[Worker] = []
         last = None
         for _ in range(3):  # a port picked free may be taken before the worker binds it
@@ -88,41 +83,32 @@ class Testbed:
         self.target = f"grpc://{self.addresses[0]}"
 
     def _start(self, timeout: float) -> None:
-        self.addresses = [f"localhost:{_free_port()}" for _ in range(self.count)]
+        self.addresses = [f"localhost:{free_port()}" for _ in range(self.count)]
+        commands = []
         for k in range(self.count):
-            log = tempfile.TemporaryFile()
             cmd = [sys.executable, "-m", "moplace.tf.testbed_worker", str(k),
                    json.dumps(self.addresses), "--threads", str(self.threads)]
             cmd += ["--gpu", str(k)] if self.gpus else ["--cores", ",".join(map(str, self._cores[k]))]
-            self._procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                stderr=log))
-            self._logs.append(log)
-        self.workers = [self._ready(k, time.monotonic() + timeout) for k in range(self.count)]
+            commands.append(cmd)
+        try:
+            self._workers = Workers(commands, names=[f"testbed worker {k}"
+                                                     for k in range(self.count)])
+        except WorkerDied as exc:
+            raise TestbedError(str(exc)) from None
+        ready: dict = {}
 
-    def _ready(self, k: int, deadline: float) -> Worker:
-        proc = self._procs[k]
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TestbedError(f"testbed worker {k} did not start within the time limit"
-                                       f"{self._log_tail(k)}")
-                if sel.select(min(left, 1.0)):
-                    line = proc.stdout.readline()
-                    if line:
-                        info = json.loads(line)
-                        return Worker(info["task"], info["device"], info["kind"],
-                                      int(info["memory_bytes"]), tuple(info["cores"]), info["pid"])
-                if proc.poll() is not None:
-                    raise TestbedError(f"testbed worker {k} exited with code {proc.returncode} "
-                                       f"before it was ready{self._log_tail(k)}")
+        def heard(k, line):
+            if k not in ready and line.startswith("{"):
+                ready[k] = json.loads(line)
 
-    def _log_tail(self, k: int) -> str:
-        log = self._logs[k]
-        log.seek(0)
-        lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
-        return f": {lines[-1].strip()[:300]}" if lines else ""
+        try:
+            self._workers.watch(on_line=heard, until=lambda k, line: k in ready,
+                                timeout=timeout)
+        except WorkerDied as exc:
+            raise TestbedError(f"{exc} before it was ready") from None
+        self.workers = [Worker(info["task"], info["device"], info["kind"],
+                               int(info["memory_bytes"]), tuple(info["cores"]), info["pid"])
+                        for info in (ready[k] for k in range(self.count))]
 
     def cluster(self) -> Cluster:
         """The testbed as a `Cluster`, with placeholder links (10 GB/s, 5 us) until
@@ -149,23 +135,9 @@ class Testbed:
         tf.compat.v1.Session.reset(self.target)
 
     def close(self) -> None:
-        for proc in self._procs:
-            if proc.stdin and not proc.stdin.closed:
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
-        for proc in self._procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout:
-                proc.stdout.close()
-        for log in self._logs:
-            log.close()
-        self._procs, self._logs = [], []
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
 
     def __enter__(self) -> "Testbed":
         return self
@@ -174,14 +146,8 @@ class Testbed:
         self.close()
 
     def __del__(self):
-        if getattr(self, "_procs", None):
+        if getattr(self, "_workers", None) is not None:
             self.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 def _visible_gpus() -> int:

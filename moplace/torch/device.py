@@ -51,11 +51,10 @@ def device_info(device: str) -> DeviceInfo:
         name = torch.cuda.get_device_name(index)
         return DeviceInfo(f"cuda:{index}", kind_of_gpu(name, int(props.total_memory)), name,
                           int(props.total_memory))
-    import os
+    from ..testbed.procs import host_memory_bytes
 
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return DeviceInfo("cpu", "cpu", f"{_cpu_name()}, {torch.get_num_threads()} threads",
-                      int(memory))
+                      host_memory_bytes())
 
 
 def _cpu_name() -> str:

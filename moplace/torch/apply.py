@@ -1,0 +1,116 @@
+"""Run a strategy for real on a PyTorch graph: a testbed of K processes joined by
+``torch.distributed``, one per device of the cluster, each running its part of the traced
+step in the simulator's order (`moplace.torch.applyplan`, `moplace.torch.applyrun`).
+
+On CPUs the processes talk over gloo, each pinned to its share of the cores
+(`moplace.testbed.procs`); this is what the tests run. NCCL, one GPU per process, is what
+the same code would use on a machine with several GPUs; our GPU machines have one, so it is
+neither offered nor tested here.
+
+    result = apply_torch(graph, strategy, cluster, steps=10)
+    result.step_seconds, result.losses      # measured; simulate() gives the simulated step
+
+A strategy the testbed cannot run (a split on channel or tensor, a graph traced for a GPU's
+attention kernels...) comes back ``expressible=False`` with the reason, before any process
+starts. A process that dies stops the others; the error names its rank and its last words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import tempfile
+
+from ..core.strategy import Strategy
+from ..errors import MoplaceError
+from ..progress import Ticker
+from ..simulator.engine import simulate
+from ..testbed.result import ApplyResult
+from .applyplan import PlanRefused
+
+KIND = "cpu"
+
+
+def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: int = 2,
+                progress=None, timeout: float = 600.0, seed: int = 0, weights: bool = False,
+                testbed=None) -> tuple[ApplyResult, float]:
+    """Run ``strategy`` on as many processes as ``cluster`` has devices (``testbed``: a
+    `moplace.torch.testbed.TorchTestbed` of that size to run on; default: one started for
+    this run); returns the result (``weights``: also ``result.weights``, every parameter
+    after the last step) and the simulator's step for the same strategy on ``cluster``."""
+    from .applyprep import node_rows, prepare
+    from .testbed import TorchTestbed
+
+    if steps < 1:
+        raise MoplaceError(f"steps must be at least 1, got {steps}")
+    n = cluster.n_devices
+    if testbed is not None and testbed.count != n:
+        raise MoplaceError(f"the cluster has {n} devices but the testbed {testbed.count} "
+                           "processes")
+    strategy.validate(graph, n)
+    trace = simulate(graph, cluster, strategy)
+    ticker = Ticker(progress, warmup + steps + 2)
+    ticker.stage("planning each rank's part (tracing the model at each batch it runs at)")
+    try:
+        programs, source, batches, updates, traced = prepare(graph, strategy, trace, n, KIND)
+    except PlanRefused as exc:
+        return ApplyResult(False, str(exc)), trace.makespan
+    ticker.tick()
+    groups = sorted({step[1].ranks for prog in programs for step in prog.steps
+                     if step[0] in ("reduce", "gather") and len(step[1].ranks) > 1})
+    owned: dict = {}
+    for prog in programs:
+        for step in prog.steps:
+            if step[0] == "update" and step[1].part == 0:
+                owned.setdefault(prog.rank, []).append(updates[step[1].op])
+    main = traced[int(source["batch_size"])]
+    job = {"programs": programs, "source": source, "batch": int(source["batch_size"]),
+           "micro_batches": int(strategy.micro_batches), "updates": updates, "groups": groups,
+           "owned": owned, "seed": seed, "steps": steps, "warmup": warmup, "weights": weights,
+           "rows": {b: node_rows(t) for b, t in traced.items()},
+           "parameters": main.parameters, "inputs": list(main.inputs), "loss": main.loss}
+
+    def heard(k, line):
+        if k == 0 and line.startswith("step "):
+            done = int(line.split()[1].split("/")[0])
+            ticker.stage("warm-up steps" if done <= warmup else "timed steps")
+            ticker.tick()
+
+    with tempfile.TemporaryDirectory(prefix="moplace-apply-") as job_dir:
+        with open(os.path.join(job_dir, "job.pkl"), "wb") as f:
+            pickle.dump(job, f)
+        own = testbed is None
+        if own:
+            ticker.stage(f"starting {n} PyTorch processes (gloo)")
+            testbed = TorchTestbed(n)
+        try:
+            testbed.run(job_dir, on_line=heard, timeout=timeout)
+        finally:
+            if own:
+                testbed.close()
+        result = _collect(job_dir, n, weights)
+    ticker.tick()
+    return result, trace.makespan
+
+
+def _collect(job_dir: str, n: int, weights: bool) -> ApplyResult:
+    reports = []
+    for k in range(n):
+        with open(os.path.join(job_dir, f"rank-{k}.json")) as f:
+            reports.append(json.load(f))
+    per_rank = [r["seconds"] for r in reports]
+    steps = [max(col) for col in zip(*per_rank)]
+    losses = []
+    for step in zip(*(r["losses"] for r in reports)):
+        found = [v for rank in step for v in rank]
+        losses.append(sum(found) / len(found) if found else float("nan"))
+    result = ApplyResult(True, step_seconds=steps, losses=losses, rank_seconds=per_rank)
+    if weights:
+        import torch
+
+        merged = {}
+        for k in range(n):
+            merged.update(torch.load(os.path.join(job_dir, f"rank-{k}.pt")))
+        result.weights = merged
+    return result

@@ -1,0 +1,356 @@
+"""A strategy applied to a traced PyTorch step, decided once and the same on every rank: the
+compute tasks in the order the simulator started them, what each graph node reads and in which
+layout, and every transfer and collective between ranks (`plan_program`).
+
+The unit of work is a **task**: one part of one micro-batch's copy of an op (`Task`), run by
+the rank of its device. An op's task runs the graph nodes folded into the op (the op's own
+aten call and the views of its output), in graph order. Each node's output is kept per
+micro-batch and part, in a **layout** (`Layout`): ``whole`` (an unsplit op's), or one part of
+``k``: a ``slice`` of the batch along the node's batch dimension, a ``partial`` sum (an output
+with no batch dimension computed from slices: a weight gradient of a batch part), or a
+``replica`` (the same on every part: a weight). What a node needs of an input it reads
+(`Need`): all of it (parts concatenated, partial sums added), its slice ``p`` of ``k``, or its
+own part ``p`` (a partial sum or replica of a producer split as it is). Pieces held by another
+rank travel point to point: the producer sends once it has run, the reader receives when it
+needs them, each transfer tagged by its place in the one order.
+
+Gradients are not read by graph nodes but by the update ops: every rank that computed part of
+a weight's gradient adds it up over its micro-batches, and the sums meet where the update runs
+(`Reduction`): an all-reduce among the update's replicas (a reduce-scatter under ZeRO), or, for
+an update on one device, point-to-point sends to it. Each reduction and each gather of ZeRO-3
+weights is an event placed in the one order just after the last task it waits for, so that
+every rank meets the collectives in the same order and no rank waits for one that waits for
+it: each rank's program is the one order, its own tasks and its collectives kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core.graph import OpGraph
+from ..core.strategy import Strategy
+
+__all__ = ["Task", "NodeInfo", "Layout", "Need", "Reduction", "Program", "ordered_tasks",
+           "plan_program", "PlanRefused"]
+
+
+class PlanRefused(Exception):
+    """The strategy asks for something the PyTorch testbed does not run (the reason names it)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """Part ``part`` of ``parts`` of op ``op``'s copy for micro-batch ``mb``, on ``device``
+    (``clone``: its recomputation before the backward)."""
+
+    op: int
+    mb: int
+    part: int
+    parts: int
+    device: int
+    clone: bool = False
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the plan needs to know of one graph node: its name, the op it is folded into, the
+    nodes it reads, its output's batch dimension (None: none, or not a tensor), its kind
+    (``param``, ``input`` or ``call``) and, for a parameter, the gradient nodes of it."""
+
+    name: str
+    op: int
+    inputs: tuple[str, ...]
+    batch_dim: int | None
+    kind: str = "call"
+    outer: int | None = 1  # the batch dimension's outer factor (`applyprep.batch_layouts`)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a node's output of one micro-batch is held: ``kind`` (whole, slice, partial,
+    replica), its ``devices`` (one per part) and batch dimension ``dim`` (slices)."""
+
+    kind: str
+    devices: tuple[int, ...]
+    dim: int | None = None
+    outer: int | None = 1
+
+    @property
+    def parts(self) -> int:
+        return len(self.devices)
+
+
+@dataclass(frozen=True)
+class Need:
+    """How a task reads input ``node`` of micro-batch ``mb``: ``how`` is ``full`` (the whole
+    value: ``pieces`` concatenated along ``dim`` or added, or the one piece), ``slice`` (slice
+    ``index`` of ``count`` along ``dim`` of the full value) or ``part`` (the one piece as it
+    is); ``pieces`` are the producer's parts it is made of, ``combine`` ``cat``, ``sum`` or
+    ``one``; ``recv`` the pieces (part, source rank, tag) that arrive from other ranks."""
+
+    node: str
+    mb: int
+    how: str
+    pieces: tuple[int, ...]
+    combine: str
+    dim: int | None = None
+    index: int = 0
+    count: int = 1
+    recv: tuple[tuple[int, int, int], ...] = ()
+    batch: int = 0  # the batch the producer's pieces were computed at (their shapes')
+    outer: int = 1  # the batch dimension's outer factor (slices and concatenations)
+
+
+@dataclass
+class Reduction:
+    """A weight's gradient brought to its update: ``param`` (the update op's index), the
+    ranks that contribute to it, the update's ranks, and ``how``: ``allreduce`` or
+    ``reducescatter`` among the update's ranks, or ``send`` to its one rank (with each
+    sender's tag)."""
+
+    update: int
+    contributors: tuple[int, ...]
+    ranks: tuple[int, ...]
+    how: str
+    tags: dict = field(default_factory=dict)  # sender rank -> tag (how == "send")
+
+
+@dataclass
+class Program:
+    """One rank's part of the plan: ``steps``, in order, each ``("task", Task, [(node name,
+    [Need...], Layout)])``, ``("reduce", Reduction)`` or ``("gather", update op index,
+    ranks)``; ``sends``: (node, mb, part) -> [(destination rank, tag)]; ``grads``: the
+    gradient contributions this rank computes, (node, mb, part) -> the update op they go to;
+    ``batches``: the batch sizes its tasks run at."""
+
+    rank: int
+    steps: list = field(default_factory=list)
+    sends: dict = field(default_factory=dict)
+    grads: dict = field(default_factory=dict)
+    batches: set = field(default_factory=set)
+
+
+def ordered_tasks(graph: OpGraph, strategy: Strategy, trace) -> list[Task]:
+    """The compute tasks of ``trace`` (``strategy`` simulated on ``graph``) in the order they
+    started (ties: the op's topological position, then the task's index)."""
+    n_compute = int(np.count_nonzero(trace.task_device >= 0))
+    first_clone = n_compute - int(trace.n_recomputed)
+    parts_of = {}
+    for i, split in strategy.splits.items():
+        parts_of[int(i)] = split.parts
+    mbs = trace.task_micro_batch[:n_compute] if trace.task_micro_batch.size else \
+        np.zeros(n_compute, np.int64)
+    ops = trace.task_op[:n_compute]
+    key = ops * (int(strategy.micro_batches) + 1) + mbs + (np.arange(n_compute) >= first_clone) \
+        * (1 << 40)
+    change = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    part = np.arange(n_compute) - np.repeat(change, np.diff(np.r_[change, n_compute]))
+    topo = graph.arrays.topo.argsort()
+    order = np.lexsort((np.arange(n_compute), topo[ops], trace.task_start[:n_compute]))
+    out = []
+    for t in order.tolist():
+        i = int(ops[t])
+        clone = t >= first_clone
+        out.append(Task(i, int(mbs[t]), int(part[t]), 1 if clone else parts_of.get(i, 1),
+                        int(trace.task_device[t]), clone))
+    return out
+
+
+class _Planner:
+    def __init__(self, nodes: list[NodeInfo], graph: OpGraph, strategy: Strategy,
+                 gradients: dict, batch: int, n_ranks: int):
+        self.nodes = {n.name: n for n in nodes}
+        self.by_op: dict[int, list[NodeInfo]] = {}
+        for n in nodes:
+            self.by_op.setdefault(n.op, []).append(n)
+        self.graph, self.strategy, self.batch = graph, strategy, batch
+        self.m = int(strategy.micro_batches)
+        self.gradients = gradients  # gradient node -> update op index
+        self.programs = [Program(r) for r in range(n_ranks)]
+        self.layout: dict = {}  # (node, mb) -> Layout
+        self.have: dict = {}  # (node, mb, part) -> ranks holding it
+        self.tag = 0
+        # per update op: ranks contributing to its gradient, and the last task position
+        self.contrib: dict[int, set] = {}
+        self.last_grad: dict[int, int] = {}
+
+    def next_tag(self) -> int:
+        self.tag += 1
+        return self.tag
+
+    def split_of(self, op: int):
+        return self.strategy.splits.get(op)
+
+    def run(self, tasks: list[Task]) -> list[Program]:
+        for t in tasks:
+            if t.parts > 1 and self.batch % (self.m * t.parts):
+                raise PlanRefused(f"a batch of {self.batch} does not cut into {self.m} "
+                                  f"micro-batches of {t.parts} equal parts")
+        events: list[tuple[int, int, object]] = []  # (position, order, event)
+        updates = {}
+        for pos, t in enumerate(tasks):
+            op = self.graph.ops[t.op]
+            if op.role == "update":
+                updates.setdefault(t.op, []).append((pos, t))
+                continue
+            self.plan_task(pos, t)
+        for u, parts in sorted(updates.items()):
+            first = min(p for p, _ in parts)
+            ranks = tuple(dict.fromkeys(t.device for _, t in sorted(parts, key=lambda x: x[1].part)))
+            red = self.reduction(u, ranks)
+            if red is not None:
+                at = self.last_grad.get(u, -1)
+                if at >= first:
+                    raise PlanRefused(f"update {self.graph.ops[u].name!r} runs before its "
+                                      "gradient is complete")
+                events.append((at, 1, ("reduce", red)))
+            for pos, t in parts:
+                events.append((pos, 0, ("update", t)))
+            if red is not None and red.how == "reducescatter":
+                events.append((max(p for p, _ in parts), 2, ("gather", red)))
+        return self.programs, events
+
+    # -- tasks
+    def plan_task(self, pos: int, t: Task) -> None:
+        prog = self.programs[t.device]
+        b = self.batch // (self.m * t.parts)
+        prog.batches.add(b)
+        ran = []
+        local = set()
+        for n in self.by_op.get(t.op, ()):
+            needs, used_parts = [], False
+            for a in n.inputs:
+                if a in local:  # made by this task: its own part
+                    needs.append(Need(a, t.mb, "part", (t.part,), "one"))
+                    lay = self.layout[(a, t.mb)]
+                    used_parts |= lay.kind in ("slice", "partial")
+                    continue
+                need, sliced = self.need(a, t)
+                needs.append(need)
+                used_parts |= sliced
+            if t.parts == 1:
+                lay = Layout("whole", (t.device,), n.batch_dim, n.outer)
+            else:
+                kind = "slice" if n.batch_dim is not None else \
+                    "partial" if used_parts else "replica"
+                if n.kind == "input":
+                    kind = "slice" if n.batch_dim is not None else "replica"
+                split = self.split_of(t.op)
+                lay = Layout(kind, split.devices, n.batch_dim, n.outer)
+            if t.clone:
+                lay = self.layout.get((n.name, t.mb), lay)
+            else:
+                self.layout[(n.name, t.mb)] = lay
+            self.have.setdefault((n.name, t.mb, t.part), set()).add(t.device)
+            local.add(n.name)
+            ran.append((n.name, needs, lay))
+            upd = self.gradients.get(n.name)
+            if upd is not None and not t.clone:
+                if not (lay.kind == "replica" and t.part > 0):
+                    prog.grads[(n.name, t.mb, t.part)] = upd
+                    self.contrib.setdefault(upd, set()).add(t.device)
+                self.last_grad[upd] = max(self.last_grad.get(upd, -1), pos)
+        prog.steps.append(("task", t, ran))
+
+    def need(self, a: str, t: Task) -> tuple[Need, bool]:
+        """How task ``t`` reads node ``a``, with the receives it takes; and whether it reads
+        a slice or a partial sum of it."""
+        info = self.nodes[a]
+        mb = t.mb
+        lay = self.layout.get((a, mb))
+        if lay is None:
+            raise PlanRefused(f"node {a!r} is read before it is computed (op "
+                              f"{self.graph.ops[t.op].name!r})")
+        split = self.split_of(t.op)
+        if t.parts > 1 and info.batch_dim is not None:
+            if lay.kind == "slice" and lay.parts == t.parts:
+                return self.fetch(a, mb, "part", (t.part,), "one", t), True
+            base = self.full(a, mb, lay, t)
+            return Need(a, mb, "slice", base.pieces, base.combine, info.batch_dim, t.part,
+                        t.parts, base.recv, base.batch, self.outer(info)), True
+        if t.parts > 1 and lay.kind in ("partial", "replica") and split is not None and \
+                lay.devices == split.devices:
+            return self.fetch(a, mb, "part", (t.part,), "one", t), lay.kind == "partial"
+        return self.full(a, mb, lay, t), False
+
+    def full(self, a: str, mb: int, lay: Layout, t: Task) -> Need:
+        if lay.kind == "whole":
+            return self.fetch(a, mb, "full", (0,), "one", t)
+        if lay.kind == "replica":
+            q = lay.devices.index(t.device) if t.device in lay.devices else 0
+            return self.fetch(a, mb, "full", (q,), "one", t)
+        return self.fetch(a, mb, "full", tuple(range(lay.parts)),
+                          "cat" if lay.kind == "slice" else "sum", t, lay.dim,
+                          self.outer(self.nodes[a]) if lay.kind == "slice" else 1)
+
+    def outer(self, info: NodeInfo) -> int:
+        if info.outer is None:
+            raise PlanRefused(f"node {info.name!r} (op {self.graph.ops[info.op].name!r}) mixes "
+                              "the samples of its batch: its parts cannot be cut or joined")
+        return info.outer
+
+    def fetch(self, a, mb, how, pieces, combine, t: Task, dim=None, outer=1) -> Need:
+        lay = self.layout[(a, mb)]
+        recv = []
+        for q in pieces:
+            holders = self.have.setdefault((a, mb, q), set())
+            if t.device in holders:
+                continue
+            src = lay.devices[q]
+            tag = self.next_tag()
+            self.programs[src].sends.setdefault((a, mb, q), []).append((t.device, tag))
+            recv.append((q, src, tag))
+            holders.add(t.device)
+        return Need(a, mb, how, tuple(pieces), combine, dim, recv=tuple(recv),
+                    batch=self.batch // (self.m * lay.parts), outer=outer)
+
+    # -- gradients
+    def reduction(self, u: int, ranks: tuple[int, ...]) -> Reduction | None:
+        contributors = tuple(sorted(self.contrib.get(u, ())))
+        if not contributors:
+            raise PlanRefused(f"no task computes the gradient {self.graph.ops[u].name!r} "
+                              "updates with")
+        if len(ranks) == 1:
+            others = tuple(c for c in contributors if c != ranks[0])
+            if not others:
+                return None
+            return Reduction(u, contributors, ranks, "send",
+                             {c: self.next_tag() for c in others})
+        if not set(contributors) <= set(ranks):
+            raise PlanRefused(f"the gradient of {self.graph.ops[u].name!r} is computed on "
+                              f"devices {list(contributors)} but its replicas are on "
+                              f"{list(ranks)}")
+        how = "reducescatter" if self.strategy.zero_stage >= 1 else "allreduce"
+        return Reduction(u, contributors, tuple(sorted(ranks)), how)
+
+
+def plan_program(nodes: list[NodeInfo], graph: OpGraph, strategy: Strategy, tasks: list[Task],
+                 gradients: dict, batch: int, n_ranks: int) -> list[Program]:
+    """Every rank's `Program` for ``tasks`` (`ordered_tasks`) over the graph ``nodes``
+    (`NodeInfo`, in graph order); ``gradients``: gradient node -> the update op it goes to;
+    ``batch``: the traced batch. `PlanRefused` says what cannot run."""
+    planner = _Planner(nodes, graph, strategy, gradients, batch, n_ranks)
+    programs, events = planner.run(tasks)
+    # merge: each rank's tasks (already in order) with the events placed after positions
+    position = {}
+    for pos, t in enumerate(tasks):
+        position[(t.op, t.mb, t.part, t.clone)] = pos
+    for prog in programs:
+        merged = [(position[(s[1].op, s[1].mb, s[1].part, s[1].clone)], 0, k, s)
+                  for k, s in enumerate(prog.steps)]
+        prog.steps = merged
+    for at, order, event in events:
+        kind = event[0]
+        if kind == "update":
+            t = event[1]
+            programs[t.device].steps.append((at, 0, -1, ("update", t)))
+        else:
+            red = event[1]
+            for r in sorted(set(red.ranks) | set(red.contributors)):
+                programs[r].steps.append((at, order, -1, (kind, red)))
+    for prog in programs:
+        prog.steps.sort(key=lambda s: (s[0], s[1], s[2]))
+        prog.steps = [s[3] for s in prog.steps]
+    return programs

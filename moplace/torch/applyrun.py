@@ -1,0 +1,261 @@
+"""One rank of a strategy applied for real: its `Program` (`moplace.torch.applyplan`) run over
+the nodes of the traced step, tensors crossing ranks through torch.distributed's own calls
+(``isend``/``recv`` between tasks; ``all_reduce``, ``reduce_scatter_tensor`` and
+``all_gather_into_tensor`` for gradients and ZeRO's shards).
+
+A task runs its op's nodes as the graph traced at the task's batch (the step's batch over the
+micro-batches and the task's parts) has them, so a view's or an arange's sizes are the part's
+(`moplace.torch.applyprep` traces each batch a plan needs). The weights are the rank's own
+copy of the model's; an update runs the model's optimizer class with its settings on that
+weight alone (or, under ZeRO, on this rank's shard of it, the shards then gathered).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ._torch import torch
+from .applyplan import Program, Reduction, Task
+from .applyprep import Ref
+
+dist = torch.distributed
+
+
+def resolve_target(name: str):
+    """The callable a `moplace.torch.applyprep.Row` names (``aten.mm.default``,
+    ``operator.getitem``)."""
+    import operator
+
+    if name.startswith("operator."):
+        return getattr(operator, name.split(".", 1)[1])
+    obj = torch.ops
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _bind(a, values):
+    """``a`` (a row's arguments) with each `Ref` replaced by its node's value."""
+    if isinstance(a, Ref):
+        return values[a.name]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_bind(x, values) for x in a)
+    if isinstance(a, dict):
+        return {k: _bind(v, values) for k, v in a.items()}
+    return a
+
+
+def _cut(value, dim: int, outer: int, index: int, count: int):
+    """Slice ``index`` of ``count`` of ``value``'s batch along ``dim`` (``outer`` blocks of
+    the whole batch each, `moplace.torch.applyprep.batch_layouts`)."""
+    if outer == 1:
+        size = value.shape[dim] // count
+        return value.narrow(dim, index * size, size)
+    blocks = value.unflatten(dim, (outer, -1))
+    size = blocks.shape[dim + 1] // count
+    return blocks.narrow(dim + 1, index * size, size).flatten(dim, dim + 1)
+
+
+def _join(pieces, dim: int, outer: int):
+    """The batch slices ``pieces`` joined along ``dim`` (the inverse of `_cut`)."""
+    if outer == 1:
+        return torch.cat(pieces, dim)
+    return torch.cat([p.unflatten(dim, (outer, -1)) for p in pieces], dim + 1).flatten(dim,
+                                                                                     dim + 1)
+
+
+class RankRunner:
+    """Runs ``program`` on this rank: ``graphs`` (batch -> the traced step's nodes at that
+    batch as `moplace.torch.applyprep.Row`, by name), ``batch`` the traced batch, ``micro_batches``, ``real`` (the model,
+    optimizer and batch built for real, `moplace.torch.realstep.RealStep`), ``params``
+    (placeholder name -> parameter name), ``inputs`` (the batch's placeholder names),
+    ``updates`` (update op index -> parameter name), ``loss`` (the loss node's name),
+    ``groups`` (ranks -> process group)."""
+
+    def __init__(self, program: Program, graphs: dict, batch: int, micro_batches: int, real,
+                 params: dict, inputs: list, updates: dict, loss: str, groups: dict):
+        self.program, self.graphs, self.batch, self.m = program, graphs, batch, micro_batches
+        self.real, self.params, self.updates, self.loss = real, params, updates, loss
+        self.groups = groups
+        self.rank = program.rank
+        self.targets = {row.target: resolve_target(row.target) for rows in graphs.values()
+                        for row in rows.values() if row.op == "call_function"}
+        self.weights = {}
+        for name, p in real.model.named_parameters(remove_duplicate=False):
+            self.weights[name] = p
+        for name, b in real.model.named_buffers(remove_duplicate=False):
+            self.weights.setdefault(name, b)
+        data = (*real.x, real.y)
+        self.inputs = {name: data[k] for k, name in enumerate(inputs)}
+        opt = real.optimizer
+        import inspect
+
+        accepted = inspect.signature(type(opt).__init__).parameters
+        self.opt_class = type(opt)
+        self.opt_settings = {k: v for k, v in opt.defaults.items() if k in accepted}
+        self.optimizers: dict = {}  # parameter (or its shard) -> its optimizer
+        self.shards: dict = {}  # update op -> this rank's shard, a leaf tensor
+        self.shard_of: dict = {}  # update op -> the index of this rank's shard
+
+    # -- one step
+    def step(self) -> tuple[float, list[float]]:
+        """Runs one training step; its wall-clock seconds (from a barrier) and the losses of
+        the micro-batches whose loss this rank computed."""
+        self.env: dict = {}
+        self.pending: list = []
+        self.acc: dict = {}  # update op -> this rank's gradient sum
+        self.reduced: dict = {}
+        self.losses: list[float] = []
+        dist.barrier()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for step in self.program.steps:
+                kind = step[0]
+                if kind == "task":
+                    self.run_task(step[1], step[2])
+                elif kind == "reduce":
+                    self.reduce(step[1])
+                elif kind == "update":
+                    self.update(step[1])
+                elif kind == "gather":
+                    self.gather(step[1])
+            for work, _ in self.pending:
+                work.wait()
+        seconds = time.perf_counter() - t0
+        self.env = self.pending = None
+        return seconds, self.losses
+
+    def part_batch(self, parts: int) -> int:
+        return self.batch // (self.m * parts)
+
+    def run_task(self, t: Task, ran) -> None:
+        b = self.part_batch(t.parts)
+        nodes = self.graphs[b]
+        for name, needs, lay in ran:
+            node = nodes[name]
+            if node.op == "placeholder":
+                out = self.placeholder(name, t, b, lay)
+            else:
+                values = {need.node: self.resolve(need) for need in needs}
+                out = self.targets[node.target](*_bind(node.args, values),
+                                                **_bind(node.kwargs, values))
+            key = (name, t.mb, t.part)
+            self.env[key] = out
+            if t.clone:
+                continue
+            for dst, tag in self.program.sends.get(key, ()):
+                data = out.contiguous()
+                self.pending.append((dist.isend(data, dst, tag=tag), data))
+            update = self.program.grads.get(key)
+            if update is not None:
+                held = self.acc.get(update)
+                self.acc[update] = out.clone() if held is None else held.add_(out)
+            if name == self.loss:
+                self.losses.append(float(out))
+
+    def placeholder(self, name: str, t: Task, b: int, lay):
+        param = self.params.get(name)
+        if param is not None:
+            return self.weights[param].detach()
+        full = self.inputs[name]
+        dim = lay.dim if lay.dim is not None else 0
+        size = full.shape[dim] // self.m
+        out = full.narrow(dim, t.mb * size, size)
+        return out.narrow(dim, t.part * b, b) if t.parts > 1 else out
+
+    def resolve(self, need):
+        pieces = []
+        arriving = {q: (src, tag) for q, src, tag in need.recv}
+        for q in need.pieces:
+            key = (need.node, need.mb, q)
+            if q in arriving:
+                src, tag = arriving[q]
+                row = self.graphs[need.batch][need.node]
+                buf = torch.empty(row.shape, dtype=row.dtype)
+                dist.recv(buf, src, tag=tag)
+                self.env[key] = buf
+            pieces.append(self.env[key])
+        if need.combine == "cat":
+            value = _join(pieces, need.dim, need.outer)
+        elif need.combine == "sum":
+            value = pieces[0].clone()
+            for p in pieces[1:]:
+                value.add_(p)
+        else:
+            value = pieces[0]
+        if need.how == "slice":
+            value = _cut(value, need.dim, need.outer, need.index, need.count)
+        return value
+
+    # -- gradients and updates
+    def gradient(self, update: int):
+        held = self.acc.get(update)
+        if held is None:
+            p = self.weights[self.updates[update]]
+            held = torch.zeros_like(p)
+        return held.div_(self.m) if self.m > 1 else held
+
+    def reduce(self, red: Reduction) -> None:
+        g = self.gradient(red.update)
+        if red.how == "send":
+            if self.rank == red.ranks[0]:
+                for src, tag in sorted(red.tags.items()):
+                    buf = torch.empty_like(g)
+                    dist.recv(buf, src, tag=tag)
+                    g.add_(buf)
+            elif self.rank in red.tags:
+                dist.send(g.contiguous(), red.ranks[0], tag=red.tags[self.rank])
+                return
+        elif red.how == "allreduce":
+            dist.all_reduce(g, group=self.groups[red.ranks])
+        else:
+            flat, size = self.padded(g.reshape(-1), len(red.ranks))
+            shard = torch.empty(size, dtype=g.dtype)
+            dist.reduce_scatter_tensor(shard, flat, group=self.groups[red.ranks])
+            g = shard
+            self.shard_of[red.update] = red.ranks.index(self.rank)
+        self.reduced[red.update] = g
+
+    @staticmethod
+    def padded(flat, n: int):
+        size = -(-flat.numel() // n)
+        if size * n != flat.numel():
+            flat = torch.cat([flat, flat.new_zeros(size * n - flat.numel())])
+        return flat, size
+
+    def update(self, t: Task) -> None:
+        name = self.updates[t.op]
+        p = self.weights[name]
+        g = self.reduced.get(t.op)
+        if g is None:
+            g = self.gradient(t.op)
+        if g.numel() != p.numel():  # this rank's shard (ZeRO): its own leaf and optimizer
+            shard = self.shards.get(t.op)
+            k = self.shard_of[t.op]
+            if shard is None:
+                flat, size = self.padded(p.detach().reshape(-1), t.parts)
+                shard = self.shards[t.op] = flat[k * size:(k + 1) * size].clone()
+            shard.grad = g.to(shard.dtype)
+            self.optimizer(("shard", t.op), shard).step()
+            shard.grad = None
+            return
+        p.grad = g.to(p.dtype).reshape(p.shape)
+        # the plan's order may update a weight before a later task of this step reads it
+        # (the simulator's update does not wait for them): those read the old weight
+        p.data = p.data.clone()
+        self.optimizer(name, p).step()
+        p.grad = None
+
+    def gather(self, red: Reduction) -> None:
+        update, ranks = red.update, red.ranks
+        shard = self.shards[update]
+        p = self.weights[self.updates[update]]
+        full = torch.empty(shard.numel() * len(ranks), dtype=shard.dtype)
+        dist.all_gather_into_tensor(full, shard.detach(), group=self.groups[ranks])
+        p.data = full[:p.numel()].reshape(p.shape).clone()  # the old one stays for readers
+
+    def optimizer(self, key, tensor):
+        opt = self.optimizers.get(key)
+        if opt is None:
+            opt = self.optimizers[key] = self.opt_class([tensor], **self.opt_settings)
+        return opt

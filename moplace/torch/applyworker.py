@@ -1,0 +1,121 @@
+"""One rank of the PyTorch testbed: ``python -m moplace.torch.applyworker RANK WORLD PORT
+CORES``.
+
+Pins itself to its cores (one thread per core), joins the others with ``torch.distributed``
+(gloo on CPUs; NCCL, a GPU each, is what a machine with several GPUs would use) and says
+``ready``. Then each line of its standard input names a job's folder (`moplace.torch.apply`
+writes ``job.pkl`` there: every rank's program, the traced step's nodes at every batch its
+tasks run at, the model's source, the steps to run): it builds the model for real (the same
+seed on every rank: the same weights and batch), runs the warm-up and timed steps
+(`moplace.torch.applyrun`), writes ``rank-K.json`` (seconds per step, the losses it computed)
+and ``rank-K.pt`` (the weights whose update it ran first) there and says ``done``. Progress
+goes to stdout as ``step I/N`` lines. It exits when its standard input closes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pickle
+import sys
+
+
+def run_job(job_dir: str, rank: int, dist) -> None:
+    import torch
+
+    from .applyprep import load_setup
+    from .applyrun import RankRunner
+    from .realstep import build_real
+
+    with open(os.path.join(job_dir, "job.pkl"), "rb") as f:
+        job = pickle.load(f)
+    groups = {}
+    for ranks in job["groups"]:  # every rank makes every group, in the same order
+        groups[ranks] = dist.new_group(list(ranks))
+    source, batch = job["source"], job["batch"]
+    torch.manual_seed(job["seed"])
+    real = build_real(load_setup(source, batch), batch, "cpu")
+    runner = RankRunner(job["programs"][rank], job["rows"], batch, job["micro_batches"], real,
+                        job["parameters"], job["inputs"], job["updates"], job["loss"], groups)
+    seconds, losses = [], []
+    total = job["warmup"] + job["steps"]
+    for k in range(total):
+        s, lost = runner.step()
+        if k >= job["warmup"]:
+            seconds.append(s)
+        losses.append(lost)
+        print(f"step {k + 1}/{total}", flush=True)
+    if job.get("weights"):
+        mine = {name: runner.weights[name].detach().clone()
+                for name in job["owned"].get(rank, ())}
+        torch.save(mine, os.path.join(job_dir, f"rank-{rank}.pt"))
+    with open(os.path.join(job_dir, f"rank-{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "seconds": seconds, "losses": losses}, f)
+    for group in groups.values():
+        dist.destroy_process_group(group)
+
+
+#: message sizes (bytes) the links are timed at, and round trips per size
+LINK_SIZES, LINK_TRIPS = (4 << 10, 256 << 10, 4 << 20, 16 << 20), 20
+
+
+def ping_pong(out_dir: str, rank: int, world: int, dist) -> None:
+    """Rank 0 and rank 1 send each size back and forth; rank 0 writes ``links.json``: per
+    size, the median one-way seconds (half a round trip)."""
+    import statistics
+    import time
+
+    import torch
+
+    times = {}
+    if rank < 2 and world > 1:
+        peer = 1 - rank
+        for size in LINK_SIZES:
+            buf = torch.zeros(size // 4)
+            trips = []
+            for k in range(LINK_TRIPS + 1):
+                t0 = time.perf_counter()
+                if rank == 0:
+                    dist.send(buf, peer)
+                    dist.recv(buf, peer)
+                else:
+                    dist.recv(buf, peer)
+                    dist.send(buf, peer)
+                if k:  # the first trip sets up the connection
+                    trips.append((time.perf_counter() - t0) / 2)
+            times[size] = statistics.median(trips)
+    if rank == 0:
+        with open(os.path.join(out_dir, "links.json"), "w") as f:
+            json.dump({str(k): v for k, v in times.items()}, f)
+
+
+def main(argv=None) -> int:
+    rank, world, port, cores = (argv or sys.argv[1:])[:4]
+    rank, world = int(rank), int(world)
+    cores = [int(c) for c in cores.split(",")]
+    os.sched_setaffinity(0, cores)
+    import torch
+
+    torch.set_num_threads(len(cores))
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=600))
+    print("ready", flush=True)
+    for line in sys.stdin:
+        job_dir = line.strip()
+        if not job_dir:
+            continue
+        if job_dir.startswith("links "):
+            ping_pong(job_dir[6:], rank, world, dist)
+        else:
+            run_job(job_dir, rank, dist)
+        dist.barrier()
+        print("done", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

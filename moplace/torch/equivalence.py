@@ -1,0 +1,117 @@
+"""Split equivalence on the PyTorch testbed: every plan class applied for real
+(`moplace.torch.apply`) against the model trained by plain PyTorch on one device, the same
+seed giving both the same weights and batch (`moplace.testbed.equivalence` judges)."""
+
+from __future__ import annotations
+
+import time
+
+from ..core import baselines as base
+from ..core.recompute import recomputable_heads
+from ..core.strategy import Split, Strategy
+from ..testbed.equivalence import compare
+from ._torch import torch
+
+
+def reference_step(graph, steps: int, seed: int = 0) -> tuple[list, dict]:
+    """The losses of ``steps`` training steps of the model ``graph`` was profiled from, on this
+    CPU by plain PyTorch, and its weights after them (name -> float64 numpy array)."""
+    from .applyprep import load_setup, model_source
+    from .realstep import build_real
+
+    source = model_source(graph)
+    batch = int(source["batch_size"])
+    torch.manual_seed(seed)
+    real = build_real(load_setup(source, batch), batch, "cpu")
+    losses = []
+    for _ in range(steps):
+        real.optimizer.zero_grad(set_to_none=True)
+        loss = real.loss(real.model(*real.x), real.y)
+        loss.backward()
+        real.optimizer.step()
+        losses.append(float(loss.detach()))
+    weights = {n: p.detach().double().numpy().copy()
+               for n, p in real.model.named_parameters()}
+    return losses, weights
+
+
+def _batch_split_matmuls(graph, n: int) -> Strategy:
+    """Every matmul's group (forward and backward) split on batch over all devices, the rest
+    on device 0."""
+    plan = base.single(graph, n)
+    split = Split("batch", tuple(range(n)))
+    splits = {}
+    for g, members in enumerate(graph.groups):
+        ops = [graph.ops[i] for i in members]
+        if any(o.type.startswith(("mm", "addmm", "bmm")) for o in ops) and \
+                all("batch" in o.splittable for o in ops):
+            for i in members:
+                splits[i] = split
+    return Strategy(plan.placement, plan.priority, splits)
+
+
+def plan_classes(graph, n: int, *, nsga2_points: int = 2, seed: int = 0) -> list:
+    """(name, strategy) for every plan class on ``n`` devices, and ``nsga2_points`` points of
+    an NSGA-II front (the fastest and the least memory first)."""
+    heads = recomputable_heads(graph)
+    layer = base.layer_split(graph, n)
+    dp = base.data_parallel(graph, n)
+    plans = [("single", base.single(graph, n)),
+             ("data parallel, 25 MiB buckets", dp),
+             ("data parallel, a bucket per weight", base.data_parallel(graph, n, 0.0)),
+             ("layer split", layer),
+             ("round robin", base.round_robin(graph, n)),
+             ("matmuls split on batch", _batch_split_matmuls(graph, n)),
+             ("1F1B pipeline, 2 micro-batches", layer.with_options(micro_batches=2)),
+             ("GPipe pipeline, 4 micro-batches", layer.with_options(micro_batches=4,
+                                                                     schedule=1)),
+             ("data parallel, 2 micro-batches", dp.with_options(micro_batches=2)),
+             ("layer split, every other group recomputed", layer.with_recompute(heads[::2])),
+             ("single, every group recomputed", base.single(graph, n).with_recompute(heads)),
+             ("ZeRO-1", dp.with_options(zero_stage=1)),
+             ("ZeRO-3", dp.with_options(zero_stage=3)),
+             ("tensor parallel", base.tensor_parallel(graph, n))]
+    if nsga2_points:
+        plans += _front_points(graph, n, nsga2_points, seed)
+    return plans
+
+
+def _front_points(graph, n: int, k: int, seed: int) -> list:
+    from ..optimize.driver import search
+    from ..optimize.plugins import make_searcher
+    from ..optimize.problem import Problem
+    from .testbed import TorchTestbed
+
+    problem = Problem(graph, TorchTestbed.placeholder_cluster(n))
+    result = search(problem, make_searcher("nsga2"), budget=300, seed=seed)
+    points = sorted(result.front, key=lambda p: p.values[0])
+    picked = points[:1] + sorted(points[1:], key=lambda p: p.values[2])[:max(k - 1, 0)]
+    return [(f"NSGA-II point {j} ({p.values[0] * 1e3:.1f} ms simulated)", p.strategy)
+            for j, p in enumerate(picked[:k])]
+
+
+def run_plans(graph, plans, n: int, reference, *, steps: int = 2):
+    """Each plan applied for ``steps`` steps on one testbed of ``n`` processes, judged against
+    ``reference`` (`reference_step`): rows of plan, ran, reason, loss_rel, weight_abs,
+    verdict, step_ms."""
+    from .apply import apply_torch
+    from .testbed import TorchTestbed
+
+    ref_losses, ref_weights = reference
+    dtype = str(next(iter(ref_weights.values())).dtype)
+    dtype = "float32" if dtype == "float64" else dtype
+    with TorchTestbed(n) as bed:
+        cluster = bed.cluster()
+        for name, strategy in plans:
+            t0 = time.perf_counter()
+            result, simulated = apply_torch(graph, strategy, cluster, steps=steps, warmup=0,
+                                            weights=True, testbed=bed)
+            row = {"plan": name, "ran": result.expressible, "reason": result.reason,
+                   "seconds": time.perf_counter() - t0, "simulated_ms": simulated * 1e3}
+            if result.expressible:
+                weights = {k: v.double().numpy() for k, v in result.weights.items()}
+                v = compare(ref_losses, result.losses, ref_weights, weights, dtype)
+                row.update(loss_rel=v.loss_rel, weight_abs=v.weight_abs,
+                           verdict="equal" if v.equal else "DIFFERS", verdict_obj=v,
+                           step_ms=1e3 * sum(result.step_seconds) / len(result.step_seconds))
+            yield row

@@ -1,0 +1,112 @@
+"""The PyTorch testbed: K worker processes on this machine joined by ``torch.distributed``,
+one per device of a cluster, kept for as many strategies as are run on them.
+
+Without GPUs each process is a device of its own: pinned to its share of the cores
+(`moplace.testbed.procs.core_shares`), one thread per core, gloo between them. (NCCL, one GPU
+per process, is what the same design takes on a machine with several GPUs; our GPU machines
+have one, so it is not offered.) A job is a folder holding ``job.pkl``; every worker runs its
+rank's part and says ``done``.
+
+    with TorchTestbed(2) as bed:
+        result, simulated = apply_torch(graph, strategy, bed.cluster(), testbed=bed)
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..core.cluster import Cluster
+from ..errors import MoplaceError
+from ..testbed.procs import WorkerDied, Workers, core_shares, free_port, host_memory_bytes
+
+__all__ = ["TorchTestbed", "MAX_RANKS"]
+
+MAX_RANKS = 64
+#: the links of a cluster of CPU processes until measured (gloo over loopback)
+PLACEHOLDER_BANDWIDTH, PLACEHOLDER_LATENCY = 1e9, 50e-6
+
+
+class TorchTestbed:
+    """``count`` PyTorch worker processes (see the module docstring); ``start_timeout``:
+    seconds for all of them to start and join."""
+
+    def __init__(self, count: int, *, start_timeout: float = 300.0):
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RANKS:
+            raise MoplaceError(f"a testbed has 1 to {MAX_RANKS} processes, got {count!r}")
+        self.count = count
+        self.cores = core_shares(count)
+        self.shared_cores = len({c for share in self.cores for c in share}) < count
+        last = None
+        for _ in range(3):  # a port found free may be taken before rank 0 binds it
+            port = free_port()
+            self.workers = Workers(
+                [[sys.executable, "-m", "moplace.torch.applyworker", str(k), str(count),
+                  str(port), ",".join(map(str, self.cores[k]))] for k in range(count)],
+                names=[f"rank {k}" for k in range(count)],
+                env={"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
+            try:
+                self.workers.watch(until=lambda k, line: line == "ready",
+                                   timeout=start_timeout)
+                return
+            except WorkerDied as exc:
+                last = exc
+                self.workers.close()
+        raise last
+
+    def run(self, job_dir: str, on_line=None, timeout: float = 600.0) -> None:
+        """Every rank runs the job in ``job_dir``; ``on_line(rank, line)`` hears their
+        progress. A rank that dies or overruns stops them all (`WorkerDied`)."""
+        self.workers.tell(job_dir)
+        self.workers.watch(on_line=on_line, until=lambda k, line: line == "done",
+                           timeout=timeout)
+
+    def measure_links(self) -> tuple[float, float]:
+        """(latency s, bandwidth B/s) between two processes, fitted to one-way times of
+        messages from 4 KiB to 16 MiB sent back and forth by ranks 0 and 1 (the loopback every
+        pair shares); the placeholders on a testbed of one."""
+        import json
+        import os
+        import tempfile
+
+        if self.count < 2:
+            return PLACEHOLDER_LATENCY, PLACEHOLDER_BANDWIDTH
+        with tempfile.TemporaryDirectory(prefix="moplace-links-") as out:
+            self.run(f"links {out}")
+            with open(os.path.join(out, "links.json")) as f:
+                times = {int(k): float(v) for k, v in json.load(f).items()}
+        from ..costs.linkfit import fit_link
+
+        fit = fit_link(sorted(times.items()), relative=True)
+        return fit.latency_s, fit.bandwidth_Bps
+
+    @property
+    def alive(self) -> bool:
+        return self.workers.alive()
+
+    def cluster(self, memory_bytes: int | None = None) -> Cluster:
+        """The testbed as a cluster (`placeholder_cluster`)."""
+        return self.placeholder_cluster(self.count, memory_bytes)
+
+    @staticmethod
+    def placeholder_cluster(count: int, memory_bytes: int | None = None) -> Cluster:
+        """``count`` ``cpu`` devices sharing this machine's memory, their links placeholders
+        (1 GB/s, 50 us) until measured."""
+        mem = memory_bytes or host_memory_bytes() // count
+        return Cluster.uniform([f"rank{k}" for k in range(count)], kind="cpu",
+                               memory_bytes=mem, bandwidth=PLACEHOLDER_BANDWIDTH,
+                               latency=PLACEHOLDER_LATENCY, name=f"testbed-{count}xcpu")
+
+    def describe(self) -> str:
+        """One line: how many processes, on which cores."""
+        cores = "; ".join(",".join(map(str, c)) for c in self.cores)
+        shared = " (fewer cores than processes: they share)" if self.shared_cores else ""
+        return f"{self.count} PyTorch processes (gloo) pinned to cores {cores}{shared}"
+
+    def close(self) -> None:
+        self.workers.close()
+
+    def __enter__(self) -> "TorchTestbed":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

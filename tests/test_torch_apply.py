@@ -1,0 +1,121 @@
+"""Plans applied for real on the PyTorch testbed (`moplace.torch.apply`): each rank's program
+is consistent (every receive has its send), what the testbed cannot run is refused by name
+before any process starts, and plans compute the one-device step (losses and weights within
+`moplace.testbed.equivalence`'s tolerances). The tiny GPT of experiments/models/gpt.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from moplace.core import baselines as base  # noqa: E402
+from moplace.simulator.engine import simulate  # noqa: E402
+
+GPT = str(Path(__file__).resolve().parents[1] / "experiments" / "models" / "gpt.py")
+DIMS = "64,4,2,32,256"
+
+
+@pytest.fixture(scope="module")
+def gpt_graph():
+    from moplace.torch.frontend import profile_torch_model
+
+    old = os.environ.get("GPT_DIMS")
+    os.environ["GPT_DIMS"] = DIMS  # the workers inherit it
+    try:
+        yield profile_torch_model(GPT, 8, ["cpu"], target_kind="cpu", cache=False).graph
+    finally:
+        if old is None:
+            os.environ.pop("GPT_DIMS", None)
+        else:
+            os.environ["GPT_DIMS"] = old
+
+
+def _cluster(n):
+    from moplace.torch.testbed import TorchTestbed
+
+    return TorchTestbed.placeholder_cluster(n)
+
+
+def test_every_receive_has_its_send_and_every_rank_its_collectives(gpt_graph):
+    from moplace.torch.applyprep import prepare
+
+    g = gpt_graph
+    plan = base.data_parallel(g, 2).with_options(micro_batches=2)
+    programs, *_ = prepare(g, plan, simulate(g, _cluster(2), plan), 2)
+    sends = {(src.rank, key, dst, tag) for src in programs
+             for key, out in src.sends.items() for dst, tag in out}
+    tags = [tag for *_, tag in sends]
+    assert len(tags) == len(set(tags))
+    recvs = set()
+    for prog in programs:
+        for step in prog.steps:
+            if step[0] != "task":
+                continue
+            for _, needs, _ in step[2]:
+                for need in needs:
+                    for q, src, tag in need.recv:
+                        recvs.add((src, (need.node, need.mb, q), prog.rank, tag))
+    assert recvs == sends and recvs
+    reduces = [[s[1].update for s in p.steps if s[0] == "reduce"] for p in programs]
+    assert reduces[0] == reduces[1] and reduces[0]  # the same all-reduces in the same order
+    assert all(any(s[0] == "update" for s in p.steps) for p in programs)
+
+
+def test_what_the_testbed_cannot_run_is_refused_by_name_before_any_process(gpt_graph):
+    from moplace.torch.apply import apply_torch
+
+    result, simulated = apply_torch(gpt_graph, base.tensor_parallel(gpt_graph, 2), _cluster(2))
+    assert not result.expressible and "split on tensor" in result.reason
+    assert "param/blocks.0" in result.reason and simulated > 0
+
+
+def test_data_parallel_and_a_pipeline_compute_the_one_device_step(gpt_graph):
+    from moplace.torch.equivalence import reference_step, run_plans
+
+    layer = base.layer_split(gpt_graph, 2)
+    plans = [("data parallel", base.data_parallel(gpt_graph, 2)),
+             ("1F1B", layer.with_options(micro_batches=2))]
+    rows = list(run_plans(gpt_graph, plans, 2, reference_step(gpt_graph, 2), steps=2))
+    assert [r["verdict"] for r in rows] == ["equal", "equal"], rows
+    assert all(r["step_ms"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_every_plan_class_and_front_points_compute_the_one_device_step(gpt_graph):
+    from moplace.torch.equivalence import plan_classes, reference_step, run_plans
+
+    plans = plan_classes(gpt_graph, 2, nsga2_points=1)
+    rows = list(run_plans(gpt_graph, plans, 2, reference_step(gpt_graph, 2), steps=2))
+    ran = {r["plan"]: r["verdict"] for r in rows if r["ran"]}
+    refused = {r["plan"]: r["reason"] for r in rows if not r["ran"]}
+    assert set(refused) == {"tensor parallel"}, refused
+    assert set(ran.values()) == {"equal"}, ran
+    assert len(ran) == len(plans) - 1 >= 13
+
+
+def test_profile_on_a_testbed_then_apply_from_the_command_line(tmp_path, monkeypatch, capsys):
+    import json
+
+    from moplace.cli import main
+    from moplace.io import load_graph
+
+    monkeypatch.setenv("GPT_DIMS", DIMS)
+    graph = tmp_path / "gpt.json"
+    assert main(["profile", GPT, "--batch", "4", "--testbed", "2", "-o", str(graph),
+                 "--steps", "2", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "testbed: 2 PyTorch processes (gloo)" in out and "gloo, measured" in out
+    measured = load_graph(str(graph)).metadata["measured"]
+    assert measured["testbed"] == {"processes": 2} and len(measured["links"]) == 2
+    assert (tmp_path / "gpt.cluster.toml").exists()
+    assert main(["apply", str(graph), "--baseline", "data-parallel", "--steps", "2",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["testbed"] == 2 and report["expressible"] and report["trained"]
+    assert len(report["rank_step_s"]) == 2 and report["measured_step_s"] > 0
+    assert main(["apply", str(graph), "--baseline", "tensor-parallel", "--steps", "2"]) == 2
+    assert "split on tensor" in capsys.readouterr().err
