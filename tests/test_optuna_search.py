@@ -229,7 +229,7 @@ def test_polish_trials_are_new_neighbours_of_earlier_trials():
                 break
             if not any(n.startswith(("d", "s")) for n in diff):  # a standard order
                 prio = np.array([q[f"p{i}"] for i in range(len(p.graph.ops))])
-                standard = s._standard_orders()(parent.placement)
+                standard = s.polish.standard_orders()(parent.placement)
                 if any(np.array_equal(prio, unit_rank(x)) for x in standard):
                     kinds["order"] += 1
                     break
@@ -241,3 +241,25 @@ def test_polish_trials_are_new_neighbours_of_earlier_trials():
     assert off.polished == 0
     with pytest.raises(MoplaceError, match="polish must be at least 0"):
         OptunaTpeSearcher(polish=-1)
+
+
+def test_a_checkpoint_with_the_polish_queue_on_the_searcher_continues_the_same():
+    """A checkpoint written when the searcher held the polish queue's fields itself (before
+    `TrialPolish`) restores them into its part: the search goes on as one never stopped."""
+    from moplace.optimize.tiny import tiny_instance
+
+    p = tiny_instance(0, 11)
+    ran, old = OptunaTpeSearcher(batch_size=8), OptunaTpeSearcher(batch_size=8)
+    search(p, ran, budget=80, seed=0)
+    search(p, old, budget=80, seed=0)
+    state = dict(vars(old))
+    part = state.pop("polish")
+    state.update(_polish=part._queue, _polish_keys=part._queued, _fits=part._fits,
+                 _unfit=part._unfit, polished=part.asked, _polished_placements=part._placements)
+    old.__setstate__(state)
+    assert old.polished == ran.polished > 0 and not {"_polish", "polished"} & set(vars(old))
+    for s in (ran, old):
+        s.tell(batch := s.ask(), [p.evaluate(x) for x in batch])
+        s.tell(batch := s.ask(), [p.evaluate(x) for x in batch])
+    assert old.polished == ran.polished
+    assert [t.params for t in old.study.trials] == [t.params for t in ran.study.trials]

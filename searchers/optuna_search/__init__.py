@@ -90,17 +90,17 @@ speeds) are in ``docs/history/optuna.md``.
 `TpeSamplerSettings`); `searcher` holds `OptunaSearcher` (setup, ask/tell, with optuna's
 random sampler; registered nowhere) and the registered variants `OptunaNsga2Searcher` and
 `OptunaTpeSearcher`, which set their sampler and settings; `polish` the polish queue
-(`PolishMixin`); `study` the genome as trial parameters (`TrialSpace`), the storage, the
-sampler and the check of a resumed study. optuna is imported inside functions (when a search
+(`TrialPolish`, a part the searcher holds); `study` the genome as trial parameters
+(`TrialSpace`), the storage, the sampler and the check of a resumed study. optuna is imported inside functions (when a search
 starts), never by importing this package.
 """
 
-from .polish import POLISH_QUEUE, POLISH_SHARE, SWAP_WINDOW, PolishMixin
+from .polish import POLISH_QUEUE, POLISH_SHARE, SWAP_WINDOW, TrialPolish
 from .searcher import OptunaNsga2Searcher, OptunaSearcher, OptunaTpeSearcher
 from .settings import Nsga2SamplerSettings, OptunaSettings, TpeSamplerSettings
 from .study import SAMPLERS, TrialSpace, check_study, make_sampler, open_storage, unit_rank
 
 __all__ = ["OptunaSearcher", "OptunaNsga2Searcher", "OptunaTpeSearcher", "OptunaSettings",
            "Nsga2SamplerSettings", "TpeSamplerSettings", "SAMPLERS",
-           "POLISH_QUEUE", "POLISH_SHARE", "SWAP_WINDOW", "PolishMixin", "TrialSpace",
+           "POLISH_QUEUE", "POLISH_SHARE", "SWAP_WINDOW", "TrialPolish", "TrialSpace",
            "check_study", "make_sampler", "open_storage", "unit_rank"]

@@ -1,8 +1,9 @@
 """Polish: new front points' standard orders and one-step neighbours, queued as trials.
 
-See "Polish (TPE)" in the package docstring for what is polished and why. `PolishMixin` holds
-the queue and its methods; `OptunaSearcher` mixes it in, calls `_setup_polish` from its setup,
-`_enqueue_polish` from ``ask`` and `_worth_polishing` / `_queue_polish` from ``tell``.
+See "Polish (TPE)" in the package docstring for what is polished and why. `TrialPolish` holds
+the queue and its methods; `OptunaSearcher` holds one (``polish``, made in its setup) and calls
+`TrialPolish.enqueue` from ``ask`` and `TrialPolish.tell` from ``tell``, as the RL searchers
+hold a `searchers.polish.FrontPolish` (which moves genomes, not trial parameters).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from moplace.optimize.archive import ParetoArchive
 from searchers.orders import StandardOrders, swap_pairs
 from searchers.polish import worth_polishing
 
-from .study import unit_rank
+from .study import TrialSpace, unit_rank
 
 #: Most polish trials waiting to be asked (the oldest are dropped first).
 POLISH_QUEUE = 64
@@ -26,72 +27,99 @@ SWAP_WINDOW = 8
 _KEY = "\0key"  # the simulation key of a queued polish trial, kept with its parameters
 
 
-class PolishMixin:
-    """The polish queue of an optuna searcher.
+class TrialPolish:
+    """The polish queue of an optuna searcher: trial parameters waiting to be enqueued (the
+    newest last), the simulation keys among them, and the Pareto sets that decide what is
+    polished.
 
-    Uses the searcher's ``problem``, ``rng``, ``study``, ``config.polish`` (neighbours per
-    polished trial), ``_trials`` (`TrialSpace`), ``_search_priorities``, ``_fixed_priority``,
-    ``_known`` (strategies simulated before) and ``_strategy``.
+    ``study`` is the searcher's study, ``trials`` its `TrialSpace`, ``known`` its strategies
+    simulated before (`KnownEvaluations`), ``per_point`` the neighbours queued per polished
+    trial (the ``polish`` setting; 0: nothing is polished), ``search_priorities`` whether
+    priorities are trial parameters (without them nothing is polished: there would be no swaps
+    and no orders).
     """
 
-    def _setup_polish(self) -> None:
-        """An empty queue: trial parameters waiting to be enqueued (the newest first), the
-        simulation keys among them, and the Pareto sets that decide what is polished."""
-        p = self.problem
-        self._polish: deque[dict] = deque()
-        self._polish_keys: set[bytes] = set()
-        self._fits = ParetoArchive(len(p.objectives), max_infeasible=0)
-        self._unfit = ParetoArchive(len(p.objectives), max_infeasible=0)
-        self.polished = 0  # polish trials asked
-        self._polished_placements: set[bytes] = set()
+    def __init__(self, problem, rng, study, trials: TrialSpace, known, *, per_point: int,
+                 search_priorities: bool):
+        self.problem, self.rng, self.study, self.trials, self.known = \
+            problem, rng, study, trials, known
+        self.per_point, self.search_priorities = int(per_point), bool(search_priorities)
+        self._queue: deque[dict] = deque()
+        self._queued: set[bytes] = set()
+        self._fits = ParetoArchive(len(problem.objectives), max_infeasible=0)
+        self._unfit = ParetoArchive(len(problem.objectives), max_infeasible=0)
+        self.asked = 0  # polish trials asked
+        self._placements: set[bytes] = set()
+        self._orders: StandardOrders | None = None
 
-    def _enqueue_polish(self) -> bool:
+    @classmethod
+    def from_searcher_state(cls, state: dict) -> TrialPolish:
+        """The queue of a searcher's checkpoint ``state`` written when the searcher held its
+        fields itself (``_polish``, ``_polish_keys``, ``_fits``, ``_unfit``, ``polished``,
+        ``_polished_placements``, ``_orders``): taken out of ``state``."""
+        part = cls.__new__(cls)
+        part.problem, part.rng, part.study = state["problem"], state["rng"], state["study"]
+        part.trials, part.known = state["_trials"], state["_known"]
+        part.per_point = int(state["config"].polish)
+        part.search_priorities = bool(state["_search_priorities"])
+        part._queue, part._queued = state.pop("_polish"), state.pop("_polish_keys")
+        part._fits, part._unfit = state.pop("_fits"), state.pop("_unfit")
+        part.asked = state.pop("polished")
+        part._placements = state.pop("_polished_placements")
+        part._orders = state.pop("_orders", None)
+        return part
+
+    def enqueue(self) -> bool:
         """Enqueue the next polish trial in the study (user attribute ``moplace_polish``), so
-        that the next ``study.ask()`` returns it; False when none is waiting."""
-        params = self._next_polish()
+        that the next ``study.ask()`` returns it, and count it asked; False when none is
+        waiting."""
+        params = self._next()
         if params is None:
             return False
         self.study.enqueue_trial(params, user_attrs={"moplace_polish": True})
+        self.asked += 1
         return True
 
-    def _next_polish(self) -> dict | None:
+    def _next(self) -> dict | None:
         """The newest queued polish trial whose strategy has not been simulated meanwhile."""
-        while self._polish:
-            params = self._polish.pop()
+        while self._queue:
+            params = self._queue.pop()
             key = params.pop(_KEY)
-            self._polish_keys.discard(key)
-            if self._known.get(key) is None:
+            self._queued.discard(key)
+            if self.known.get(key) is None:
                 return params
         return None
 
-    def _worth_polishing(self, ev) -> bool:
-        """A feasible trial that enters the Pareto set of those told, or an infeasible one that
-        enters the Pareto set of the infeasible ones (on objectives alone) and that no
-        feasible trial dominates: its order may make it fit."""
-        return worth_polishing(self._fits, self._unfit, ev)
+    def tell(self, params: dict, strategy: Strategy, ev) -> None:
+        """Queue the neighbours of trial ``params`` (its strategy ``strategy``, evaluated as
+        ``ev``) when it is worth polishing: a feasible trial that enters the Pareto set of
+        those told, or an infeasible one that enters the Pareto set of the infeasible ones (on
+        objectives alone) and that no feasible trial dominates: its order may make it fit."""
+        if self.per_point and self.search_priorities \
+                and worth_polishing(self._fits, self._unfit, ev):
+            self._polish(params, strategy)
 
-    def _queue_polish(self, params: dict, strategy: Strategy) -> None:
+    def _polish(self, params: dict, strategy: Strategy) -> None:
         """Queue neighbours of a trial worth polishing (see the package docstring): its
         placement in the standard orders, the first time the placement is polished, and up to
-        ``config.polish`` of its one-step neighbours (two ops of one device swapped, one group
-        on another device, or two devices trading their groups), drawn at random; strategies
-        simulated or queued before are skipped. Without priority parameters there would be no
-        swaps and no orders, but ``tell`` polishes only when priorities are searched."""
-        placement, D = strategy.placement, self._trials.genome.n_devices
-        devices = self._trials.devices
+        ``per_point`` of its one-step neighbours (two ops of one device swapped, one group on
+        another device, or two devices trading their groups), drawn at random; strategies
+        simulated or queued before are skipped."""
+        placement, D = strategy.placement, self.trials.genome.n_devices
+        devices = self.trials.devices
         steps = [("move", g, d) for g in devices for d in range(D) if d != params[f"d{g}"]]
         steps += [("relabel", d, e) for d in range(D) for e in range(d + 1, D)]
         orders = []
-        if self._search_priorities:
+        if self.search_priorities:
             pairs = swap_pairs(placement, strategy.priority, SWAP_WINDOW)
             steps = [("swap", i, j) for i, j in pairs] + steps
             digest = hashlib.blake2b(placement.tobytes(), digest_size=16).digest()
-            if digest not in self._polished_placements:
-                self._polished_placements.add(digest)
-                orders = self._standard_orders()(placement)
+            if digest not in self._placements:
+                self._placements.add(digest)
+                orders = self.standard_orders()(placement)
         queued = 0
         for k in self.rng.permutation(len(steps)).tolist():
-            if queued == self.config.polish:
+            if queued == self.per_point:
                 break
             kind, u, v = steps[k]
             if kind == "swap":
@@ -102,27 +130,26 @@ class PolishMixin:
                 swap = {u: v, v: u}
                 q = {**params, **{f"d{g}": swap.get(params[f"d{g}"], params[f"d{g}"])
                                   for g in devices}}
-            queued += self._queue(q)
+            queued += self._offer(q)
         for prio in orders:  # asked first: the queue is last in, first out
-            self._queue({**params, **{f"p{i}": float(v) for i, v in enumerate(unit_rank(prio))}})
+            self._offer({**params, **{f"p{i}": float(v) for i, v in enumerate(unit_rank(prio))}})
 
-    def _standard_orders(self) -> StandardOrders:
-        """The problem's `StandardOrders`, made on first use (also after a checkpoint written
-        before they existed)."""
-        if getattr(self, "_orders", None) is None:
+    def standard_orders(self) -> StandardOrders:
+        """The problem's `StandardOrders`, made on first use."""
+        if self._orders is None:
             self._orders = StandardOrders(self.problem)
         return self._orders
 
-    def _queue(self, params: dict) -> bool:
+    def _offer(self, params: dict) -> bool:
         """Queue trial ``params`` unless its strategy was simulated or queued before; True when
         queued."""
         import optuna
 
-        key = self._strategy(optuna.trial.FixedTrial(params)).simulation_key
-        if key in self._polish_keys or self._known.get(key) is not None:
+        key = self.trials.strategy(optuna.trial.FixedTrial(params)).simulation_key
+        if key in self._queued or self.known.get(key) is not None:
             return False
-        if len(self._polish) == POLISH_QUEUE:  # the oldest waiting one is dropped
-            self._polish_keys.discard(self._polish.popleft()[_KEY])
-        self._polish.append({**params, _KEY: key})
-        self._polish_keys.add(key)
+        if len(self._queue) == POLISH_QUEUE:  # the oldest waiting one is dropped
+            self._queued.discard(self._queue.popleft()[_KEY])
+        self._queue.append({**params, _KEY: key})
+        self._queued.add(key)
         return True

@@ -13,12 +13,12 @@ from moplace.optimize.known import KnownEvaluations
 from moplace.optimize.searcher import Searcher
 from searchers.seeding import SeedPhase
 
-from .polish import POLISH_SHARE, PolishMixin
+from .polish import POLISH_SHARE, TrialPolish
 from .settings import Nsga2SamplerSettings, OptunaSettings, TpeSamplerSettings
 from .study import TrialSpace, check_study, make_sampler, open_storage
 
 
-class OptunaSearcher(PolishMixin, Searcher):
+class OptunaSearcher(Searcher):
     """An optuna study as a searcher, with optuna's random sampler (see the package docstring).
 
     Registered nowhere: the base of the registered variants, which set ``sampler``, their
@@ -65,7 +65,10 @@ class OptunaSearcher(PolishMixin, Searcher):
         self._known = KnownEvaluations()
         self.known_taken = 0  # trials told from _known instead of simulated
         self.seeds_taken = 0  # trials of the seeds, told their seed batch's scores
-        self._setup_polish()
+        #: the polish queue (`TrialPolish`)
+        self.polish = TrialPolish(p, self.rng, self.study, self._trials, self._known,
+                                  per_point=cfg.polish,
+                                  search_priorities=self._search_priorities)
         #: every seed, evaluated as the first batch; the encodable ones are then enqueued as
         #: trials, told their known scores instead of simulated again (`_seed_known`)
         self.seeding = SeedPhase(p, enabled=cfg.seed_heuristics, subsets=cfg.seed_subsets,
@@ -85,7 +88,7 @@ class OptunaSearcher(PolishMixin, Searcher):
         strategies = [self._strategy(t) for t in trials]
         told = polished = 0
         while len(trials) < batch_size:
-            if polished < max(1, int(batch_size * POLISH_SHARE)) and self._enqueue_polish():
+            if polished < max(1, int(batch_size * POLISH_SHARE)) and self.polish.enqueue():
                 polished += 1
             trial = self.study.ask()
             strategy = self._strategy(trial)
@@ -103,7 +106,6 @@ class OptunaSearcher(PolishMixin, Searcher):
             trials.append(trial)
             strategies.append(strategy)
         self.known_taken += told
-        self.polished += polished
         self._asked = trials
         return strategies
 
@@ -117,8 +119,7 @@ class OptunaSearcher(PolishMixin, Searcher):
             self._tell(trial, ev)
             if cfg.known_trials or cfg.polish:
                 self._known.add(strategy.simulation_key, ev)
-            if cfg.polish and self._search_priorities and self._worth_polishing(ev):
-                self._queue_polish(trial.params, strategy)
+            self.polish.tell(trial.params, strategy, ev)
         self._pending = asked[len(evaluations):] + self._pending
 
     def _seeded(self, evaluated) -> None:
@@ -143,14 +144,23 @@ class OptunaSearcher(PolishMixin, Searcher):
 
     def __setstate__(self, state: dict) -> None:
         """Restore from a checkpoint, also one written before `TrialSpace` held the groups'
-        parameters (moplace 0.1 before issue 13: ``_devices`` and ``_splits`` on the searcher)."""
+        parameters (moplace 0.1 before issue 13: ``_devices`` and ``_splits`` on the searcher)
+        or before the searcher held its polish queue as a `TrialPolish` (its fields on the
+        searcher)."""
         state = dict(state)
         if "_trials" not in state and "_space" in state:
             state.pop("_devices", None), state.pop("_splits", None)
             state["_trials"] = TrialSpace(state["_space"], state["_search_priorities"],
                                           state["_fixed_priority"])
+        if "polish" not in state and "_polish" in state:
+            state["polish"] = TrialPolish.from_searcher_state(state)
         vars(self).clear()
         vars(self).update(state)
+
+    @property
+    def polished(self) -> int:
+        """Polish trials asked."""
+        return self.polish.asked
 
     def _strategy(self, trial) -> Strategy:
         """Suggest (or read back, for a trial that has them) every parameter; decode."""
