@@ -92,3 +92,21 @@ def file_arg(text: str) -> str:
             f"is too long for a file name ({NAME_MAX} bytes a name, {PATH_MAX} a path): "
             f"{shown(text)}")
     return text
+
+
+def logged_run_options(p, experiment_help: str = "MLflow experiment (default: moplace)",
+                       experiment: str | None = None) -> None:
+    """The options of a command whose runs are logged to MLflow (search, sweep, fidelity):
+    ``--json``, ``--quiet``, ``--no-mlflow``, ``--tracking-uri`` and ``--experiment`` (default
+    ``experiment``, described by ``experiment_help``)."""
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    tracking_uri_option(p)
+    p.add_argument("--experiment", default=experiment, help=experiment_help)
+
+
+def tracking_uri_option(p) -> None:
+    """``--tracking-uri``: the MLflow tracking URI a command logs to or reads."""
+    p.add_argument("--tracking-uri", type=file_arg, help="MLflow tracking URI (default: "
+                   "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")

@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import strictjson
 from ..errors import MoplaceError, shown
 from ..review.table import ROW_LIMIT
-from .args import file_arg, integer
+from .args import file_arg, integer, tracking_uri_option
 
 
 def add_commands(sub) -> None:
@@ -73,8 +73,7 @@ def add_commands(sub) -> None:
                    "for every interface)")
     u.set_defaults(run=_ui)
     for cmd in (r, s, p, u):
-        cmd.add_argument("--tracking-uri", type=file_arg, help="MLflow tracking URI (default: "
-                         "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+        tracking_uri_option(cmd)
 
 
 def _uri(args) -> str:

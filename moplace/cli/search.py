@@ -31,7 +31,7 @@ from .. import strictjson
 from ..errors import MoplaceError
 from ..optimize.driver import Budget
 from ..review.table import ROW_LIMIT
-from .args import file_arg, integer
+from .args import file_arg, integer, logged_run_options
 from .space import space_option, space_record, space_searcher
 from .problem import (EXIT_STATUS, NOTHING_FEASIBLE, cluster_arg, graph_arg, model_options,
                       objective_names, objectives_arg)
@@ -80,13 +80,8 @@ def _problem_and_budget(p, per: str) -> None:
                    "directory for the combined front.json, each point naming its searcher "
                    "(default: here)")
     p.add_argument("--force", action="store_true", help="replace an existing front.json")
-    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress display on stderr")
-    p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
-    p.add_argument("--tracking-uri", type=file_arg, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
-                   "else sqlite:///mlflow.db here)")
-    p.add_argument("--experiment", help="MLflow experiment (default: moplace; filter a graph's "
-                   "runs by its tag in the UI)")
+    logged_run_options(p, "MLflow experiment (default: moplace; filter a graph's runs by its "
+                       "tag in the UI)")
     p.add_argument("--dask", type=file_arg, metavar="ADDRESS",
                    help="evaluate batches on a Dask cluster: a scheduler address "
                         "(tcp://host:8786), a scheduler file, or local:N for N worker "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError
-from .args import file_arg, integer
+from .args import file_arg, integer, logged_run_options
 
 
 def add_commands(sub) -> None:
@@ -46,12 +46,7 @@ def add_commands(sub) -> None:
                         "here (the storage must be reachable from its workers)")
     s.add_argument("--check", action="store_true",
                    help="check the file (and its graphs and clusters) and show the plan; run nothing")
-    s.add_argument("--json", action="store_true", help="print exactly one JSON object")
-    s.add_argument("--quiet", action="store_true", help="no progress display on stderr")
-    s.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
-    s.add_argument("--tracking-uri", type=file_arg, help="MLflow tracking URI (default: "
-                   "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    s.add_argument("--experiment", help="MLflow experiment (default: moplace)")
+    logged_run_options(s)
     s.add_argument("--figures", choices=("inline", "off"), default="inline",
                    help="each trial's figures and the sweep's (default: drawn by the worker)")
     s.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
