@@ -203,12 +203,20 @@ def test_segment_crossover_moves_contiguous_runs_of_groups(resnet_space):
         np.testing.assert_array_equal(ops_from_b, want)  # priorities move with their groups
 
 
+#: the mutation kinds a one-kind test turns off but for the one it tests (`_only`)
+_KINDS = ("moves", "block", "splits", "swaps", "jitter", "reset", "devices", "bucket", "zero",
+          "micro_batches", "schedule", "regular", "recompute")
+
+
+def _only(**rates) -> MutationRates:
+    """Mutation rates with every kind of `_KINDS` off but ``rates``."""
+    return MutationRates(**{**dict.fromkeys(_KINDS, 0), **rates})
+
+
 def test_neighbour_move_copies_an_adjacent_groups_device(resnet_space):
     _, s = resnet_space
     rng = np.random.default_rng(2)
-    only_moves = MutationRates(moves=0.5, block=0, splits=0, swaps=0, jitter=0, reset=0,
-                               devices=0, bucket=0, zero=0, micro_batches=0, schedule=0,
-                               regular=0, recompute=0)
+    only_moves = _only(moves=0.5)
     x = random_genomes(s, 1, rng)[0]
     moved = 0
     for _ in range(200):
@@ -225,9 +233,7 @@ def test_neighbour_move_copies_an_adjacent_groups_device(resnet_space):
 def test_priority_swaps_exchange_values_of_related_ops(resnet_space):
     _, s = resnet_space
     rng = np.random.default_rng(3)
-    only_swaps = MutationRates(moves=0, block=0, splits=0, swaps=1, jitter=0, reset=0,
-                               devices=0, bucket=0, zero=0, micro_batches=0, schedule=0,
-                               regular=0, recompute=0)
+    only_swaps = _only(swaps=1)
     x = random_genomes(s, 1, rng)[0]
     for _ in range(200):
         y = mutate(s, x, rng, only_swaps)
@@ -270,9 +276,7 @@ def test_exact_duplicates_finds_what_pymoos_distance_test_finds():
 def test_recompute_mutations_change_recompute_genes_only(resnet_space):
     _, s = resnet_space
     rng = np.random.default_rng(4)
-    only = MutationRates(moves=0, block=0, splits=0, swaps=0, jitter=0, reset=0, devices=0,
-                         bucket=0, zero=0, micro_batches=0, schedule=0, regular=0,
-                         recompute=1)
+    only = _only(recompute=1)
     genes = s.space.recompute_genes
     x = random_genomes(s, 1, rng)[0]
     flips = 0
