@@ -20,6 +20,9 @@ from pathlib import Path
 from ..errors import FormatError, MoplaceError, did_you_mean, shown
 from .modelfile import TorchSetup, _fake, _make_fake
 
+#: what the Llama 3 models share (Meta's config.json files)
+_LLAMA3 = dict(num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
+               rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
 #: name -> (model type, configuration, where the numbers come from)
 CONFIGS = {
     "gpt2": ("gpt2", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024,
@@ -33,16 +36,10 @@ CONFIGS = {
                   "GPT-3 XL, 1.3 B (Brown et al. 2020, table 2.1: d_model 2048, 24 layers, 16 "
                   "heads, context 2048) in GPT-2's architecture"),
     "llama-3-8b": ("llama", dict(hidden_size=4096, intermediate_size=14336,
-                                 num_hidden_layers=32, num_attention_heads=32,
-                                 num_key_value_heads=8, vocab_size=128256,
-                                 max_position_embeddings=8192, rope_theta=500000.0,
-                                 rms_norm_eps=1e-5, tie_word_embeddings=False),
+                                 num_hidden_layers=32, num_attention_heads=32, **_LLAMA3),
                    "Llama 3 8B (Meta's model card and config.json)"),
     "llama-3-70b": ("llama", dict(hidden_size=8192, intermediate_size=28672,
-                                  num_hidden_layers=80, num_attention_heads=64,
-                                  num_key_value_heads=8, vocab_size=128256,
-                                  max_position_embeddings=8192, rope_theta=500000.0,
-                                  rms_norm_eps=1e-5, tie_word_embeddings=False),
+                                  num_hidden_layers=80, num_attention_heads=64, **_LLAMA3),
                     "Llama 3 70B (Meta's model card and config.json)"),
 }
 DTYPES = ("fp32", "bf16", "fp16")
