@@ -47,6 +47,8 @@ import pytest
 
 from moplace.cli import _parser, main
 
+from fuzz.formats import with_option
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
@@ -175,16 +177,6 @@ def _value(argv, option):
     return argv[argv.index(option) + 1] if option in argv else None
 
 
-def _set(argv, option, value):
-    """``argv`` with ``option value`` (replaced if given, else added)."""
-    argv = list(argv)
-    if option in argv:
-        argv[argv.index(option) + 1] = value
-    else:
-        argv += [option, value]
-    return argv
-
-
 def fill(cmd: Command) -> list[str]:
     """``cmd``'s words with its placeholders filled and checkout paths made absolute."""
     out = []
@@ -205,20 +197,20 @@ def shrink(argv: list[str]) -> list[str]:
     sub = argv[0]
     if sub in ("search", "compare"):
         if "--time" in argv:
-            argv = _set(argv, "--time", "1s")
+            argv = with_option(argv, "--time", "1s")
         else:
-            argv = _set(argv, "--budget", str(min(int(_value(argv, "--budget") or 30), 30)))
-        argv = _set(argv, "--figures", "off")
+            argv = with_option(argv, "--budget", str(min(int(_value(argv, "--budget") or 30), 30)))
+        argv = with_option(argv, "--figures", "off")
     elif sub == "sweep" and "--check" not in argv:
-        argv = _set(_set(argv, "--trials", "1"), "--figures", "off")
+        argv = with_option(with_option(argv, "--trials", "1"), "--figures", "off")
     elif sub == "profile":
-        argv = _set(_set(argv, "--batch", "2"), "--steps", "1")
+        argv = with_option(with_option(argv, "--batch", "2"), "--steps", "1")
     elif sub == "apply":
-        argv = _set(argv, "--steps", "1")
+        argv = with_option(argv, "--steps", "1")
     elif sub == "fidelity":
         for option, value in (("--batch", "8"), ("--steps", "3"), ("--budget", "30"),
                               ("--front-points", "1"), ("--calibration", "1")):
-            argv = _set(argv, option, value)
+            argv = with_option(argv, option, value)
     return argv
 
 

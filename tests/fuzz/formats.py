@@ -283,13 +283,14 @@ SET_JUNK = ["abc", "-3", "1e400", "-1e400", "0", "-1", "1" + "0" * 40, "null", "
 BIG = "1" + "0" * 40
 
 
-def _swap(argv, flag, value):
-    """``argv`` with the value after ``flag`` replaced (appended with it when absent)."""
+def with_option(argv, option, value):
+    """``argv`` with ``option value`` (the value after ``option`` replaced, else both added);
+    also used by tests/test_readme_commands.py."""
     argv = list(argv)
-    if flag in argv:
-        argv[argv.index(flag) + 1] = value
+    if option in argv:
+        argv[argv.index(option) + 1] = value
     else:
-        argv += [flag, value]
+        argv += [option, value]
     return argv
 
 
@@ -353,27 +354,27 @@ class Arguments:
         n = []
         for v in ("pop_size=abc", "pop_size=-3", "pop_size=1e400", f"pop_size={BIG}",
                   "seed_heuristics=abc", "nosuchkey=1", "=1", "pop_size"):
-            n.append((f"nsga2 --set {v}", _swap(b["search-nsga2"], "--set", v)))
+            n.append((f"nsga2 --set {v}", with_option(b["search-nsga2"], "--set", v)))
         n.append(("random --set nosuchkey=1", b["search-random"] + ["--set", "nosuchkey=1"]))
         for s in ("optuna-tpe", "optuna-nsga2"):
-            n.append((f"{s} --set storage=foo://bar", _swap(b["search-tpe"], "--searcher", s)
+            n.append((f"{s} --set storage=foo://bar", with_option(b["search-tpe"], "--searcher", s)
                       + ["--set", "storage=foo://bar"]))
         for s in searches + ["compare"]:
             for v in ("-1", BIG):
                 n.append((f"{s} --seed {v[:8]}", b[s] + ["--seed", v]))
             for v in ("0", "-5", "abc", ""):
-                n.append((f"{s} --budget {v!r}", _swap(b[s], "--budget", v)))
+                n.append((f"{s} --budget {v!r}", with_option(b[s], "--budget", v)))
             for v in ("0s", "abc", "0.01s"):  # ("" reads as no --time: 2000 evaluations)
                 n.append((f"{s} --time {v!r}", _to_time(b[s], v)))
-            n.append((f"{s} --cluster nosuch", _swap(b[s], "--cluster", "nosuch")))
+            n.append((f"{s} --cluster nosuch", with_option(b[s], "--cluster", "nosuch")))
             n.append((f"{s} graph pipedream:nosuch", [b[s][0], "pipedream:nosuch", *b[s][2:]]))
         for v in ("/proc/nope", str(existing), "", "/dev/null", *odd):
-            n.append((f"search --out {v[:20]!r}", _swap(b["search-random"], "--out", v)))
+            n.append((f"search --out {v[:20]!r}", with_option(b["search-random"], "--out", v)))
         for v in ("/proc/nope", str(existing), ""):
-            n.append((f"compare --out {v[:20]!r}", _swap(b["compare"], "--out", v)))
+            n.append((f"compare --out {v[:20]!r}", with_option(b["compare"], "--out", v)))
         for v in ("/proc/nope/ck", str(existing), str(wd), "", *odd):
             n.append((f"search --checkpoint {v[:20]!r}",
-                      _swap(b["search-random"], "--checkpoint", v)))
+                      with_option(b["search-random"], "--checkpoint", v)))
         for k in ("search-random", "compare"):
             n.append((f"{k} --tracking-uri bogus://x",
                       _drop(b[k], "--no-mlflow") + ["--tracking-uri", "bogus://x"]))
@@ -386,22 +387,24 @@ class Arguments:
             n.append((f"search --objectives {v!r}", b["search-random"] + ["--objectives", v]))
         for v in ("random.batch_size=0", "mcmc.extra_move=1", "mcmc.restarts=best,nosuch"):
             n.append((f"compare --set {v} (out of bounds)",
-                      _swap(b["compare"], "--searchers", "random,mcmc") + ["--set", v]))
+                      with_option(b["compare"], "--searchers", "random,mcmc") + ["--set", v]))
         for k in ("runs", "show", "show-point"):
             n.append((f"{k} --tracking-uri damaged db",
-                      _swap(b[k], "--tracking-uri", f"sqlite:///{damaged}")))
-            n.append((f"{k} --tracking-uri bogus://x", _swap(b[k], "--tracking-uri", "bogus://x")))
+                      with_option(b[k], "--tracking-uri", f"sqlite:///{damaged}")))
+            n.append((f"{k} --tracking-uri bogus://x",
+                      with_option(b[k], "--tracking-uri", "bogus://x")))
             n.append((f"{k} --tracking-uri missing db",
-                      _swap(b[k], "--tracking-uri", f"sqlite:///{wd / 'nosuch' / 'x.db'}")))
+                      with_option(b[k], "--tracking-uri", f"sqlite:///{wd / 'nosuch' / 'x.db'}")))
         for v in ("nosuch", "", "hierarchical,nosuch"):
-            n.append((f"search --searcher {v!r}", _swap(b["search-random"], "--searcher", v)))
+            n.append((f"search --searcher {v!r}",
+                      with_option(b["search-random"], "--searcher", v)))
         for v in ("nosuch,random", "", ",", "random,random"):
-            n.append((f"compare --searchers {v!r}", _swap(b["compare"], "--searchers", v)))
+            n.append((f"compare --searchers {v!r}", with_option(b["compare"], "--searchers", v)))
         for v in ("random.batch_size=abc", "nosuch.x=1", "random.nosuch=1", "batch_size=1"):
             n.append((f"compare --set {v}", b["compare"] + ["--set", v]))
         for k in ("evaluate-front", "show-point"):
             for v in ("99", "-1", BIG):
-                n.append((f"{k} --point {v[:8]}", _swap(b[k], "--point", v)))
+                n.append((f"{k} --point {v[:8]}", with_option(b[k], "--point", v)))
         for v in ("0", "-1", "abc", BIG):
             n.append((f"runs --limit {v[:8]}", b["runs"] + ["--limit", v]))
         for v in ("nosuch", "", "0" * 40):
@@ -411,12 +414,13 @@ class Arguments:
                   *odd):
             n.append((f"evaluate graph {g[-30:]!r}", ["evaluate", g, *b["evaluate"][2:]]))
         for v in ("nosuch", "", "all,single", "ALL"):
-            n.append((f"evaluate --baseline {v!r}", _swap(b["evaluate"], "--baseline", v)))
+            n.append((f"evaluate --baseline {v!r}", with_option(b["evaluate"], "--baseline", v)))
         for v in ("", "/proc/nope", str(existing), str(wd), "nosuch.toml", *odd):
-            n.append((f"evaluate --cluster {v[-20:]!r}", _swap(b["evaluate"], "--cluster", v)))
+            n.append((f"evaluate --cluster {v[-20:]!r}",
+                      with_option(b["evaluate"], "--cluster", v)))
         for v in ("", "/proc/nope", str(existing), str(wd), *odd):
             n.append((f"evaluate --strategy {v[-20:]!r}",
-                      _swap(b["evaluate-front"], "--strategy", v)))
+                      with_option(b["evaluate-front"], "--strategy", v)))
         sweep = ["sweep", str(sweep_file), "--no-mlflow", "--json"]
         for extra in (["--workers", "0"], ["--workers", BIG], ["--trials", "0"], ["--on-dask"],
                       ["--dask", "local:0"], ["--dask", "local:x"], ["--storage", "bogus"],
@@ -473,11 +477,12 @@ class Arguments:
         # a cluster that is no preset, named by its devices (issue 48); an --out folder the
         # refused command must not leave behind
         for v in ("8xH100", "16xh100", "8xMI300", "x" * 200):
-            n.append((f"evaluate --cluster {v[:10]!r}", _swap(b["evaluate"], "--cluster", v)))
+            n.append((f"evaluate --cluster {v[:10]!r}",
+                      with_option(b["evaluate"], "--cluster", v)))
         n.append(("clusters --all", ["clusters", "--all"]))
         n.append(("clusters extra word", ["clusters", "8xH100"]))
         n.append(("search --cluster 8xH100 --out new folder",
-                  _swap(_swap(b["search-random"], "--cluster", "8xH100"), "--out",
+                  with_option(with_option(b["search-random"], "--cluster", "8xH100"), "--out",
                         str(wd / "refused" / "out"))))
         # an optimizer for a graph without update ops, and one that does not exist
         n.append(("evaluate --optimizer adam, no update ops",
@@ -498,9 +503,9 @@ class Arguments:
         for v in ("runtime", "runtime<=", "runtime=1s", "runtime<=abc", "runtime<=1GiB",
                   "peak_memory<=16GHz", "nosuch<=1", "runtime<=-1x", "runtime<=1e400",
                   "runtime<=nan", "peak_memory<=1B", "", "<=1", "runtime<=1.05xx"):
-            n.append((f"show --where {v!r}", _swap(b["show-front"], "--where", v)))
+            n.append((f"show --where {v!r}", with_option(b["show-front"], "--where", v)))
         for v in ("nosuch", "", "knees", "RUNTIME"):
-            n.append((f"show --best {v!r}", _swap(b["show-front"], "--best", v)))
+            n.append((f"show --best {v!r}", with_option(b["show-front"], "--best", v)))
         for v in ("/proc/nope/f.json", str(existing), str(wd), "", *odd):
             n.append((f"show --save {v[-20:]!r}", b["show"] + ["--save", v]))
         for v in (str(existing), str(binary), "/proc/nope.json", str(wd / "nosuch.json")):
