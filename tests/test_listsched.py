@@ -48,16 +48,22 @@ def check_schedule(inp: ListSchedInput, r) -> None:
         assert np.all(used <= inp.capacity)
 
 
-@pytest.mark.parametrize("sched", SCHEDULERS)
-def test_two_independent_chains_use_two_devices(sched):
-    g = graph([1, 1, 1, 1, 1], [(0, 1, 10), (1, 2, 10), (3, 4, 10)])  # chain of 3 and of 2
+def two_chains(sched) -> tuple:
+    """``sched`` on a chain of 3 ops and one of 2 over two devices, fast links: each chain on
+    a device of its own, in 3 s; (input, result)."""
+    g = graph([1, 1, 1, 1, 1], [(0, 1, 10), (1, 2, 10), (3, 4, 10)])
     inp = ListSchedInput.from_problem(g, make_cluster(2, bandwidth=1e9, latency=1e-3))
     r = sched(inp)
     assert len(set(r.placement[[0, 1, 2]].tolist())) == 1
     assert len(set(r.placement[[3, 4]].tolist())) == 1
     assert r.placement[0] != r.placement[3]
     assert r.makespan == pytest.approx(3.0)
-    check_schedule(inp, r)
+    return inp, r
+
+
+@pytest.mark.parametrize("sched", SCHEDULERS)
+def test_two_independent_chains_use_two_devices(sched):
+    check_schedule(*two_chains(sched))
 
 
 @pytest.mark.parametrize("sched", SCHEDULERS)
@@ -110,18 +116,24 @@ def _with_capacity(inp, capacity):
     return ListSchedInput(**fields)
 
 
+def capacity_cases(sched) -> list:
+    """``sched`` on three devices of 100, 1000 and 100 bytes: an op of 500 bytes (it fits only
+    device 1), then one of 5000 that fits nowhere (infeasible, on the device with the most
+    free memory, 1 again); each (input, result), its placement and feasibility checked."""
+    out = []
+    for mem, fits in (([500, 10, 10], True), ([5000, 10], False)):
+        g = graph([1] * len(mem), mem=mem)
+        inp = _with_capacity(ListSchedInput.from_problem(g, make_cluster(3)), [100, 1000, 100])
+        r = sched(inp)
+        assert r.placement[0] == 1 and r.feasible == fits
+        out.append((inp, r))
+    return out
+
+
 @pytest.mark.parametrize("sched", SCHEDULERS)
 def test_memory_capacity_respected(sched):
-    g = graph([1, 1, 1], mem=[500, 10, 10])
-    inp = _with_capacity(ListSchedInput.from_problem(g, make_cluster(3)), [100, 1000, 100])
-    r = sched(inp)
-    assert r.placement[0] == 1 and r.feasible
+    (inp, r), _ = capacity_cases(sched)
     check_schedule(inp, r)
-    # an op that fits nowhere: infeasible, on the device with the most free memory
-    g = graph([1, 1], mem=[5000, 10])
-    inp = _with_capacity(ListSchedInput.from_problem(g, make_cluster(3)), [100, 1000, 100])
-    r = sched(inp)
-    assert not r.feasible and r.placement[0] == 1
 
 
 def test_dpos_critical_path_device_fits_the_path_and_moves_on_when_full():

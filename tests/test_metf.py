@@ -15,7 +15,8 @@ from searchers.listsched import ListSchedInput, dpos, heft
 from searchers.listsched import metf
 
 from conftest import make_cluster
-from test_listsched import _with_capacity, check_schedule, graph
+from test_listsched import (_with_capacity, capacity_cases, check_schedule, graph,
+                            two_chains)
 
 
 def check_etf(inp, r):
@@ -38,13 +39,8 @@ def check_etf(inp, r):
 
 
 def test_two_independent_chains_are_spread():
-    g = graph([1, 1, 1, 1, 1], [(0, 1, 10), (1, 2, 10), (3, 4, 10)])  # chain of 3 and of 2
-    inp = ListSchedInput.from_problem(g, make_cluster(2, bandwidth=1e9, latency=1e-3))
-    r = metf(inp)
-    assert len(set(r.placement[[0, 1, 2]].tolist())) == 1
-    assert len(set(r.placement[[3, 4]].tolist())) == 1
-    assert r.placement[0] != r.placement[3]
-    assert r.makespan == pytest.approx(3.0) and r.feasible
+    inp, r = two_chains(metf)
+    assert r.feasible
     check_etf(inp, r)
 
 
@@ -97,16 +93,9 @@ def test_model_fitting_no_single_device_fits_across_two():
 
 
 def test_memory_capacity_respected_and_op_that_fits_nowhere():
-    g = graph([1, 1, 1], mem=[500, 10, 10])
-    inp = _with_capacity(ListSchedInput.from_problem(g, make_cluster(3)), [100, 1000, 100])
-    r = metf(inp)
-    assert r.placement[0] == 1 and r.feasible
+    (inp, r), (nowhere, r_nowhere) = capacity_cases(metf)
     check_etf(inp, r)
-    g = graph([1, 1], mem=[5000, 10])
-    inp = _with_capacity(ListSchedInput.from_problem(g, make_cluster(3)), [100, 1000, 100])
-    r = metf(inp)
-    assert not r.feasible and r.placement[0] == 1  # the most memory left
-    check_schedule(inp, r)
+    check_schedule(nowhere, r_nowhere)
 
 
 def test_colocation_is_respected_and_reserves_the_group():
