@@ -1,7 +1,8 @@
 """The event loop's heaps, shared by the fast loop (`_simcore`) and the reference
 (`reference`): a heap of events ordered by (time, sequence number), and per-device heaps of
 ready tasks ordered by (priority, lower task index first). Both orders are total, so what a
-pop returns never depends on the order of the pushes.
+pop returns never depends on the order of the pushes. The ready heaps are one d-ary heap
+(`_heap_push`, `_heap_pop`): binary for the reference, 4-ary for the fast loop.
 """
 
 from __future__ import annotations
@@ -63,55 +64,12 @@ def _rq_before(p1, t1, p2, t2):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _rq_push(rq, key, base, n, p, task):
-    """Add ``task`` with priority ``p`` to the ready heap stored at rq/key[base:base+n]."""
-    k = base + n
-    while k > base:
-        par = base + ((k - base - 1) >> 1)
-        if not _rq_before(p, task, key[par], rq[par]):
-            break
-        rq[k], key[k] = rq[par], key[par]
-        k = par
-    rq[k], key[k] = task, p
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _rq_pop(rq, key, base, n):
-    """Remove and return the highest-priority task of the ready heap at rq/key[base:base+n]."""
-    top = rq[base]
-    n -= 1
-    last, lk = rq[base + n], key[base + n]
-    k = 0
-    while True:
-        c = 2 * k + 1
-        if c >= n:
-            break
-        ci = base + c
-        if c + 1 < n and _rq_before(key[ci + 1], rq[ci + 1], key[ci], rq[ci]):
-            ci += 1
-            c += 1
-        if not _rq_before(key[ci], rq[ci], lk, last):
-            break
-        rq[base + k], key[base + k] = rq[ci], key[ci]
-        k = c
-    rq[base + k], key[base + k] = last, lk
-    return top
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _mem_put(memory, k, t, d, v):
-    memory[k, 0] = t
-    memory[k, 1] = d
-    memory[k, 2] = v
-    return k + 1
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _rq4_push(rq, key, base, n, p, task):
-    """`_rq_push` on a 4-ary heap: half the levels, so half the hard-to-predict branches."""
+def _heap_push(rq, key, base, n, p, task, shift):
+    """Add ``task`` with priority ``p`` to the ready heap stored at rq/key[base:base+n], each
+    node with ``2**shift`` children."""
     k = n
-    while k > 0:
-        par = (k - 1) >> 2
+    while k > 0:  # move the hole up instead of swapping
+        par = (k - 1) >> shift
         if not _rq_before(p, task, key[base + par], rq[base + par]):
             break
         rq[base + k], key[base + k] = rq[base + par], key[base + par]
@@ -120,19 +78,19 @@ def _rq4_push(rq, key, base, n, p, task):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _rq4_pop(rq, key, base, n):
-    """`_rq_pop` on a 4-ary heap (the same task comes out: the order is total)."""
+def _heap_pop(rq, key, base, n, shift):
+    """Remove and return the highest-priority task of the ready heap at rq/key[base:base+n],
+    each node with ``2**shift`` children."""
     top = rq[base]
     n -= 1
     last, lk = rq[base + n], key[base + n]
     k = 0
     while True:
-        c = 4 * k + 1
+        c = (k << shift) + 1
         if c >= n:
             break
         best = c
-        end = min(c + 4, n)
-        for j in range(c + 1, end):
+        for j in range(c + 1, min(c + (1 << shift), n)):
             if _rq_before(key[base + j], rq[base + j], key[base + best], rq[base + best]):
                 best = j
         if not _rq_before(key[base + best], rq[base + best], lk, last):
@@ -141,3 +99,37 @@ def _rq4_pop(rq, key, base, n):
         k = best
     rq[base + k], key[base + k] = last, lk
     return top
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rq_push(rq, key, base, n, p, task):
+    """`_heap_push` on a binary heap (the reference's)."""
+    _heap_push(rq, key, base, n, p, task, 1)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rq_pop(rq, key, base, n):
+    """`_heap_pop` on a binary heap (the reference's)."""
+    return _heap_pop(rq, key, base, n, 1)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rq4_push(rq, key, base, n, p, task):
+    """`_heap_push` on a 4-ary heap (the fast loop's): half the levels, so half the
+    hard-to-predict branches."""
+    _heap_push(rq, key, base, n, p, task, 2)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rq4_pop(rq, key, base, n):
+    """`_heap_pop` on a 4-ary heap (the same task comes out as from a binary one: the order
+    is total)."""
+    return _heap_pop(rq, key, base, n, 2)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _mem_put(memory, k, t, d, v):
+    memory[k, 0] = t
+    memory[k, 1] = d
+    memory[k, 2] = v
+    return k + 1
