@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..core._topo import csr_index
+
 
 @njit(cache=True, nogil=True)
 def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_rows, row_j,
@@ -126,14 +128,5 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
                     n_compute + c, d, 0.0, dev[d], 0.0)
                 e_local[i] = True
                 i += 1
-    in_ptr = np.zeros(n_tasks + 1, np.int64)
-    for i in range(m):
-        in_ptr[e_dst[i] + 1] += 1
-    for t in range(n_tasks):
-        in_ptr[t + 1] += in_ptr[t]
-    fill = in_ptr[:-1].copy()
-    in_edge = np.empty(m, np.int64)
-    for i in range(m):
-        in_edge[fill[e_dst[i]]] = i
-        fill[e_dst[i]] += 1
+    in_ptr, in_edge = csr_index(e_dst, n_tasks)
     return e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge
