@@ -156,16 +156,32 @@ def main(argv=None) -> int:
                   f"{r['balanced_pipeline_ms'] / r['limit_ms']:.2f}x the limit "
                   f"({r['balanced_pipeline_stages']} stages, "
                   f"{r['balanced_pipeline_micro_batches']} micro-batches)", flush=True)
-    print(f"\n{'graph':<40} {'cluster':<20} {'ops':>6} {'limit ms':>9} {'best ms':>9} "
-          f"{'x limit':>8} {'balanced':>8}  by")
-    for r in rows:
-        print(f"{r['graph']:<40} {r['cluster']:<20} {r['ops']:>6} {r['limit_ms']:>9.2f} "
-              f"{r.get('best_ms', float('nan')):>9.2f} {r.get('ratio', float('nan')):>8.2f} "
-              f"{r.get('balanced_pipeline_ms', float('nan')) / r['limit_ms']:>8.2f}  "
-              f"{r.get('best_searcher', '-')}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print_table(rows, [("graph", "<40", "", "graph"), ("cluster", "<20", "", "cluster"),
+                       ("ops", ">6", "", "ops"), ("limit ms", ">9", ".2f", "limit_ms"),
+                       ("best ms", ">9", ".2f", "best_ms"), ("x limit", ">8", ".2f", "ratio"),
+                       ("balanced", ">8", ".2f",
+                        lambda r: r.get("balanced_pipeline_ms", NAN) / r["limit_ms"]),
+                       ("by", "", "", lambda r: r.get("best_searcher", "-"))], args.json)
     return 0
+
+
+NAN = float("nan")
+
+
+def print_table(rows: list[dict], columns: list[tuple], json_path: str | None = None) -> None:
+    """Print ``rows`` as a table under a header line, and write them to ``json_path`` as JSON
+    when given (also used by paper_pipelines.py). ``columns``: (title, alignment and width,
+    number format, a row's key or a function of the row); a key a row lacks shows nan; the
+    last column stands two spaces after the others."""
+    def cell(r, width, number, value):
+        return format(value(r) if callable(value) else r.get(value, NAN), width + number)
+
+    print("\n" + " ".join(format(title, width) for title, width, _, _ in columns[:-1])
+          + f"  {columns[-1][0]}")
+    for r in rows:
+        print(" ".join(cell(r, *c[1:]) for c in columns[:-1]) + "  " + cell(r, *columns[-1][1:]))
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

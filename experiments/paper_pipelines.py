@@ -13,7 +13,6 @@ Deterministic for a seed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import moplace  # noqa: E402
-from compute_limit import best_plans  # noqa: E402  (beside this file)
+from compute_limit import best_plans, print_table  # noqa: E402  (beside this file)
 from moplace.review.units import plan_text  # noqa: E402
 
 GIB = 2**30
@@ -69,13 +68,11 @@ def main(argv=None) -> int:
                   f"{best[0] / gpipe:.2f}x the paper's GPipe x8 ({gpipe} ms), "
                   f"{best[0] / steady:.2f}x its 1F1B steady state ({steady} ms)", flush=True)
         rows.append(row)
-    print(f"\n{'graph':<36} {'best ms':>9} {'GPipe x8':>9} {'ratio':>6} {'steady':>7}  by")
-    for r in rows:
-        print(f"{r['graph']:<36} {r.get('best_ms', float('nan')):>9.2f} "
-              f"{r['paper_gpipe8_ms']:>9.1f} {r.get('ratio_to_gpipe', float('nan')):>6.2f} "
-              f"{r['paper_1f1b_ms']:>7.1f}  {r.get('by', '-')}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print_table(rows, [("graph", "<36", "", "graph"), ("best ms", ">9", ".2f", "best_ms"),
+                       ("GPipe x8", ">9", ".1f", "paper_gpipe8_ms"),
+                       ("ratio", ">6", ".2f", "ratio_to_gpipe"),
+                       ("steady", ">7", ".1f", "paper_1f1b_ms"),
+                       ("by", "", "", lambda r: r.get("by", "-"))], args.json)
     return 0
 
 
