@@ -78,6 +78,18 @@ def scale(rows: list) -> None:
               f"hypervolume {r['hypervolume']:.4f}", flush=True)
 
 
+def problems(graphs, clusters):
+    """(graph name, cluster name, `Problem`) for each of ``graphs`` (default: every bundled
+    graph) on each of ``clusters``, each graph loaded once (also used by front_dominance.py)."""
+    from moplace import list_bundled, load_cluster, load_graph
+    from moplace.optimize.problem import Problem
+
+    for gname in graphs or list_bundled():
+        graph = load_graph(gname)
+        for cname in clusters:
+            yield gname, cname, Problem(graph, load_cluster(cname))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--graphs", nargs="+")
@@ -92,26 +104,21 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.summarize:
         return summarize(args.summarize)
-    from moplace import list_bundled, load_cluster, load_graph
     from moplace.optimize.driver import Budget
-    from moplace.optimize.problem import Problem
 
     rows = []
     print(f"{'graph':32} {'cluster':19} {'mode':5} {'searcher':13} {'evals':>6} {'time s':>7} "
           f"{'HV':>7} {'front':>5} {'runtime ms':>10} {'vs DP':>6} {'comm GiB':>8} {'mem GiB':>8}")
-    for gname in args.graphs or list_bundled():
-        graph = load_graph(gname)
-        for cname in args.clusters:
-            problem = Problem(graph, load_cluster(cname))
-            budgets = {"evals": Budget(evaluations=args.evaluations),
-                       "time": Budget(evaluations=None, seconds=args.seconds)}
-            for mode in args.modes:
-                for name in args.searchers:
-                    r = run_one(problem, name, budgets[mode])
-                    r.update(graph=gname, cluster=cname, mode=mode)
-                    rows.append(r)
-                    print_row(gname, cname, mode, r)
-                    save(rows, args.json)
+    for gname, cname, problem in problems(args.graphs, args.clusters):
+        budgets = {"evals": Budget(evaluations=args.evaluations),
+                   "time": Budget(evaluations=None, seconds=args.seconds)}
+        for mode in args.modes:
+            for name in args.searchers:
+                r = run_one(problem, name, budgets[mode])
+                r.update(graph=gname, cluster=cname, mode=mode)
+                rows.append(r)
+                print_row(gname, cname, mode, r)
+                save(rows, args.json)
     if args.scale:
         scale(rows)
         save(rows, args.json)

@@ -60,24 +60,21 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
-    from moplace import list_bundled, load_cluster, load_graph
-    from moplace.optimize.problem import Problem
+    from bench_search import problems  # beside this file
 
     rows = []
     print(f"{'graph':40} {'cluster':19} {'ops':>5} {'HV':>7} {'random':>7} {'best heuristic':>22} "
           f"{'front':>5} {'time s':>6}  claims")
-    for gname in args.graphs or list_bundled():
-        graph = load_graph(gname)
-        for cname in args.clusters:
-            r = check(Problem(graph, load_cluster(cname)), args.evaluations, args.seed)
-            r.update(graph=gname, cluster=cname)
-            rows.append(r)
-            failed = [k for k in ("dominates", "beats_random", "beats_heuristics") if not r[k]]
-            print(f"{gname:40} {cname:19} {r['ops']:>5} {r['hv']:>7.4f} {r['hv_random']:>7.4f} "
-                  f"{r['best_heuristic']:>14} {r['hv_best_heuristic']:>7.4f} {r['front']:>5} "
-                  f"{r['seconds']:>6.1f}  {'ok' if not failed else 'FAILED: ' + ', '.join(failed)}"
-                  + (f" ({r['seeds_undominated']} of {r['seeds']} seeds undominated)"
-                     if not r["dominates"] else ""), flush=True)
+    for gname, cname, problem in problems(args.graphs, args.clusters):
+        r = check(problem, args.evaluations, args.seed)
+        r.update(graph=gname, cluster=cname)
+        rows.append(r)
+        failed = [k for k in ("dominates", "beats_random", "beats_heuristics") if not r[k]]
+        print(f"{gname:40} {cname:19} {r['ops']:>5} {r['hv']:>7.4f} {r['hv_random']:>7.4f} "
+              f"{r['best_heuristic']:>14} {r['hv_best_heuristic']:>7.4f} {r['front']:>5} "
+              f"{r['seconds']:>6.1f}  {'ok' if not failed else 'FAILED: ' + ', '.join(failed)}"
+              + (f" ({r['seeds_undominated']} of {r['seeds']} seeds undominated)"
+                 if not r["dominates"] else ""), flush=True)
     for k in ("dominates", "beats_random", "beats_heuristics"):
         print(f"{k}: {sum(r[k] for r in rows)} of {len(rows)} cases")
     if args.json:
