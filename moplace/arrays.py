@@ -1,8 +1,29 @@
-"""Small numpy helpers shared by the genome (core) and the simulator."""
+"""Small numpy helpers shared by the genome (core) and the simulator.
+
+`EdgeArrays`: a graph's edges as arrays with their CSR indexes, the base of the compiled graph
+and of the list schedulers' input."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeArrays:
+    """A graph's edges as arrays, sorted by (src, dst): ``src``, ``dst`` (ops), ``edge_bytes``,
+    and the CSR indexes into them of each op's out-edges (``out_ptr``/``out_edge``) and
+    in-edges (``in_ptr``/``in_edge``). The base of `moplace.core.graph.CompiledGraph` and of
+    the list schedulers' input (`searchers.listsched.schedule.ListSchedInput`)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    edge_bytes: np.ndarray
+    out_ptr: np.ndarray
+    out_edge: np.ndarray
+    in_ptr: np.ndarray
+    in_edge: np.ndarray
 
 
 def csr_ptr(keys: np.ndarray, n: int) -> np.ndarray:

@@ -17,10 +17,11 @@ from typing import Iterable, Mapping
 import networkx as nx
 import numpy as np
 
-from ..arrays import csr_ptr
+from ..arrays import EdgeArrays, csr_ptr
 from ..errors import GraphError, shown
 from ._inplace import inplace_sources_kernel
-from ._topo import depths, lexicographic_topo_order
+# csr_index is here for the simulator's edge build (`_topo` is private to this package)
+from ._topo import csr_index, depths, lexicographic_topo_order  # noqa: F401
 
 ROLES = ("forward", "backward", "update", "other")
 SPLIT_DIMS = ("batch", "channel", "tensor")
@@ -162,23 +163,15 @@ INPLACE_TYPES = frozenset({
 
 
 @dataclass(frozen=True, eq=False)
-class CompiledGraph:
-    """Flat arrays of an `OpGraph` for numeric code. Edges are sorted by (src, dst).
+class CompiledGraph(EdgeArrays):
+    """Flat arrays of an `OpGraph` for numeric code: its edges (`EdgeArrays`) and its ops'.
 
-    ``out_ptr``/``out_edge`` and ``in_ptr``/``in_edge`` are CSR indexes into the edge arrays.
     ``group`` numbers co-location groups 0..n_groups-1 (an op without one is its own group).
     ``split_mask`` bit k: dimension `SPLIT_DIMS`[k]. ``role`` indexes `ROLES`. ``inplace``: the op's
     type is one of `INPLACE_TYPES`. ``partial_sums``, ``scratch_bytes``: the ops' fields (the
     latter None when no op has scratch; the simulator's plan graphs read the graph's).
     """
 
-    src: np.ndarray
-    dst: np.ndarray
-    edge_bytes: np.ndarray
-    out_ptr: np.ndarray
-    out_edge: np.ndarray
-    in_ptr: np.ndarray
-    in_edge: np.ndarray
     output_bytes: np.ndarray
     param_bytes: np.ndarray
     grad_bytes: np.ndarray

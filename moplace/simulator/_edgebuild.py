@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..core._topo import csr_index
+from ..core.graph import csr_index
 
 
 @njit(cache=True, nogil=True)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moplace.arrays import EdgeArrays
+
 from . import kernels as core
 
 
@@ -29,24 +31,17 @@ def _arr(value, dtype, shape, name) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class ListSchedInput:
+class ListSchedInput(EdgeArrays):
     """Arrays a list scheduler reads; n ops, E edges, D devices.
 
-    compute [n, D] seconds; src, dst (int64), edge_bytes (float64) [E] and the CSR indexes
-    out_ptr/out_edge, in_ptr/in_edge exactly as in `CompiledGraph`; latency, bandwidth [D, D]
+    compute [n, D] seconds; the edges (`EdgeArrays`: src, dst int64, edge_bytes float64 [E] and
+    the CSR indexes out_ptr/out_edge, in_ptr/in_edge); latency, bandwidth [D, D]
     (diagonal 0 and inf); op_memory [n] bytes an op pins on its device; capacity [D] bytes;
     group [n] co-location ids (0..n_groups-1). ``topo`` (a topological order) is computed
     when not given.
     """
 
     compute: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    edge_bytes: np.ndarray
-    out_ptr: np.ndarray
-    out_edge: np.ndarray
-    in_ptr: np.ndarray
-    in_edge: np.ndarray
     latency: np.ndarray
     bandwidth: np.ndarray
     op_memory: np.ndarray
