@@ -22,7 +22,7 @@ class OptunaSearcher(Searcher):
     """An optuna study as a searcher, with optuna's random sampler (see the package docstring).
 
     Registered nowhere: the base of the registered variants, which set ``sampler``, their
-    ``Settings`` and `_sampler`. Settings: see `searchers.optuna_search.settings`.
+    ``Settings`` and `_sampler_options`. Settings: see `searchers.optuna_search.settings`.
     """
 
     name = "optuna-random"
@@ -77,7 +77,12 @@ class OptunaSearcher(Searcher):
 
     def _sampler(self, seed: int):
         """The study's sampler, seeded with ``seed``."""
-        return make_sampler(self.sampler, seed)
+        return make_sampler(self.sampler, seed, **self._sampler_options())
+
+    def _sampler_options(self) -> dict:
+        """The sampler's options (`make_sampler`'s keywords) from the settings: none for
+        optuna's random sampler."""
+        return {}
 
     def ask(self) -> list[Strategy]:
         if self.seeding.active:
@@ -183,12 +188,11 @@ class OptunaNsga2Searcher(OptunaSearcher):
     sampler = "nsga2"
     Settings = Nsga2SamplerSettings
 
-    def _sampler(self, seed: int):
+    def _sampler_options(self) -> dict:
         n_params, mutations = self._trials.n_params, self.config.mutations
         mutation_prob = None if mutations is None or n_params == 0 \
             else min(1.0, mutations / n_params)
-        return make_sampler("nsga2", seed, population_size=self.config.population_size,
-                            mutation_prob=mutation_prob)
+        return {"population_size": self.config.population_size, "mutation_prob": mutation_prob}
 
 
 class OptunaTpeSearcher(OptunaSearcher):
@@ -201,6 +205,6 @@ class OptunaTpeSearcher(OptunaSearcher):
     sampler = "tpe"
     Settings = TpeSamplerSettings
 
-    def _sampler(self, seed: int):
-        return make_sampler("tpe", seed, n_startup_trials=self.config.n_startup_trials,
-                            ei_candidates=self.config.ei_candidates)
+    def _sampler_options(self) -> dict:
+        return {"n_startup_trials": self.config.n_startup_trials,
+                "ei_candidates": self.config.ei_candidates}
