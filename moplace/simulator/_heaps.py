@@ -2,7 +2,8 @@
 (`reference`): a heap of events ordered by (time, sequence number), and per-device heaps of
 ready tasks ordered by (priority, lower task index first). Both orders are total, so what a
 pop returns never depends on the order of the pushes. The ready heaps are one d-ary heap
-(`_heap_push`, `_heap_pop`): binary for the reference, 4-ary for the fast loop.
+(`_heap_push`, `_heap_pop`): binary for the reference, 4-ary for the fast loop. Also the
+memory trace's rows both loops write (`_mem_put`, `_free`).
 """
 
 from __future__ import annotations
@@ -133,3 +134,11 @@ def _mem_put(memory, k, t, d, v):
     memory[k, 1] = d
     memory[k, 2] = v
     return k + 1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _free(d, nbytes, now, cur, record, memory, n_mem):
+    """Device ``d`` lets go of ``nbytes`` at ``now`` (a row in ``memory`` when recording);
+    returns the number of rows."""
+    cur[d] -= nbytes
+    return _mem_put(memory, n_mem, now, d, cur[d]) if record else n_mem

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._heaps import _ev_pop, _ev_push, _mem_put, _rq4_pop as _rq_pop, _rq4_push as _rq_push
+from ._heaps import _ev_pop, _ev_push, _free, _mem_put, _rq4_pop as _rq_pop, _rq4_push as _rq_push
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -33,14 +33,6 @@ def _ready(c, d, n_compute, prio, rq, rq_key, rq_base, rq_n, busy, ready_stack, 
         ready_stack[n_ready] = c
         n_ready += 1
     return n_ready, wmask
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _free(d, nbytes, now, cur, record, memory, n_mem):
-    """Device ``d`` lets go of ``nbytes`` at ``now`` (a row in ``memory`` when recording);
-    returns the number of rows."""
-    cur[d] -= nbytes
-    return _mem_put(memory, n_mem, now, d, cur[d]) if record else n_mem
 
 
 def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._heaps import _ev_pop, _ev_push, _mem_put, _rq_pop, _rq_push
+from ._heaps import _ev_pop, _ev_push, _free, _mem_put, _rq_pop, _rq_push
 from .engine import Trace, trace_from_outputs
 from .taskgraph import TaskGraph
 
@@ -155,16 +155,13 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                         p = e_src[e]
                         refs[p] -= 1
                         if refs[p] == 0 and p < n_compute:
-                            cur[dev[p]] -= out_bytes[p] - reused[p]
-                            if record:
-                                n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
+                            n_mem = _free(dev[p], out_bytes[p] - reused[p], now, cur, record,
+                                          memory, n_mem)
                     else:
                         x = edge_x[e]
                         x_refs[x] -= 1
                         if x_refs[x] == 0:
-                            cur[x_dst[x]] -= x_bytes[x]
-                            if record:
-                                n_mem = _mem_put(memory, n_mem, now, x_dst[x], cur[x_dst[x]])
+                            n_mem = _free(x_dst[x], x_bytes[x], now, cur, record, memory, n_mem)
                 # hand outputs on: local consumers now, remote devices by one transfer each
                 n_t = 0
                 sd = 0
@@ -225,9 +222,8 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 p = x_task[x]
                 refs[p] -= 1
                 if refs[p] == 0 and p < n_compute:
-                    cur[dev[p]] -= out_bytes[p] - reused[p]
-                    if record:
-                        n_mem = _mem_put(memory, n_mem, now, dev[p], cur[dev[p]])
+                    n_mem = _free(dev[p], out_bytes[p] - reused[p], now, cur, record, memory,
+                                  n_mem)
                 for e in range(out_ptr[p], out_ptr[p + 1]):
                     c = e_dst[e]
                     if not e_local[e] and dev[c] == dd:
