@@ -51,7 +51,8 @@ def main(argv=None) -> int:
                    help="run nothing: fit the corrections again on the calibration runs of a JSON "
                    "this wrote, tabulate (to FILE's .txt) and log")
     args = p.parse_args(argv)
-    from moplace.tf.fidelity import FidelityReport, report_table, run_fidelity, summary_table
+    from moplace.testbed.fidelity import FidelityReport, report_table, summary_table
+    from moplace.tf.fidelity import run_fidelity
     from moplace.tf.testbed import Testbed
 
     if args.from_json:
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
 
 def _log(reports, uri) -> None:
     if uri:
-        from moplace.tf.fidelitylog import log_fidelity
+        from moplace.testbed.fidelitylog import log_fidelity
 
         for report in reports:
             print(f"logged {report.model} to MLflow run {log_fidelity(report, uri)}")

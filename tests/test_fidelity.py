@@ -26,7 +26,7 @@ def alexnet():
 
 
 def calibration_runs(graph, latency, worker_s, step_s, count=7, seed=0):
-    from moplace.tf.calibration import calibration_strategies, simulate_by_latency, with_latency
+    from moplace.testbed.calibration import calibration_strategies, simulate_by_latency, with_latency
 
     truth = with_latency(two_devices(), latency)
     return [{"measured_s": simulate(graph, truth, s).makespan + step_s
@@ -36,7 +36,7 @@ def calibration_runs(graph, latency, worker_s, step_s, count=7, seed=0):
 
 
 def test_calibration_recovers_the_latency_and_worker_cost_it_was_made_with(alexnet):
-    from moplace.tf.calibration import calibration_strategies, fit
+    from moplace.testbed.calibration import calibration_strategies, fit
 
     strategies = calibration_strategies(alexnet, 2, 6, seed=0)
     assert any(s.splits for s in strategies)
@@ -50,7 +50,7 @@ def test_calibration_recovers_the_latency_and_worker_cost_it_was_made_with(alexn
 
 
 def test_one_run_the_simulator_cannot_explain_does_not_move_the_fit(alexnet):
-    from moplace.tf.calibration import fit
+    from moplace.testbed.calibration import fit
 
     runs = calibration_runs(alexnet, 200e-6, 3e-3, 1e-3)
     runs[-1] = {**runs[-1], "measured_s": runs[-1]["measured_s"] * 30}  # a loop across workers
@@ -59,7 +59,7 @@ def test_one_run_the_simulator_cannot_explain_does_not_move_the_fit(alexnet):
 
 
 def test_a_saved_report_is_fitted_again_from_its_runs(alexnet):
-    from moplace.tf.calibration import corrected
+    from moplace.testbed.calibration import corrected
 
     r = report()
     r.corrections = {**r.corrections, "runs": calibration_runs(alexnet, 200e-6, 3e-3, 1e-3)}
@@ -72,7 +72,7 @@ def test_a_saved_report_is_fitted_again_from_its_runs(alexnet):
 
 
 def test_calibration_strategies_grow_from_few_moves_to_many(alexnet):
-    from moplace.tf.calibration import calibration_strategies
+    from moplace.testbed.calibration import calibration_strategies
 
     strategies = calibration_strategies(alexnet, 2, 6, seed=3)
     off = [float(np.mean(s.placement != 0)) for s in strategies]
@@ -83,7 +83,7 @@ def test_calibration_strategies_grow_from_few_moves_to_many(alexnet):
 def test_corrected_peaks_add_the_largest_scratch_of_the_device():
     from moplace.core.graph import OpGraph
     from moplace.core.synthetic import random_dag
-    from moplace.tf.calibration import corrected_peaks
+    from moplace.testbed.calibration import corrected_peaks
 
     base = random_dag(20, seed=0)
     alone = [0, 1, 2]
@@ -99,7 +99,7 @@ def test_corrected_peaks_add_the_largest_scratch_of_the_device():
 
 
 def report():
-    from moplace.tf.fidelity import FidelityReport, FidelityRow
+    from moplace.testbed.fidelity import FidelityReport, FidelityRow
 
     rows = [FidelityRow("single", "baseline", True, devices_used=1, steps=10, measured_s=0.010,
                         spread_s=(0.009, 0.011), simulated_s=0.008, corrected_s=0.0105,
@@ -135,7 +135,7 @@ def test_summary_errors_and_ranking():
 
 
 def test_tables_name_every_strategy_and_the_corrections():
-    from moplace.tf.fidelity import report_table, summary_table
+    from moplace.testbed.fidelity import report_table, summary_table
 
     text = report_table(report())
     assert "single (=heft)" in text and "not run: op 'x'" in text
@@ -163,7 +163,7 @@ def test_scatter_figure(tmp_path):
 def test_logged_to_mlflow_with_table_and_figure(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from moplace.tf.fidelitylog import log_fidelity
+    from moplace.testbed.fidelitylog import log_fidelity
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = log_fidelity(report(), uri)
@@ -179,7 +179,7 @@ def test_logged_to_mlflow_with_table_and_figure(tmp_path):
 
 def test_a_saved_report_reads_back_the_same():
     from moplace import strictjson
-    from moplace.tf.fidelity import FidelityReport
+    from moplace.testbed.fidelity import FidelityReport
 
     data = json.loads(strictjson.dumps(report().as_dict()))
     again = FidelityReport.from_dict(data)

@@ -107,7 +107,9 @@ def test_json_out_is_strict():
 
 
 @pytest.mark.parametrize("argv", [["profile", "mlp", "--batch", "2", "-o", "x.json"],
-                                  ["apply", "g.json", "--baseline", "single", "--steps", "1"]])
+                                  # a graph that is not a PyTorch one (those need torch)
+                                  ["apply", "pipedream:alexnet", "--baseline", "single",
+                                   "--steps", "1"]])
 def test_the_tensorflow_commands_say_how_to_install_it(monkeypatch, capsys, argv):
     import sys
 

@@ -23,8 +23,8 @@ A new README command runs under these rules, or its test says which placeholder 
 lacks. MLflow's store is the working directory's ``mlflow.db`` as the README says, given as an
 absolute ``MLFLOW_TRACKING_URI`` because MLflow caches its stores by URI within a process.
 The commands that load TensorFlow run as processes of their own; the others run in this one.
-The commands that start processes (``--workers N``, ``--dask local:N``) and the TensorFlow
-commands are marked slow; in the default suite every command still parses, and a sweep's file
+The commands that start processes (``--workers N``, ``--dask local:N``, a ``--testbed`` and
+what reads its graph) and the TensorFlow commands are marked slow; in the default suite every command still parses, and a sweep's file
 passes ``--check``.
 """
 
@@ -224,8 +224,9 @@ def parse_only(argv: list[str]) -> bool:
 def is_slow(cmd: Command) -> bool:
     argv = cmd.argv
     dask = _value(argv, "--dask") or ""
+    testbed = "--testbed" in argv or any("--testbed" in p.argv for p in producers(cmd))
     return cmd.sub in TENSORFLOW or any(p.sub in TENSORFLOW for p in producers(cmd)) \
-        or "--workers" in argv or dask.startswith("local:")
+        or "--workers" in argv or dask.startswith("local:") or testbed
 
 
 def _outputs(cmd: Command) -> set[str]:

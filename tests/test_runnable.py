@@ -48,14 +48,17 @@ def test_the_runner_rule(tiny):
     keras = type(vgg)(vgg.ops, vgg.edges, name="k", metadata={"format": "tensorflow"})
     assert runners(keras, baseline("round-robin", keras, 4)) == ["moplace-apply"]
     dp = baseline("data-parallel", tiny, 8)
-    assert runners(tiny, dp.with_options(zero_stage=3)) == ["torchtitan"]  # no Megatron FSDP
-    assert "megatron" in runners(tiny, dp.with_options(zero_stage=1))
+    # a PyTorch graph's plans run on the PyTorch testbed, but for tensor splits
+    assert runners(tiny, dp.with_options(zero_stage=3)) == ["torchtitan", "moplace-apply"]
+    assert "megatron" in runners(tiny, dp.with_options(zero_stage=1))  # no Megatron FSDP
+    assert "moplace-apply" not in runners(tiny, baseline("tensor-parallel", tiny, 8))
     some = regular_plan(tiny, Degrees(8, 1, "data", 1, "1f1b", "none", 0))
     heads = DegreeSpace(tiny, 8, "torchtitan").recompute_heads["full"][:3]
-    assert runners(tiny, some.with_recompute(heads)) == []  # a set of groups: no flag names it
+    # a set of groups: no flag names it
+    assert runners(tiny, some.with_recompute(heads)) == ["moplace-apply"]
     # a GPipe pipeline: torchtitan only; an uneven one (3 layers and 1): neither
     gpipe = regular_plan(tiny, Degrees(4, 2, "data", 4, "gpipe", "none", 0))
-    assert runners(tiny, gpipe) == ["torchtitan"]
+    assert runners(tiny, gpipe) == ["torchtitan", "moplace-apply"]
     assert "gpipe" in misfit(tiny, plan_shape(tiny, gpipe), "megatron")[0]
     odd = regular_plan(tiny, Degrees(4, 4, "data", 1, "1f1b", "none", 0))
     stage = np.asarray(odd.placement)

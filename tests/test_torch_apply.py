@@ -119,3 +119,59 @@ def test_profile_on_a_testbed_then_apply_from_the_command_line(tmp_path, monkeyp
     assert len(report["rank_step_s"]) == 2 and report["measured_step_s"] > 0
     assert main(["apply", str(graph), "--baseline", "tensor-parallel", "--steps", "2"]) == 2
     assert "split on tensor" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_random_batch_split_plans_compute_the_one_device_step(gpt_graph):
+    """The fuzz of the planner: random placements, batch splits, micro-batches, ZeRO stages
+    and recomputed groups (the genome's samples, their tensor and channel splits dropped)."""
+    import numpy as np
+
+    from moplace.core.runners import pytorch_refusal
+    from moplace.core.strategy import Strategy
+    from moplace.errors import StrategyError
+    from moplace.optimize.problem import Problem
+    from moplace.torch.equivalence import reference_step, run_plans
+
+    g = gpt_graph
+    problem = Problem(g, _cluster(2))
+    rng = np.random.default_rng(1)
+    plans = []
+    for x in problem.genome.sample(80, rng):
+        s = problem.genome.decode(x)
+        bad = {int(g.arrays.group[i]) for i, sp in s.splits.items() if sp.dim != "batch"}
+        keep = {i: sp for i, sp in s.splits.items() if int(g.arrays.group[i]) not in bad}
+        s = Strategy(s.placement, s.priority, keep, bucket_bytes=s.bucket_bytes,
+                     zero_stage=s.zero_stage, micro_batches=[1, 2, 4][int(rng.integers(3))],
+                     schedule=s.schedule, recompute=s.recompute)
+        try:
+            s.validate(g, 2)
+        except StrategyError:
+            continue
+        if pytorch_refusal(g, s) is None:
+            plans.append((f"random {len(plans)}", s))
+        if len(plans) == 12:
+            break
+    rows = list(run_plans(g, plans, 2, reference_step(g, 1), steps=1))
+    ran = [r for r in rows if r["ran"]]
+    assert len(ran) >= 8, [r["reason"] for r in rows if not r["ran"]]
+    assert all(r["verdict"] == "equal" for r in ran), [(r["plan"], r["loss_rel"],
+                                                        r["weight_abs"]) for r in ran]
+
+
+@pytest.mark.slow
+def test_fidelity_on_the_pytorch_testbed_from_the_command_line(tmp_path, monkeypatch, capsys):
+    import json
+
+    from moplace.cli import main
+
+    monkeypatch.setenv("GPT_DIMS", DIMS)
+    stem = tmp_path / "fid"
+    assert main(["fidelity", GPT, "--batch", "8", "--testbed", "2", "--steps", "3",
+                 "--front-points", "1", "--budget", "30", "--calibration", "2", "--no-mlflow",
+                 "-o", str(stem), "--quiet"]) == 0
+    data = json.loads((tmp_path / "fid.json").read_text())
+    ran = [r for r in data["rows"] if r["measured_s"]]
+    assert len(ran) >= 10 and data["corrections"]["calibration_strategies"] == 2
+    assert "PyTorch processes (gloo)" in data["testbed"]
+    assert "corrected: median |err|" in capsys.readouterr().out

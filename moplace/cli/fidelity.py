@@ -43,19 +43,23 @@ def add_commands(sub) -> None:
                    metavar="K,...", help="(PyTorch only) the one-device plans, as "
                    "micro-batches accumulating their gradients (default 1,2,4,8; 1: single)")
     f.add_argument("--testbed", type=integer(1, 64), metavar="K",
-                   help="(Keras only) worker processes, one device each (default 2)")
+                   help="worker processes, one device each (Keras: default 2; a PyTorch "
+                        "model: its plans on the PyTorch testbed of K gloo processes instead of "
+                        "one device's report)")
     f.add_argument("--steps", type=integer(3, 10**5), default=None,
                    help="timed steps per strategy (default 20; PyTorch and hf: models 10)")
     f.add_argument("--front-points", type=integer(0, 100),
-                   help="(Keras only) points of the NSGA-II front to run (default 6)")
+                   help="(Keras, or PyTorch with --testbed) points of the NSGA-II front to "
+                   "run (default 6)")
     f.add_argument("--budget", type=integer(1, 10**7),
-                   help="(Keras only) NSGA-II evaluations (default 2000)")
+                   help="(Keras, or PyTorch with --testbed) NSGA-II evaluations (default "
+                   "2000)")
     f.add_argument("--calibration", type=integer(0, 100),
-                   help="(Keras only) random strategies the corrections are "
-                   "fitted on (default 6; 0: none)")
+                   help="(Keras, or PyTorch with --testbed) random strategies the "
+                   "corrections are fitted on (default 6; 0: none)")
     f.add_argument("--seed", type=integer(0, 2**32 - 1),
-                   help="(Keras only) random seed of the searches and "
-                   "calibration (default 0)")
+                   help="(Keras, or PyTorch with --testbed) random seed of the searches "
+                   "and calibration (default 0)")
     f.add_argument("-o", "--output", type=file_arg, metavar="STEM",
                    help="write STEM.txt, STEM.json and STEM.png")
     f.add_argument("--force", action="store_true", help="replace existing output files")
@@ -87,8 +91,10 @@ def integers(low: int, high: int):
 def _fidelity(args) -> int:
     from .torchfidelity import is_torch_model, torch_fidelity
 
-    if is_torch_model(args.model):
+    if is_torch_model(args.model) and args.testbed is None:
         return torch_fidelity(args)
+    if is_torch_model(args.model):
+        return _torch_testbed(args)
     for flag in ("seq_len", "device"):
         if getattr(args, flag) is not None:
             raise MoplaceError(f"--{flag.replace('_', '-')}: {args.model} is a Keras model; "
@@ -99,34 +105,65 @@ def _fidelity(args) -> int:
         raise MoplaceError(f"--batch with one size: {args.model} is a Keras model (several "
                            f"sizes, --micro-batches and --dtype are for PyTorch and hf: models)")
     args.batch = args.batch[0]
-    for flag, value in KERAS_DEFAULTS.items():
-        setattr(args, flag, value if getattr(args, flag) is None else getattr(args, flag))
+    _testbed_defaults(args, steps=20)
     from .tf import _require_tensorflow
 
     _require_tensorflow("fidelity")
     from ..tf.source import check_model_file
 
     check_model_file(args.model)
+    from ..tf.fidelity import run_fidelity
+    from ..tf.testbed import Testbed
+
+    return _testbed_report(args, Testbed, run_fidelity, {})
+
+
+def _testbed_defaults(args, steps: int) -> None:
+    for flag, value in {**KERAS_DEFAULTS, "steps": steps}.items():
+        setattr(args, flag, value if getattr(args, flag) is None else getattr(args, flag))
+
+
+def _torch_testbed(args) -> int:
+    """``--testbed K`` with a PyTorch model: its strategies on the PyTorch testbed
+    (`moplace.torch.testbedfidelity`), reported as the Keras testbed's are."""
+    if args.batch is None or len(args.batch) > 1:
+        raise MoplaceError("--testbed: one --batch size (the plans run at it)")
+    if args.seq_len is not None and len(args.seq_len) > 1:
+        raise MoplaceError("--testbed: one --seq-len (the plans run at it)")
+    if args.device not in (None, "cpu") or args.micro_batches != [1, 2, 4, 8]:
+        raise MoplaceError("--testbed: the testbed's processes share this CPU (--device and "
+                           "--micro-batches are for one device's report, without --testbed)")
+    args.batch = args.batch[0]
+    _testbed_defaults(args, steps=10)
+    from ..torch.testbed import TorchTestbed
+    from ..torch.testbedfidelity import run_testbed_fidelity
+
+    extra = {"seq_len": args.seq_len[0] if args.seq_len else None, "dtype": args.dtype}
+    return _testbed_report(args, TorchTestbed, run_testbed_fidelity, extra)
+
+
+def _testbed_report(args, make_testbed, run, extra: dict) -> int:
+    """Run ``run(model, batch, testbed, ...)`` (a front end's testbed report) on a testbed of
+    ``args.testbed`` processes, then print, write and log its report."""
     from .fidelityout import finish, report_outputs
 
     outputs = report_outputs(args)
-    from ..tf.fidelity import report_table, run_fidelity
-    from ..tf.testbed import Testbed
+    from ..testbed.fidelity import report_table
     from .progress import Display
 
     with Display("quiet" if args.json or args.quiet else "auto") as display, \
-            Testbed(args.testbed) as bed:
-        report = run_fidelity(args.model, args.batch, bed, steps=args.steps,
-                              front_points=args.front_points, budget=args.budget,
-                              calibration=args.calibration, seed=args.seed,
-                              progress=display.job(f"fidelity {args.model}"))
+            make_testbed(args.testbed) as bed:
+        report = run(args.model, args.batch, bed, steps=args.steps,
+                     front_points=args.front_points, budget=args.budget,
+                     calibration=args.calibration, seed=args.seed,
+                     progress=display.job(f"fidelity {args.model}"), **extra)
     if not report.measured:
         raise MoplaceError(f"no strategy of {args.model} could be run on the testbed: "
                            f"{report.rows[0].reason if report.rows else 'none found'}")
     data = report.as_dict()
     run_id = None
     if not args.no_mlflow:
-        from ..tf.fidelitylog import log_fidelity
+        from ..testbed.fidelitylog import log_fidelity
 
         run_id = log_fidelity(report, args.tracking_uri, args.experiment)
     from ..review.figures.fidelity import fidelity_scatter

@@ -13,7 +13,8 @@ from ..errors import MoplaceError
 
 def is_torch_graph(graph) -> bool:
     """Whether ``graph`` was profiled from a PyTorch model."""
-    return (graph.metadata.get("source") or {}).get("framework") == "pytorch"
+    source = graph.metadata.get("source")
+    return isinstance(source, dict) and source.get("framework") == "pytorch"
 
 
 def apply_torch_graph(args, graph, cluster) -> int:

@@ -13,8 +13,8 @@ from pathlib import Path
 from ..errors import MoplaceError
 from .fidelityout import report_outputs
 
-#: the options of the Keras testbed, refused for a PyTorch model
-KERAS_ONLY = ("testbed", "front_points", "budget", "calibration", "seed")
+#: the options of a testbed's report, refused for a PyTorch model's one-device report
+KERAS_ONLY = ("front_points", "budget", "calibration", "seed")
 
 
 def is_torch_model(model: str) -> bool:
@@ -35,7 +35,8 @@ def torch_fidelity(args) -> int:
     for flag in KERAS_ONLY:
         if getattr(args, flag) is not None:
             raise MoplaceError(f"--{flag.replace('_', '-')}: {args.model} is a PyTorch model, "
-                               f"run on one device; the option is for a Keras testbed")
+                               f"run on one device; the option is for a testbed's report "
+                               f"(--testbed K)")
     if importlib.util.find_spec("torch") is None:
         raise MoplaceError(f"{args.model}: a PyTorch model, and torch is not installed: pip "
                            f"install 'moplace[torch]'")

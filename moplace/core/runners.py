@@ -24,7 +24,9 @@ framework's configuration names:
   features give them, `attention_heads`), as both frameworks shard heads.
 
 A plan runs on **moplace-apply** when its graph came from a front end that ``moplace apply``
-runs (`APPLY_FORMATS`, read from the graph's ``metadata["format"]``): any plan of it.
+runs (`APPLY_FORMATS`, read from the graph's ``metadata["format"]``): any plan of a Keras
+graph; a plan of a PyTorch graph that the PyTorch testbed runs (`pytorch_refusal`: splits on
+batch only, the batch cutting into its micro-batches and parts).
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ RUNNERS = ("torchtitan", "megatron", "moplace-apply")
 #: the training frameworks of `RUNNERS` (configurations written by `moplace export`)
 FRAMEWORKS = ("torchtitan", "megatron")
 #: the graph formats (``metadata["format"]``) whose plans ``moplace apply`` runs: Keras
-#: graphs (the TensorFlow testbed); the PyTorch testbed adds "pytorch"
-APPLY_FORMATS = ("tensorflow",)
+#: graphs (the TensorFlow testbed) and PyTorch graphs (the PyTorch testbed)
+APPLY_FORMATS = ("tensorflow", "pytorch")
 #: the ZeRO stages each framework names (see the module docstring)
 ZERO_STAGES = {"torchtitan": (0, 1, 2, 3), "megatron": (0, 1, 2)}
 #: the pipeline schedules each framework runs
@@ -50,9 +52,32 @@ RECOMPUTE = {"torchtitan": ("none", "selective", "full"),
              "megatron": ("none", "selective", "full")}
 
 
-def applies(graph: OpGraph) -> bool:
-    """Does ``moplace apply`` run plans of ``graph`` (its front end's format)?"""
-    return graph.metadata.get("format") in APPLY_FORMATS
+def applies(graph: OpGraph, strategy=None) -> bool:
+    """Does ``moplace apply`` run plans of ``graph`` (its front end's format), and
+    ``strategy`` among them?"""
+    fmt = graph.metadata.get("format")
+    if fmt == "pytorch" and strategy is not None:
+        return pytorch_refusal(graph, strategy) is None
+    return fmt in APPLY_FORMATS
+
+
+def pytorch_refusal(graph: OpGraph, strategy) -> str | None:
+    """Why the PyTorch testbed (`moplace.torch.apply`) cannot run ``strategy``, or None: it
+    splits ops on batch only (tensor and channel splits are not applied yet), and the batch
+    must cut into the micro-batches and each split's parts evenly."""
+    for i, split in strategy.splits.items():
+        if split.dim != "batch":
+            return (f"op {graph.ops[i].name!r} is split on {split.dim}: only batch splits "
+                    "are applied on the PyTorch testbed yet")
+    source = graph.metadata.get("source")
+    batch = source.get("batch_size") if isinstance(source, dict) else None
+    m = int(strategy.micro_batches)
+    if isinstance(batch, int):
+        for parts in sorted({1, *(s.parts for s in strategy.splits.values())}):
+            if batch % (m * parts):
+                return (f"a batch of {batch} does not cut into {m} micro-batches of {parts} "
+                        "equal parts")
+    return None
 
 
 def batch_sizes(shape: PlanShape) -> dict:
@@ -139,7 +164,7 @@ def runners(graph: OpGraph, strategy, shape: PlanShape | None = None) -> list[st
     """The runners of `RUNNERS` able to run ``strategy`` on ``graph``, in that order."""
     shape = shape if shape is not None else plan_shape(graph, strategy)
     out = [f for f in FRAMEWORKS if not misfit(graph, shape, f)]
-    return out + (["moplace-apply"] if applies(graph) else [])
+    return out + (["moplace-apply"] if applies(graph, strategy) else [])
 
 
 def stage_of_groups(graph: OpGraph, cuts: np.ndarray) -> np.ndarray:

@@ -2,7 +2,7 @@
 its parameters, its finite figures as metrics, its rows as a table (``fidelity_table.json``),
 the whole report (``fidelity.json``) and the scatter figure (``figures/fidelity.png``).
 
-`moplace.tf.fidelitylog` (a testbed's strategies) and `moplace.torch.fidelity`'s report (one
+`moplace.testbed.fidelitylog` (a testbed's strategies) and `moplace.torch.fidelity`'s report (one
 GPU's plans) each say what goes in; this module logs it. mlflow is imported only when logging.
 """
 

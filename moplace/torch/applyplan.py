@@ -105,16 +105,20 @@ class Need:
 
 @dataclass
 class Reduction:
-    """A weight's gradient brought to its update: ``param`` (the update op's index), the
-    ranks that contribute to it, the update's ranks, and ``how``: ``allreduce`` or
-    ``reducescatter`` among the update's ranks, or ``send`` to its one rank (with each
-    sender's tag)."""
+    """Weights' gradients brought to their updates: ``updates`` (the update ops' indices;
+    several make a bucket, all-reduced as one tensor), the ranks that contribute to them, the
+    updates' ranks, and ``how``: ``allreduce`` or ``reducescatter`` among the update's ranks,
+    or ``send`` to its one rank (with each sender's tag)."""
 
-    update: int
+    updates: tuple[int, ...]
     contributors: tuple[int, ...]
     ranks: tuple[int, ...]
     how: str
     tags: dict = field(default_factory=dict)  # sender rank -> tag (how == "send")
+
+    @property
+    def update(self) -> int:
+        return self.updates[0]
 
 
 @dataclass
@@ -153,7 +157,7 @@ def ordered_tasks(graph: OpGraph, strategy: Strategy, trace) -> list[Task]:
     for t in order.tolist():
         i = int(ops[t])
         clone = t >= first_clone
-        out.append(Task(i, int(mbs[t]), int(part[t]), 1 if clone else parts_of.get(i, 1),
+        out.append(Task(i, int(mbs[t]), int(part[t]), parts_of.get(i, 1),
                         int(trace.task_device[t]), clone))
     return out
 
@@ -196,6 +200,7 @@ class _Planner:
                 updates.setdefault(t.op, []).append((pos, t))
                 continue
             self.plan_task(pos, t)
+        shared = []  # (ready position, first update, reduction): all-reduces to bucket
         for u, parts in sorted(updates.items()):
             first = min(p for p, _ in parts)
             ranks = tuple(dict.fromkeys(t.device for _, t in sorted(parts, key=lambda x: x[1].part)))
@@ -205,12 +210,45 @@ class _Planner:
                 if at >= first:
                     raise PlanRefused(f"update {self.graph.ops[u].name!r} runs before its "
                                       "gradient is complete")
-                events.append((at, 1, ("reduce", red)))
+                if red.how == "allreduce":
+                    shared.append((at, first, red))
+                else:
+                    events.append((at, 1, ("reduce", red)))
             for pos, t in parts:
                 events.append((pos, 0, ("update", t)))
             if red is not None and red.how == "reducescatter":
                 events.append((max(p for p, _ in parts), 2, ("gather", red)))
+        events += [(at, 1, ("reduce", red)) for at, red in self.buckets(shared)]
         return self.programs, events
+
+    def buckets(self, shared) -> list:
+        """The all-reduces of ``shared`` grouped into buckets as DDP does: in the order their
+        gradients are complete, among the same ranks, up to the strategy's bucket size (0: each
+        on its own), a bucket closed early where an update of it would run before its last
+        gradient is complete; (position, reduction) each."""
+        limit = float(self.strategy.bucket_bytes)
+        out, current = [], None  # current: [at, first update, bytes, reduction]
+        for at, first, red in sorted(shared, key=lambda x: (x[0], x[2].update)):
+            size = self.grad_bytes(red.update)
+            if current is not None and current[3].ranks == red.ranks and \
+                    current[2] + size <= limit and at < current[1]:
+                merged = current[3]
+                merged.updates += red.updates
+                merged.contributors = tuple(sorted(set(merged.contributors)
+                                                   | set(red.contributors)))
+                current[0], current[1], current[2] = at, min(current[1], first), current[2] + size
+                continue
+            if current is not None:
+                out.append((current[0], current[3]))
+            current = [at, first, size, red]
+        if current is not None:
+            out.append((current[0], current[3]))
+        return out
+
+    def grad_bytes(self, update: int) -> float:
+        name = self.graph.ops[update].name.replace("update/", "param/", 1)
+        i = self.graph.index.get(name)
+        return float(self.graph.ops[i].param_bytes) if i is not None else 0.0
 
     # -- tasks
     def plan_task(self, pos: int, t: Task) -> None:
@@ -316,14 +354,14 @@ class _Planner:
             others = tuple(c for c in contributors if c != ranks[0])
             if not others:
                 return None
-            return Reduction(u, contributors, ranks, "send",
+            return Reduction((u,), contributors, ranks, "send",
                              {c: self.next_tag() for c in others})
         if not set(contributors) <= set(ranks):
             raise PlanRefused(f"the gradient of {self.graph.ops[u].name!r} is computed on "
                               f"devices {list(contributors)} but its replicas are on "
                               f"{list(ranks)}")
         how = "reducescatter" if self.strategy.zero_stage >= 1 else "allreduce"
-        return Reduction(u, contributors, tuple(sorted(ranks)), how)
+        return Reduction((u,), contributors, tuple(sorted(ranks)), how)
 
 
 def plan_program(nodes: list[NodeInfo], graph: OpGraph, strategy: Strategy, tasks: list[Task],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.runners import pytorch_refusal
 from ..errors import MoplaceError
 from ._torch import torch
 from .applyplan import NodeInfo, PlanRefused, Task, ordered_tasks, plan_program
@@ -16,7 +17,8 @@ from .applyplan import NodeInfo, PlanRefused, Task, ordered_tasks, plan_program
 
 def model_source(graph) -> dict:
     """The model, batch, sequence length, dtype and attention ``graph`` was profiled from."""
-    source = dict(graph.metadata.get("source") or {})
+    source = graph.metadata.get("source")
+    source = dict(source) if isinstance(source, dict) else {}
     if source.get("framework") != "pytorch" or "model" not in source:
         raise MoplaceError(f"graph {graph.name!r} was not profiled from a PyTorch model "
                            "(`moplace profile MODEL.py` or hf:NAME)")
@@ -48,11 +50,30 @@ def batches_of(tasks: list[Task], batch: int, micro_batches: int) -> list[int]:
     return sorted(out, key=lambda b: (b != batch, b))
 
 
+#: traces and batch layouts kept in this process, by source, batch and kind (a fidelity run
+#: applies tens of plans of one model)
+_KEPT: dict = {}
+_KEEP = 16
+
+
+def _kept(key, make):
+    if key not in _KEPT:
+        if len(_KEPT) >= _KEEP:
+            _KEPT.pop(next(iter(_KEPT)))
+        _KEPT[key] = make()
+    return _KEPT[key]
+
+
+def _source_key(source: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in source.items()))
+
+
 def trace_batches(source: dict, batches, kind: str = "cpu") -> dict:
     """batch -> the step traced at that batch (its SDPA as ``kind``'s kernels)."""
     from .trace import trace_step
 
-    return {b: trace_step(load_setup(source, b), kind) for b in batches}
+    return {b: _kept(("trace", _source_key(source), b, kind),
+                     lambda b=b: trace_step(load_setup(source, b), kind)) for b in batches}
 
 
 def node_infos(traced: dict, graph, batch: int,
@@ -228,10 +249,9 @@ def prepare(graph, strategy, trace, n_ranks: int, kind: str = "cpu"):
     if strategy.used_devices and max(strategy.used_devices) >= n_ranks:
         raise PlanRefused(f"the strategy uses device {max(strategy.used_devices)}; the testbed "
                           f"has {n_ranks} processes")
-    for i, split in strategy.splits.items():
-        if split.dim != "batch":
-            raise PlanRefused(f"op {graph.ops[i].name!r} is split on {split.dim}: only batch "
-                              "splits are applied on the PyTorch testbed yet")
+    why = pytorch_refusal(graph, strategy)
+    if why:
+        raise PlanRefused(why)
     batch = int(source["batch_size"])
     tasks = ordered_tasks(graph, strategy, trace)
     m = int(strategy.micro_batches)
@@ -240,7 +260,9 @@ def prepare(graph, strategy, trace, n_ranks: int, kind: str = "cpu"):
     batches = batches_of(tasks, batch, m)
     traced = trace_batches(source, batches, kind)
     split = any(t.parts > 1 for t in tasks)
-    layouts = batch_layouts(traced[batch], source, batch) if split and batch > 1 else None
+    layouts = _kept(("layouts", _source_key(source), batch, kind),
+                    lambda: batch_layouts(traced[batch], source, batch)) \
+        if split and batch > 1 else None
     infos, gradients = node_infos(traced, graph, batch, layouts)
     programs = plan_program(infos, graph, strategy, tasks, gradients, batch, n_ranks)
     updates = {i: op.name.removeprefix("update/") for i, op in enumerate(graph.ops)

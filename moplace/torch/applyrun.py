@@ -207,7 +207,14 @@ class RankRunner:
                 dist.send(g.contiguous(), red.ranks[0], tag=red.tags[self.rank])
                 return
         elif red.how == "allreduce":
-            dist.all_reduce(g, group=self.groups[red.ranks])
+            grads = [g] + [self.gradient(u) for u in red.updates[1:]]
+            flat = torch.cat([x.reshape(-1) for x in grads]) if len(grads) > 1 else g
+            dist.all_reduce(flat, group=self.groups[red.ranks])
+            start = 0
+            for u, x in zip(red.updates, grads):
+                self.reduced[u] = flat[start:start + x.numel()].view_as(x)
+                start += x.numel()
+            return
         else:
             flat, size = self.padded(g.reshape(-1), len(red.ranks))
             shard = torch.empty(size, dtype=g.dtype)

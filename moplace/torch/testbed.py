@@ -33,10 +33,13 @@ class TorchTestbed:
     def __init__(self, count: int, *, start_timeout: float = 300.0):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RANKS:
             raise MoplaceError(f"a testbed has 1 to {MAX_RANKS} processes, got {count!r}")
-        self.count = count
+        self.count, self.start_timeout = count, start_timeout
         self.cores = core_shares(count)
         self.shared_cores = len({c for share in self.cores for c in share}) < count
-        last = None
+        self._start()
+
+    def _start(self) -> None:
+        count, last = self.count, None
         for _ in range(3):  # a port found free may be taken before rank 0 binds it
             port = free_port()
             self.workers = Workers(
@@ -46,7 +49,7 @@ class TorchTestbed:
                 env={"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
             try:
                 self.workers.watch(until=lambda k, line: line == "ready",
-                                   timeout=start_timeout)
+                                   timeout=self.start_timeout)
                 return
             except WorkerDied as exc:
                 last = exc
@@ -55,7 +58,11 @@ class TorchTestbed:
 
     def run(self, job_dir: str, on_line=None, timeout: float = 600.0) -> None:
         """Every rank runs the job in ``job_dir``; ``on_line(rank, line)`` hears their
-        progress. A rank that dies or overruns stops them all (`WorkerDied`)."""
+        progress. A rank that dies or overruns stops them all (`WorkerDied`); the next job
+        starts them again."""
+        if not self.workers.alive():
+            self.workers.close()
+            self._start()
         self.workers.tell(job_dir)
         self.workers.watch(on_line=on_line, until=lambda k, line: line == "done",
                            timeout=timeout)

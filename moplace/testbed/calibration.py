@@ -1,4 +1,5 @@
-"""The testbed's costs the simulator leaves out, fitted on calibration runs (see `moplace.tf.fidelity`).
+"""A testbed's costs the simulator leaves out, fitted on calibration runs (see
+`moplace.testbed.fidelity`; either front end's testbed).
 
 A corrected step is ``simulated(link latency L) + step_s + worker_s * (devices used - 1)``:
 

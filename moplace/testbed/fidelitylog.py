@@ -1,4 +1,5 @@
-"""A fidelity report in MLflow: one run per model, with its table and its scatter plot.
+"""A testbed's fidelity report (either front end's) in MLflow: one run per model, with its table
+and its scatter plot.
 
 The run (tag ``kind=fidelity``) holds the testbed and the corrections as parameters, the
 per-model figures as metrics (median and worst |error| and Kendall tau, as measured and
@@ -11,7 +12,7 @@ only when logging.
 from __future__ import annotations
 
 from ..review.fidelitylog import EXPERIMENT, flat_metrics, log_report
-from .fidelity import FidelityReport, report_table
+from ..testbed.fidelity import FidelityReport, report_table
 
 __all__ = ["EXPERIMENT", "log_fidelity"]
 
