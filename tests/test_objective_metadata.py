@@ -109,7 +109,7 @@ def test_a_fourth_objective_through_the_cli_mlflow_and_figures(fourth, tmp_path,
 
     # the CLI's table and its progress line
     head = out.splitlines()[1]
-    assert head.split()[-3:] == ["feasible", "notes", "plan"] and f"{LABEL} (J)" in head
+    assert head.split()[-4:] == ["feasible", "notes", "runs", "plan"] and f"{LABEL} (J)" in head
     front = json.loads((tmp_path / "a" / "front.json").read_text())
     rows = [r for r in out.splitlines()[2:] if r[:3].strip().isdigit() and "yes" in r]
     assert 0 < len(rows) <= 10 and all(float(r.split()[4]) == pytest.approx(
