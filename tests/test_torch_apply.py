@@ -109,8 +109,14 @@ def test_profile_on_a_testbed_then_apply_from_the_command_line(tmp_path, monkeyp
                  "--steps", "2", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "testbed: 2 PyTorch processes (gloo)" in out and "gloo, measured" in out
-    measured = load_graph(str(graph)).metadata["measured"]
+    g = load_graph(str(graph))
+    measured = g.metadata["measured"]
     assert measured["testbed"] == {"processes": 2} and len(measured["links"]) == 2
+    # every op timed as the testbed runs it, at the batch and at its half (at one sample
+    # nn.MultiheadAttention traces another graph: that batch is left out)
+    assert measured["testbed_op_times"]["batches"] == [4, 2]
+    matmul = next(op for op in g.ops if op.type.startswith("addmm"))
+    assert matmul.compute["cpu"] > 0 and matmul.part_compute[2]["cpu"] > 0
     assert (tmp_path / "gpt.cluster.toml").exists()
     assert main(["apply", str(graph), "--baseline", "data-parallel", "--steps", "2",
                  "--json"]) == 0

@@ -190,7 +190,8 @@ def test_a_bad_model_file_is_one_line_naming_it(tmp_path, capsys, case):
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--testbed", "2"], "roofline estimates (--estimate KINDS) for now"),
+    (["--device-count", "2"], "a PyTorch model is measured on --testbed K processes"),
+    (["--testbed", "2", "--device", "cuda"], "the PyTorch testbed's processes share"),
     (["--estimate", "H1000"], "no device spec for kind 'H1000'"),
 ])
 def test_options_that_need_tensorflow_or_a_known_device_are_refused(tmp_path, capsys, argv,

@@ -239,8 +239,9 @@ def test_the_help_says_what_profile_reads_and_whose_each_option_is(capsys):
         return next(a.help for a in choices[command]._actions
                     if option in a.option_strings or option == a.dest)
 
-    for option in ("--device-count", "--testbed", "--parts"):
+    for option in ("--device-count", "--parts"):
         assert help_of("profile", option).startswith("(Keras only)"), option
+    assert "PyTorch: K gloo processes" in help_of("profile", "--testbed")  # both front ends
     for option in ("--measure", "--device", "--optimizer", "--calibration", "--no-cache",
                    "--coarsen", "--json"):
         assert help_of("profile", option).startswith("(PyTorch only)"), option
@@ -250,4 +251,5 @@ def test_the_help_says_what_profile_reads_and_whose_each_option_is(capsys):
     assert "hf:PATH/config.json" in help_of("profile", "model")
     assert "PATH.json" not in help_of("profile", "model")
     for option in ("--testbed", "--front-points", "--budget", "--calibration", "--seed"):
-        assert help_of("fidelity", option).startswith("(Keras only)"), option
+        assert help_of("fidelity", option).startswith("(Keras, or PyTorch with --testbed)"), \
+            option

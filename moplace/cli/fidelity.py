@@ -43,9 +43,9 @@ def add_commands(sub) -> None:
                    metavar="K,...", help="(PyTorch only) the one-device plans, as "
                    "micro-batches accumulating their gradients (default 1,2,4,8; 1: single)")
     f.add_argument("--testbed", type=integer(1, 64), metavar="K",
-                   help="worker processes, one device each (Keras: default 2; a PyTorch "
-                        "model: its plans on the PyTorch testbed of K gloo processes instead of "
-                        "one device's report)")
+                   help="(Keras, or PyTorch with --testbed) worker processes, one device "
+                        "each (Keras: default 2; a PyTorch model: its plans on the PyTorch "
+                        "testbed of K gloo processes instead of one device's report)")
     f.add_argument("--steps", type=integer(3, 10**5), default=None,
                    help="timed steps per strategy (default 20; PyTorch and hf: models 10)")
     f.add_argument("--front-points", type=integer(0, 100),

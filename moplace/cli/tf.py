@@ -44,8 +44,9 @@ def add_commands(sub) -> None:
                        help="(Keras only) devices to set up in this process (logical CPUs "
                        "without GPUs); with 2+ the links are measured")
     where.add_argument("--testbed", type=integer(1, 64), metavar="K",
-                       help="(Keras only) profile on a testbed of K worker processes (one GPU "
-                       "or one share of the cores each) and measure the links between them")
+                       help="profile on a testbed of K worker processes (Keras: one GPU or one "
+                       "share of the cores each; PyTorch: K gloo processes sharing this CPU, "
+                       "every op timed as they run it) and measure the links between them")
     p.add_argument("--steps", type=integer(1, 10**6), default=5,
                    help="traced steps (after 2 warm-up steps; PyTorch: with --measure); "
                         "default 5")

@@ -186,16 +186,19 @@ def _testbed_threads(count):
 
 
 def _testbed_cluster(graph, count: int):
-    """(the graph with the testbed recorded, the testbed's cluster file, lines saying so): its
-    ``count`` processes as ``cpu`` devices, the links between them measured."""
+    """(the graph with the testbed recorded and its ops timed there
+    (`moplace.torch.testbedtimes`), the testbed's cluster file, lines saying so): its ``count``
+    processes as ``cpu`` devices, the links between them measured."""
     from ..core.graph import OpGraph
     from ..core.presets import parse_cluster
     from ..core.presets.export import cluster_to_toml
     from ..torch.testbed import TorchTestbed
+    from ..torch.testbedtimes import testbed_op_times
 
     with TorchTestbed(count) as bed:
         latency, bandwidth = bed.measure_links()
         describe = bed.describe()
+        graph = testbed_op_times(graph, bed)
     fits = {(i, j): (latency, bandwidth) for i in range(count) for j in range(count) if i != j}
     cluster = TorchTestbed.placeholder_cluster(count).with_links(fits)
     meta = dict(graph.metadata)
@@ -206,8 +209,10 @@ def _testbed_cluster(graph, count: int):
                                                  "measured by moplace profile --testbed")
     names = [d.name for d in parse_cluster(toml, "the testbed's cluster").devices]
     meta["measured"]["device_names"] = names
+    timed = graph.metadata["measured"]["testbed_op_times"]["batches"]
     line = (f"testbed: {describe}; links {latency * 1e6:.0f} us + {bandwidth / 1e9:.2f} GB/s "
-            f"(gloo, measured); `moplace apply` runs plans on it")
+            f"(gloo, measured); every op timed as the testbed runs it at batch "
+            f"{', '.join(map(str, timed))}; `moplace apply` runs plans on it")
     return OpGraph(graph.ops, graph.edges, name=graph.name, metadata=meta), toml, [line]
 
 

@@ -34,11 +34,13 @@ KIND = "cpu"
 
 def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: int = 2,
                 progress=None, timeout: float = 600.0, seed: int = 0, weights: bool = False,
-                testbed=None) -> tuple[ApplyResult, float]:
+                testbed=None, time_ops: bool = False) -> tuple[ApplyResult, float]:
     """Run ``strategy`` on as many processes as ``cluster`` has devices (``testbed``: a
     `moplace.torch.testbed.TorchTestbed` of that size to run on; default: one started for
     this run); returns the result (``weights``: also ``result.weights``, every parameter
-    after the last step) and the simulator's step for the same strategy on ``cluster``."""
+    after the last step; ``time_ops``: also ``result.op_seconds``, op index -> its tasks' mean
+    wall-clock seconds on the rank running it) and the simulator's step for the same strategy
+    on ``cluster``."""
     from .applyprep import node_rows, prepare
     from .testbed import TorchTestbed
 
@@ -68,6 +70,7 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
     job = {"programs": programs, "source": source, "batch": int(source["batch_size"]),
            "micro_batches": int(strategy.micro_batches), "updates": updates, "groups": groups,
            "owned": owned, "seed": seed, "steps": steps, "warmup": warmup, "weights": weights,
+           "time_ops": time_ops,
            "rows": {b: node_rows(t) for b, t in traced.items()},
            "parameters": main.parameters, "inputs": list(main.inputs), "loss": main.loss}
 
@@ -106,6 +109,7 @@ def _collect(job_dir: str, n: int, weights: bool) -> ApplyResult:
         found = [v for rank in step for v in rank]
         losses.append(sum(found) / len(found) if found else float("nan"))
     result = ApplyResult(True, step_seconds=steps, losses=losses, rank_seconds=per_rank)
+    result.op_seconds = {int(op): t for r in reports for op, t in r.get("op_seconds", {}).items()}
     if weights:
         import torch
 

@@ -96,6 +96,8 @@ class RankRunner:
         self.optimizers: dict = {}  # parameter (or its shard) -> its optimizer
         self.shards: dict = {}  # update op -> this rank's shard, a leaf tensor
         self.shard_of: dict = {}  # update op -> the index of this rank's shard
+        #: op -> [seconds, runs] of its tasks and updates, when the steps are timed per op
+        self.timing: dict | None = None
 
     # -- one step
     def step(self) -> tuple[float, list[float]]:
@@ -111,6 +113,7 @@ class RankRunner:
         with torch.no_grad():
             for step in self.program.steps:
                 kind = step[0]
+                started = time.perf_counter()
                 if kind == "task":
                     self.run_task(step[1], step[2])
                 elif kind == "reduce":
@@ -119,6 +122,10 @@ class RankRunner:
                     self.update(step[1])
                 elif kind == "gather":
                     self.gather(step[1])
+                if self.timing is not None and kind in ("task", "update"):
+                    held = self.timing.setdefault(step[1].op, [0.0, 0])
+                    held[0] += time.perf_counter() - started
+                    held[1] += 1
             for work, _ in self.pending:
                 work.wait()
         seconds = time.perf_counter() - t0

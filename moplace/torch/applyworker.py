@@ -8,7 +8,8 @@ writes ``job.pkl`` there: every rank's program, the traced step's nodes at every
 tasks run at, the model's source, the steps to run): it builds the model for real (the same
 seed on every rank: the same weights and batch), runs the warm-up and timed steps
 (`moplace.torch.applyrun`), writes ``rank-K.json`` (seconds per step, the losses it computed)
-and ``rank-K.pt`` (the weights whose update it ran first) there and says ``done``. Progress
+(and with ``time_ops`` each op's mean seconds per run) and ``rank-K.pt`` (the weights whose
+update it ran first) there and says ``done``. Progress
 goes to stdout as ``step I/N`` lines. It exits when its standard input closes.
 """
 
@@ -41,6 +42,8 @@ def run_job(job_dir: str, rank: int, dist) -> None:
     seconds, losses = [], []
     total = job["warmup"] + job["steps"]
     for k in range(total):
+        if k == job["warmup"] and job.get("time_ops"):
+            runner.timing = {}
         s, lost = runner.step()
         if k >= job["warmup"]:
             seconds.append(s)
@@ -51,7 +54,9 @@ def run_job(job_dir: str, rank: int, dist) -> None:
                 for name in job["owned"].get(rank, ())}
         torch.save(mine, os.path.join(job_dir, f"rank-{rank}.pt"))
     with open(os.path.join(job_dir, f"rank-{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "seconds": seconds, "losses": losses}, f)
+        json.dump({"rank": rank, "seconds": seconds, "losses": losses,
+                   "op_seconds": {str(op): t / n for op, (t, n) in (runner.timing or {}).items()}},
+                  f)
     for group in groups.values():
         dist.destroy_process_group(group)
 

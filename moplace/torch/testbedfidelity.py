@@ -1,5 +1,6 @@
 """How well the simulator predicts real steps on the PyTorch testbed: a model profiled with one
-testbed process's threads, its strategies (`moplace.testbed.fidelity.candidate_strategies`:
+testbed process's threads and its ops timed as the testbed runs them
+(`moplace.torch.testbedtimes`), its strategies (`moplace.testbed.fidelity.candidate_strategies`:
 baselines, recomputation, micro-batches, the list schedulers, NSGA-II points) applied for real
 on the testbed's processes (`moplace.torch.apply`) against the simulator, as measured and
 corrected on calibration strategies never judged (`moplace.testbed.calibration`), exactly as
@@ -27,6 +28,7 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
     from .apply import apply_torch
     from .frontend import profile_torch_model
     from .testbed import TorchTestbed
+    from .testbedtimes import testbed_op_times
 
     t0 = time.perf_counter()
     say = progress or (lambda *a: None)
@@ -39,7 +41,8 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
                                      target_kind="cpu", cache=False)
     finally:
         torch.set_num_threads(before)
-    graph = traced.graph
+    say("timing each op on the testbed", 0, 1)
+    graph = testbed_op_times(traced.graph, testbed, progress=say)
     say("measuring the links", 0, 1)
     latency, bandwidth = testbed.measure_links()
     n = testbed.count

@@ -1,0 +1,59 @@
+"""Op times as the PyTorch testbed runs them (`testbed_op_times`): the graph's whole plan run on
+one of the testbed's processes, each task timed by the wall clock (the aten call and what the
+testbed pays around it: reading its inputs, keeping its output), at the traced batch and at
+each micro-batch the batch cuts into (2, 4, 8: what a part split that many ways on batch, or a
+micro-batch of a pipeline, runs), kept as the ``cpu`` kind's ``compute`` and ``part_compute``.
+
+The profiler's time of an op measured alone (`moplace.torch.measure`) leaves out that a
+testbed task costs about the same fixed time whatever its size: a part of a small op is not
+half its time. Measured at each part's size, the simulator's parts and micro-batch copies take
+the time the testbed takes (`moplace.simulator.microbatch`: one of ``n m`` parts where the
+graph has one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..core.graph import OpGraph
+
+#: the part counts (and micro-batches) measured, where the batch cuts into them
+PART_COUNTS = (2, 4, 8)
+
+
+def testbed_op_times(graph: OpGraph, testbed, *, steps: int = 3, warmup: int = 1,
+                     progress=None) -> OpGraph:
+    """``graph`` with its ``cpu`` op times measured on ``testbed`` (a
+    `moplace.torch.testbed.TorchTestbed`) as the module docstring says; ``progress(stage,
+    done, total)`` hears of each batch timed."""
+    from ..core.baselines import single
+    from .apply import apply_torch
+    from .testbed import TorchTestbed
+
+    say = progress or (lambda *a: None)
+    source = graph.metadata.get("source")
+    batch = int(source["batch_size"]) if isinstance(source, dict) else 1
+    counts = [1] + [k for k in PART_COUNTS if batch % k == 0]
+    cluster = TorchTestbed.placeholder_cluster(testbed.count)
+    times, said = {}, []
+    for done, k in enumerate(counts):
+        say(f"timing each op on the testbed at batch {batch // k}", done, len(counts))
+        plan = single(graph, testbed.count).with_options(micro_batches=k)
+        result, _ = apply_torch(graph, plan, cluster, steps=steps, warmup=warmup,
+                                testbed=testbed, time_ops=True)
+        if result.expressible:
+            times[k] = result.op_seconds
+            said.append(batch // k)
+    whole = times.get(1, {})
+    ops = []
+    for i, op in enumerate(graph.ops):
+        compute = {**op.compute, "cpu": float(whole.get(i, 0.0))}
+        parts = {k: {"cpu": float(t[i])} for k, t in times.items()
+                 if k > 1 and i in t and op.role in ("forward", "backward")}
+        ops.append(dataclasses.replace(op, compute=compute,
+                                       part_compute={**op.part_compute, **parts}))
+    measured = {**(graph.metadata.get("measured") or {}),
+                "testbed_op_times": {"batches": said, "steps": steps,
+                                     "how": "each task's wall clock on one testbed process"}}
+    return OpGraph(ops, graph.edges, name=graph.name,
+                   metadata={**graph.metadata, "measured": measured})
