@@ -23,11 +23,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=str(ROOT / "experiments" / "models" / "gpt.py"))
+    p.add_argument("--model", default=str(ROOT / "experiments" / "models" / "gpt.py"),
+                   help="a PyTorch model file, hf:NAME or hf-llama (a two-layer Llama "
+                        "configuration, experiments/torch_testbed_fidelity.py's)")
+    p.add_argument("--seq-len", type=int, default=16, help="hf: models' tokens per sequence")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
@@ -39,7 +43,20 @@ def main(argv=None) -> int:
     from moplace.torch.frontend import profile_torch_model
 
     t0 = time.perf_counter()
-    graph = profile_torch_model(args.model, args.batch, ["cpu"], target_kind="cpu").graph
+    model, extra = args.model, {}
+    if model == "hf-llama":
+        import json
+        import tempfile
+
+        from torch_testbed_fidelity import LLAMA
+
+        folder = Path(tempfile.mkdtemp()) / "llama"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(LLAMA))
+        model = f"hf:{folder / 'config.json'}"
+    if model.startswith("hf:"):
+        extra = {"seq_len": args.seq_len}
+    graph = profile_torch_model(model, args.batch, ["cpu"], target_kind="cpu", **extra).graph
     ref = reference_step(graph, args.steps)
     plans = plan_classes(graph, args.processes, nsga2_points=args.nsga2)
     lines = [f"{'plan':<34} {'loss rel diff':>14} {'max |d weight|':>15} {'verdict':>8} "
@@ -51,7 +68,8 @@ def main(argv=None) -> int:
                 f"{row['plan']:<34} refused: {row['reason']}")
         lines.append(line)
         print(line, flush=True)
-    lines.append(f"model {args.model} GPT_DIMS={os.environ['GPT_DIMS']} batch {args.batch}, "
+    dims = f" GPT_DIMS={os.environ['GPT_DIMS']}" if not model.startswith("hf:") else ""
+    lines.append(f"model {args.model}{dims} batch {args.batch}, "
                  f"{args.processes} processes, {args.steps} steps; "
                  f"{time.perf_counter() - t0:.0f} s")
     print(lines[-1])

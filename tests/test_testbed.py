@@ -88,7 +88,7 @@ def test_a_testbed_that_cannot_be_is_a_clear_error():
 def test_workers_end_with_the_testbed():
     bed = Testbed(1)
     pids = [w.pid for w in bed.workers]
-    procs = list(bed._procs)
+    procs = list(bed._workers.procs)  # the shared room's processes (moplace.testbed.procs)
     bed.close()
     assert all(p.poll() is not None for p in procs) and pids
 
