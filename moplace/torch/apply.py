@@ -55,7 +55,7 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
     ticker = Ticker(progress, warmup + steps + 2)
     ticker.stage("planning each rank's part (tracing the model at each batch it runs at)")
     try:
-        programs, source, batches, updates, traced = prepare(graph, strategy, trace, n, KIND)
+        programs, source, _, updates, traced = prepare(graph, strategy, trace, n, KIND)
     except PlanRefused as exc:
         return ApplyResult(False, str(exc)), trace.makespan
     ticker.tick()

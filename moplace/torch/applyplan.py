@@ -124,16 +124,15 @@ class Reduction:
 @dataclass
 class Program:
     """One rank's part of the plan: ``steps``, in order, each ``("task", Task, [(node name,
-    [Need...], Layout)])``, ``("reduce", Reduction)`` or ``("gather", update op index,
-    ranks)``; ``sends``: (node, mb, part) -> [(destination rank, tag)]; ``grads``: the
-    gradient contributions this rank computes, (node, mb, part) -> the update op they go to;
-    ``batches``: the batch sizes its tasks run at."""
+    [Need...], Layout)])``, ``("update", Task)``, ``("reduce", Reduction)`` or ``("gather",
+    Reduction)`` (ZeRO's updated shards gathered); ``sends``: (node, mb, part) -> [(destination
+    rank, tag)]; ``grads``: the gradient contributions this rank computes, (node, mb, part) ->
+    the update op they go to."""
 
     rank: int
     steps: list = field(default_factory=list)
     sends: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)
-    batches: set = field(default_factory=set)
 
 
 def ordered_tasks(graph: OpGraph, strategy: Strategy, trace) -> list[Task]:
@@ -188,10 +187,7 @@ class _Planner:
         return self.strategy.splits.get(op)
 
     def run(self, tasks: list[Task]) -> list[Program]:
-        for t in tasks:
-            if t.parts > 1 and self.batch % (self.m * t.parts):
-                raise PlanRefused(f"a batch of {self.batch} does not cut into {self.m} "
-                                  f"micro-batches of {t.parts} equal parts")
+        # a batch that does not cut into the parts is refused before (runners.pytorch_refusal)
         events: list[tuple[int, int, object]] = []  # (position, order, event)
         updates = {}
         for pos, t in enumerate(tasks):
@@ -253,8 +249,6 @@ class _Planner:
     # -- tasks
     def plan_task(self, pos: int, t: Task) -> None:
         prog = self.programs[t.device]
-        b = self.batch // (self.m * t.parts)
-        prog.batches.add(b)
         ran = []
         local = set()
         for n in self.by_op.get(t.op, ()):
