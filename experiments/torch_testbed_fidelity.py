@@ -1,7 +1,7 @@
 """The simulator against real steps on the PyTorch testbed (2 gloo processes on this CPU).
 
-    python3 experiments/torch_testbed_fidelity.py [--models gpt hf-llama] [--batch 8]
-        [--steps 10] [--calibration 8] [--front-points 6] [--out FILE]
+    python3 experiments/torch_testbed_fidelity.py [--models gpt hf-llama] [--batch 16]
+        [--steps 10] [--calibration 8] [--front-points 6] [--rounds 3] [--out FILE]
 
 Per model: at least 20 strategies (baselines, recomputation, micro-batches, list schedulers,
 NSGA-II points) each run for real for ``--steps`` timed steps (`moplace.torch.testbedfidelity`)
@@ -30,11 +30,13 @@ LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=["gpt", "hf-llama"])
-    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--calibration", type=int, default=8)
     p.add_argument("--front-points", type=int, default=6)
     p.add_argument("--processes", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="each strategy's least disturbed of so many rounds (and the op times')")
     p.add_argument("--out", default=None, help="write the tables here (and FILE.json)")
     args = p.parse_args(argv)
     os.environ.setdefault("GPT_DIMS", "64,4,2,32,256")
@@ -58,7 +60,8 @@ def main(argv=None) -> int:
 
             report = run_testbed_fidelity(model, args.batch, bed, steps=args.steps,
                                           calibration=args.calibration,
-                                          front_points=args.front_points, progress=say, **extra)
+                                          front_points=args.front_points, rounds=args.rounds,
+                                          progress=say, **extra)
             report.model = name
             reports.append(report)
             texts.append(report_table(report))

@@ -25,14 +25,17 @@ def alexnet():
     return moplace.load_graph("pipedream:alexnet")
 
 
-def calibration_runs(graph, latency, worker_s, step_s, count=7, seed=0):
-    from moplace.testbed.calibration import calibration_strategies, simulate_by_latency, with_latency
+def calibration_runs(graph, latency, worker_s, step_s, count=7, seed=0, message_s=0.0):
+    from moplace.testbed.calibration import calibration_strategies, run_features, with_latency
 
     truth = with_latency(two_devices(), latency)
-    return [{"measured_s": simulate(graph, truth, s).makespan + step_s
-             + worker_s * (len(s.used_devices) - 1), "devices_used": len(s.used_devices),
-             "simulated_by_latency": simulate_by_latency(graph, two_devices(), s)}
-            for s in calibration_strategies(graph, 2, count, seed)]
+    runs = []
+    for s in calibration_strategies(graph, 2, count, seed):
+        features = run_features(graph, two_devices(), s)
+        runs.append({"measured_s": simulate(graph, truth, s).makespan + step_s
+                     + worker_s * (len(s.used_devices) - 1) + message_s * features["messages"],
+                     "devices_used": len(s.used_devices), **features})
+    return runs
 
 
 def test_calibration_recovers_the_latency_and_worker_cost_it_was_made_with(alexnet):
@@ -58,6 +61,31 @@ def test_one_run_the_simulator_cannot_explain_does_not_move_the_fit(alexnet):
     assert k["latency_s"] == pytest.approx(200e-6) and k["worker_s"] == pytest.approx(3e-3, rel=1e-6)
 
 
+def test_calibration_recovers_a_cost_per_message_and_keeps_it_per_run(alexnet):
+    from moplace.testbed.calibration import fit
+
+    runs = calibration_runs(alexnet, 0.0, 0.0, 1e-3, count=8, message_s=3.5e-4)
+    assert len({r["messages"] for r in runs}) > 3  # few transfers to many (a price per
+    # message off the latency grid: on a chain every transfer is on the critical path)
+    k = fit(runs, step_s=1e-3)
+    assert "messages" in k["terms"]
+    assert k["latency_s"] == 0.0
+    assert k["messages_s"] == pytest.approx(3.5e-4, rel=1e-3)
+    assert k["worker_s"] == pytest.approx(0.0, abs=1e-6)
+    assert k["held_out_median_abs_error"] < 1e-6
+    assert all("messages" in r and "collectives" in r for r in k["runs"])
+
+
+def test_runs_kept_before_messages_were_counted_fit_as_they_did():
+    from moplace.testbed.calibration import fit
+
+    runs = [{"measured_s": 0.01 + 0.003 * (d - 1), "devices_used": d,
+             "simulated_by_latency": [0.01] * 15} for d in (1, 2, 2, 1, 2, 2)]
+    k = fit(runs, step_s=0.0)
+    assert k["terms"] == ["worker"] and k["worker_s"] == pytest.approx(3e-3)
+    assert k["messages_s"] == 0.0 and k["collectives_s"] == 0.0
+
+
 def test_a_saved_report_is_fitted_again_from_its_runs(alexnet):
     from moplace.testbed.calibration import corrected
 
@@ -67,7 +95,7 @@ def test_a_saved_report_is_fitted_again_from_its_runs(alexnet):
     again = r.refit()
     assert again.corrections["latency_s"] == pytest.approx(200e-6)
     assert again.rows[0].corrected_s == pytest.approx(corrected(
-        r.rows[0].simulated_by_latency, 1, again.corrections))
+        {"simulated_by_latency": r.rows[0].simulated_by_latency}, 1, again.corrections))
     assert again.rows[1].corrected_s == r.rows[1].corrected_s  # nothing stored: kept
 
 
@@ -139,7 +167,8 @@ def test_tables_name_every_strategy_and_the_corrections():
 
     text = report_table(report())
     assert "single (=heft)" in text and "not run: op 'x'" in text
-    assert "link latency 200 us, each extra worker 1.00 ms, each step 2.00 ms" in text
+    assert ("link latency 200 us, each extra worker 1.00 ms, each message 0.00 ms, each "
+            "collective 0.00 ms, each step 2.00 ms") in text
     assert "Kendall tau 0.33" in text and "Kendall tau 1.00" in text
     total = summary_table([report()])
     assert "cnn" in total and "over 3 runs" in total

@@ -19,8 +19,7 @@ from ..core.graph import ROLES
 from ..core.recompute import recomputable_heads
 from ..review.stats import kendall_tau, kendall_tau_resolved, relative_errors
 from ..simulator.engine import simulate
-from .calibration import (calibration_strategies, corrected, corrected_peaks, fit,
-                          simulate_by_latency)
+from .calibration import calibration_strategies, corrected, corrected_peaks, fit, run_features
 
 #: the list schedulers run for every model (FastT's and HEFT)
 HEURISTICS = ("heft", "dpos", "m-etf", "os-dpos")
@@ -49,6 +48,9 @@ class FidelityRow:
     scratch_bytes: list[int] = field(default_factory=list)
     same_as: list[str] = field(default_factory=list)  # other labels of the same strategy
     simulated_by_latency: list[float] = field(default_factory=list)  # calibration.LATENCY_GRID
+    messages: int = 0  # transfers between devices, as simulated (calibration.run_features)
+    collectives: int = 0
+    tasks: int = 0  # the most compute tasks one device runs
 
 
 @dataclass
@@ -61,6 +63,7 @@ class FidelityReport:
     corrections: dict
     rows: list[FidelityRow]
     seconds: float = 0.0
+    rounds: int = 1  # each strategy's least disturbed of as many rounds (`run_strategies`)
 
     @property
     def measured(self) -> list[FidelityRow]:
@@ -97,7 +100,7 @@ class FidelityReport:
         rows = [FidelityRow(**{**r, "spread_s": tuple(r["spread_s"]) if r.get("spread_s") else None})
                 for r in data["rows"]]
         return cls(data["model"], data["batch"], data["testbed"], data["ops"], data["steps"],
-                   data["corrections"], rows, data.get("seconds", 0.0))
+                   data["corrections"], rows, data.get("seconds", 0.0), data.get("rounds", 1))
 
     def refit(self) -> "FidelityReport":
         """This report with the corrections fitted again on its stored calibration runs (and
@@ -106,14 +109,21 @@ class FidelityReport:
         again = fit(k.get("runs", []), k["step_s"])
         if "as_measured_latency_s" in k:
             again["as_measured_latency_s"] = k["as_measured_latency_s"]
-        rows = [replace(r, corrected_s=corrected(r.simulated_by_latency, r.devices_used, again))
+        rows = [replace(r, corrected_s=corrected(features(r), r.devices_used, again))
                 if r.simulated_by_latency else r for r in self.rows]
         return replace(self, corrections=again, rows=rows)
 
     def as_dict(self) -> dict:
         return {"model": self.model, "batch": self.batch, "testbed": self.testbed, "ops": self.ops,
                 "steps": self.steps, "corrections": self.corrections, "seconds": self.seconds,
+                "rounds": self.rounds,
                 "summary": self.summary(), "rows": [asdict(r) for r in self.rows]}
+
+
+def features(row: FidelityRow) -> dict:
+    """A row's `moplace.testbed.calibration.run_features`, as it keeps them."""
+    return {"simulated_by_latency": row.simulated_by_latency, "messages": row.messages,
+            "collectives": row.collectives, "tasks": row.tasks}
 
 
 def _speedup(rows) -> dict:
@@ -138,7 +148,7 @@ def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int =
     data parallelism with as many (a hybrid pipeline), layer-split with as many under 1F1B
     and GPipe and under 1F1B with every other group recomputed, each list scheduler's result,
     and up to ``front_points`` points spread along an NSGA-II front (fastest to least
-    memory)."""
+    memory) among those its testbed runs (`_runnable`)."""
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
@@ -178,58 +188,71 @@ def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int =
             out.append((name, "heuristic", best.strategy))
     if front_points > 0:
         result = search(problem, make_searcher("nsga2"), budget=budget, seed=seed)
-        front = sorted(result.front, key=lambda p: tuple(p.values))
+        front = sorted((p for p in result.front if _runnable(graph, p.strategy)),
+                       key=lambda p: tuple(p.values))
         picks = sorted({round(x) for x in np.linspace(0, len(front) - 1, min(front_points, len(front)))})
         out += [(f"nsga2-{k}", "nsga2", front[i].strategy) for k, i in enumerate(picks)]
     return out
 
 
+def _runnable(graph, strategy) -> bool:
+    """Whether the graph's testbed runs ``strategy``, where its front end says in advance
+    (`moplace.core.runners.pytorch_refusal` for a PyTorch graph; a Keras graph runs any)."""
+    from ..core.runners import pytorch_refusal
+
+    return graph.metadata.get("format") != "pytorch" or pytorch_refusal(graph, strategy) is None
+
+
 def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
                    device_names: list, steps: int, step_s: float, calibration: int = 6,
-                   front_points: int = 6, budget: int = 2000, seed: int = 0, say=None,
-                   t0: float | None = None) -> FidelityReport:
-    """Run ``calibration`` calibration strategies (`calibration_strategies`) through ``run``
-    (a strategy -> `moplace.testbed.result.ApplyResult` of ``steps`` timed steps), fit the
-    corrections on them (``step_s``: the step's fixed cost measured when profiling), then run
-    and simulate every candidate strategy (`candidate_strategies`); ``testbed`` says what ran
-    them, ``device_names`` name the devices as the results' peaks do, ``say(stage, done,
-    total)`` hears of each."""
+                   front_points: int = 6, budget: int = 2000, seed: int = 0, rounds: int = 1,
+                   say=None, t0: float | None = None) -> FidelityReport:
+    """Run ``calibration`` calibration strategies (`calibration_strategies`) and every
+    candidate strategy (`candidate_strategies`) through ``run`` (a strategy ->
+    `moplace.testbed.result.ApplyResult` of ``steps`` timed steps), fit the corrections on the
+    calibration runs (``step_s``: the step's fixed cost measured when profiling) and simulate
+    every candidate; ``testbed`` says what ran them, ``device_names`` name the devices as the
+    results' peaks do, ``say(stage, done, total)`` hears of each. With ``rounds`` > 1 every
+    strategy runs once per round, the rounds one after the other over all of them, and keeps
+    its least disturbed round (the least median step): on a shared machine a burst of another
+    job's load then falls on one round of many strategies, not on all of one's steps."""
     t0 = time.perf_counter() if t0 is None else t0
     say = say or (lambda *a: None)
     calib = calibration_strategies(graph, cluster.n_devices, calibration, seed)
-    runs = []
-    for done, strategy in enumerate(calib):
-        say("calibration runs", done, len(calib))
-        result = run(strategy)
-        if result.expressible:
-            runs.append({"measured_s": result.measured_step_s,
-                         "devices_used": len(strategy.used_devices),
-                         "simulated_by_latency": simulate_by_latency(graph, cluster, strategy)})
+    say("searching", 0, 1)
+    candidates = candidate_strategies(graph, cluster, front_points=front_points, budget=budget,
+                                      seed=seed)
+    todo = [("calibration runs", s) for s in calib]
+    keys: dict[bytes, int] = {}
+    for label, _, strategy in candidates:  # the same strategy under another name runs once
+        keys.setdefault(strategy.simulation_key, len(todo))
+        if keys[strategy.simulation_key] == len(todo):
+            todo.append((f"running {label}", strategy))
+    results = _run_rounds(todo, run, rounds, say)
+    runs = [{"measured_s": results[k].measured_step_s, "devices_used": len(s.used_devices),
+             **run_features(graph, cluster, s)}
+            for k, (_, s) in enumerate(todo[:len(calib)]) if results[k].expressible]
     corrections = fit(runs, step_s)
     n = cluster.n_devices
     corrections["as_measured_latency_s"] = {f"{i}->{j}": float(cluster.latency[i, j])
                                             for i in range(n) for j in range(n) if i != j}
-    say("searching", 0, 1)
-    candidates = candidate_strategies(graph, cluster, front_points=front_points, budget=budget,
-                                      seed=seed)
     rows: list[FidelityRow] = []
     seen: dict[bytes, FidelityRow] = {}
-    for done, (label, source, strategy) in enumerate(candidates):
-        say(f"running {label}", done, len(candidates))
+    for label, source, strategy in candidates:
         key = strategy.simulation_key
-        if key in seen:  # the same strategy under another name runs once
+        if key in seen:
             seen[key].same_as.append(label)
             continue
         used = strategy.used_devices
         trace = simulate(graph, cluster, strategy)
-        by_latency = simulate_by_latency(graph, cluster, strategy)
+        features = run_features(graph, cluster, strategy)
         row = FidelityRow(label, source, True, splits=len(strategy.splits), devices_used=len(used),
                           steps=steps, simulated_s=trace.makespan,
-                          corrected_s=corrected(by_latency, len(used), corrections),
-                          simulated_by_latency=by_latency,
+                          corrected_s=corrected(features, len(used), corrections),
                           simulated_peak_bytes=[float(trace.peak_memory[d]) for d in used],
-                          corrected_peak_bytes=corrected_peaks(graph, strategy, trace, used))
-        result = run(strategy)
+                          corrected_peak_bytes=corrected_peaks(graph, strategy, trace, used),
+                          **features)
+        result = results[keys[key]]
         if not result.expressible:
             row.expressible, row.reason = False, result.reason
         else:
@@ -241,7 +264,24 @@ def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
         seen[key] = row
     say("done", len(candidates), len(candidates))
     return FidelityReport(model, batch, testbed, len(graph.ops), steps, corrections, rows,
-                          time.perf_counter() - t0)
+                          time.perf_counter() - t0, rounds)
+
+
+def _run_rounds(todo, run, rounds: int, say) -> list:
+    """Each strategy of ``todo`` (``(stage, strategy)``) run ``rounds`` times, round after round
+    over all of them; per strategy the result of its least median step (one that cannot run
+    runs no more)."""
+    best: list = [None] * len(todo)
+    for r in range(max(rounds, 1)):
+        for k, (stage, strategy) in enumerate(todo):
+            if best[k] is not None and not best[k].expressible:
+                continue
+            say(stage + (f" (round {r + 1} of {rounds})" if rounds > 1 else ""), k, len(todo))
+            result = run(strategy)
+            if best[k] is None or (result.expressible and
+                                   result.measured_step_s < best[k].measured_step_s):
+                best[k] = result
+    return best
 
 
 def report_table(report: FidelityReport) -> str:
@@ -279,7 +319,9 @@ def report_table(report: FidelityReport) -> str:
     k = report.corrections
     lines.append(f"corrections (fitted on {k.get('calibration_strategies', 0)} random strategies): "
                  f"link latency {(k['latency_s'] or 0) * 1e6:.0f} us, each extra worker "
-                 f"{k['worker_s'] * 1e3:.2f} ms, each step {k['step_s'] * 1e3:.2f} ms; median "
+                 f"{k['worker_s'] * 1e3:.2f} ms, each message {k.get('messages_s', 0) * 1e3:.2f} "
+                 f"ms, each collective {k.get('collectives_s', 0) * 1e3:.2f} ms, each step "
+                 f"{k['step_s'] * 1e3:.2f} ms; median "
                  f"p10-p90 spread of the measured steps {s['median_spread']:.1%}")
     return "\n".join(lines)
 

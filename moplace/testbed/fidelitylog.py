@@ -28,6 +28,8 @@ def log_fidelity(report: FidelityReport, tracking_uri: str | None = None,
               "ops": report.ops, "steps_per_strategy": report.steps,
               "correction.latency_s": k.get("latency_s"), "correction.worker_s": k.get("worker_s"),
               "correction.step_s": k.get("step_s"),
+              "correction.messages_s": k.get("messages_s", 0.0),
+              "correction.collectives_s": k.get("collectives_s", 0.0),
               "calibration_strategies": k.get("calibration_strategies")}
     summary = data["summary"]
     metrics = {**flat_metrics(summary, ("as_measured", "corrected")),

@@ -18,11 +18,14 @@ from ..testbed.result import ApplyResult
 
 def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, warmup: int = 2,
                          profile_steps: int = 5, front_points: int = 6, budget: int = 2000,
-                         seed: int = 0, calibration: int = 6, seq_len: int | None = None,
-                         dtype: str | None = None, progress=None) -> FidelityReport:
+                         seed: int = 0, calibration: int = 6, rounds: int = 1,
+                         seq_len: int | None = None, dtype: str | None = None,
+                         progress=None) -> FidelityReport:
     """Profile ``model`` (a PyTorch model file or ``hf:NAME``) at ``batch`` for ``testbed``
     (a `moplace.torch.testbed.TorchTestbed`) and run its strategies there (see the module
-    docstring); ``progress(stage, done, total)`` hears of each."""
+    docstring); each strategy keeps its least disturbed of ``rounds`` rounds
+    (`moplace.testbed.fidelity.run_strategies`), the op times their least disturbed of as many
+    (`testbed_op_times`); ``progress(stage, done, total)`` hears of each."""
     import torch
 
     from .apply import apply_torch
@@ -42,7 +45,7 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
     finally:
         torch.set_num_threads(before)
     say("timing each op on the testbed", 0, 1)
-    graph = testbed_op_times(traced.graph, testbed, progress=say)
+    graph = testbed_op_times(traced.graph, testbed, repeats=rounds, progress=say)
     say("measuring the links", 0, 1)
     latency, bandwidth = testbed.measure_links()
     n = testbed.count
@@ -59,5 +62,5 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
     return run_strategies(graph, cluster, run, model=str(model), batch=batch,
                           testbed=testbed.describe(), device_names=[d.name for d in
                                                                     cluster.devices],
-                          steps=steps, step_s=0.0, calibration=calibration,
+                          steps=steps, step_s=0.0, calibration=calibration, rounds=rounds,
                           front_points=front_points, budget=budget, seed=seed, say=say, t0=t0)
