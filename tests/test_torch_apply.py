@@ -46,23 +46,75 @@ def test_every_receive_has_its_send_and_every_rank_its_collectives(gpt_graph):
     g = gpt_graph
     plan = base.data_parallel(g, 2).with_options(micro_batches=2)
     programs, *_ = prepare(g, plan, simulate(g, _cluster(2), plan), 2)
-    sends = {(src.rank, key, dst, tag) for src in programs
-             for key, out in src.sends.items() for dst, tag in out}
+    sends, recvs = _sends_and_receives(programs)
     tags = [tag for *_, tag in sends]
     assert len(tags) == len(set(tags))
-    recvs = set()
-    for prog in programs:
-        for step in prog.steps:
-            if step[0] != "task":
-                continue
-            for _, needs, _ in step[2]:
-                for need in needs:
-                    for q, src, tag in need.recv:
-                        recvs.add((src, (need.node, need.mb, q), prog.rank, tag))
     assert recvs == sends and recvs
     reduces = [[s[1].update for s in p.steps if s[0] == "reduce"] for p in programs]
     assert reduces[0] == reduces[1] and reduces[0]  # the same all-reduces in the same order
     assert all(any(s[0] == "update" for s in p.steps) for p in programs)
+
+
+def _sends_and_receives(programs):
+    sends = {(src.rank, key, dst, tag) for src in programs
+             for key, out in src.sends.items() for dst, tag in out}
+    recvs = set()
+    for prog in programs:
+        for step in prog.steps:
+            needs = [n for _, ns, _ in step[2] for n in ns] if step[0] == "task" else \
+                [step[2]] if step[0] == "collect" else []
+            for need in needs:
+                for q, src, tag in need.recv:
+                    recvs.add((src, (need.source, need.mb, q), prog.rank, tag))
+    return sends, recvs
+
+
+def test_a_channel_split_plan_joins_its_parts_where_they_are_read(gpt_graph):
+    """Every matmul and attention cut on channel (the tensor blocks dissolved): the parts run
+    the kernels, the views after them are made by their readers from the joined output, and
+    the weight gradients made in channel parts are joined where the update runs."""
+    from moplace.torch.applyprep import prepare
+    from moplace.torch.equivalence import split_matmuls, without_tensor_blocks
+
+    g = without_tensor_blocks(gpt_graph)
+    plan = split_matmuls(g, 2, "channel")
+    kinds = {g.ops[i].type for i in plan.splits}
+    assert {"mm.default", "addmm.default"} <= kinds and any("attention" in k for k in kinds)
+    programs, *_ = prepare(g, plan, simulate(g, _cluster(2), plan), 2)
+    sends, recvs = _sends_and_receives(programs)
+    assert recvs == sends and recvs
+    tasks = [s[1] for p in programs for s in p.steps if s[0] == "task"]
+    assert {t.dim for t in tasks if t.parts > 1} == {"channel"}
+    made = {name for p in programs for s in p.steps if s[0] == "task" and s[1].parts > 1
+            for name, _, _ in s[2]}
+    viewed = {n.node for p in programs for s in p.steps if s[0] == "task"
+              for _, ns, _ in s[2] for n in ns if n.views}
+    assert viewed and not viewed & made  # views of split outputs: made by their readers
+    collects = [s for p in programs for s in p.steps if s[0] == "collect"]
+    assert collects and all(p.rank == 0 for p in programs for s in p.steps
+                            if s[0] == "collect")
+
+
+def test_zero3_gathers_each_weight_before_its_first_use_and_not_after_updates(gpt_graph):
+    from moplace.torch.applyprep import prepare
+
+    g = gpt_graph
+    plan = base.data_parallel(g, 2).with_options(zero_stage=3)
+    programs, *_ = prepare(g, plan, simulate(g, _cluster(2), plan), 2)
+    trained = {i for i, op in enumerate(g.ops) if op.role == "update"}
+    for prog in programs:
+        assert set(prog.sharded) == trained
+        weight_op = {u: op for u, (_, op) in prog.sharded.items()}
+        gathered, updated = set(), set()
+        for step in prog.steps:
+            if step[0] == "gather":
+                assert step[1].update not in updated  # none after the update (ZeRO-1's)
+                gathered.add(weight_op[step[1].update])
+            elif step[0] == "task" and step[1].op in weight_op.values():
+                assert step[1].op in gathered  # the weight is whole when its op runs
+            elif step[0] == "update":
+                updated.add(step[1].op)
+        assert any(s[0] == "regather" for s in prog.steps)  # the blocks' backward
 
 
 def test_what_the_testbed_cannot_run_is_refused_by_name_before_any_process(gpt_graph):
@@ -94,7 +146,7 @@ def test_every_plan_class_and_front_points_compute_the_one_device_step(gpt_graph
     refused = {r["plan"]: r["reason"] for r in rows if not r["ran"]}
     assert set(refused) == {"tensor parallel"}, refused
     assert set(ran.values()) == {"equal"}, ran
-    assert len(ran) == len(plans) - 1 >= 13
+    assert len(ran) == len(plans) - 1 >= 14
 
 
 def test_profile_on_a_testbed_then_apply_from_the_command_line(tmp_path, monkeypatch, capsys):
@@ -127,25 +179,26 @@ def test_profile_on_a_testbed_then_apply_from_the_command_line(tmp_path, monkeyp
     assert "split on tensor" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_random_batch_split_plans_compute_the_one_device_step(gpt_graph):
-    """The fuzz of the planner: random placements, batch splits, micro-batches, ZeRO stages
-    and recomputed groups (the genome's samples, their tensor and channel splits dropped)."""
+def _random_plans(graph, count: int, seed: int = 1, tries: int = 200):
+    """Up to ``count`` random plans the testbed runs, with their programs: the genome's
+    samples (placements, batch and channel splits, ZeRO stages, recomputed groups), their
+    tensor splits dropped, 1, 2 or 4 micro-batches."""
     import numpy as np
 
     from moplace.core.runners import pytorch_refusal
     from moplace.core.strategy import Strategy
     from moplace.errors import StrategyError
     from moplace.optimize.problem import Problem
-    from moplace.torch.equivalence import reference_step, run_plans
+    from moplace.torch.applyplan import PlanRefused
+    from moplace.torch.applyprep import prepare
 
-    g = gpt_graph
+    g = graph
     problem = Problem(g, _cluster(2))
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     plans = []
-    for x in problem.genome.sample(80, rng):
+    for x in problem.genome.sample(tries, rng):
         s = problem.genome.decode(x)
-        bad = {int(g.arrays.group[i]) for i, sp in s.splits.items() if sp.dim != "batch"}
+        bad = {int(g.arrays.group[i]) for i, sp in s.splits.items() if sp.dim == "tensor"}
         keep = {i: sp for i, sp in s.splits.items() if int(g.arrays.group[i]) not in bad}
         s = Strategy(s.placement, s.priority, keep, bucket_bytes=s.bucket_bytes,
                      zero_stage=s.zero_stage, micro_batches=[1, 2, 4][int(rng.integers(3))],
@@ -154,15 +207,66 @@ def test_random_batch_split_plans_compute_the_one_device_step(gpt_graph):
             s.validate(g, 2)
         except StrategyError:
             continue
-        if pytorch_refusal(g, s) is None:
-            plans.append((f"random {len(plans)}", s))
-        if len(plans) == 12:
+        if pytorch_refusal(g, s) is not None:
+            continue
+        try:
+            programs, *_ = prepare(g, s, simulate(g, _cluster(2), s), 2)
+        except PlanRefused:  # e.g. a batch split of a node that mixes samples
+            continue
+        plans.append((f"random {len(plans)}", s, programs))
+        if len(plans) == count:
             break
+    return plans
+
+
+def _missing_piece(programs):
+    """The first piece a rank reads that it neither made nor receives before, or None."""
+    for prog in programs:
+        held = set()
+        for step in prog.steps:
+            if step[0] == "task":
+                nodes = [(name, ns) for name, ns, _ in step[2]]
+            else:
+                nodes = [("collect", [step[2]])] if step[0] == "collect" else []
+            for name, needs in nodes:
+                for n in needs:
+                    arriving = {q for q, _, _ in n.recv}
+                    for q in n.pieces:
+                        if (n.source, n.mb, q) not in held and q not in arriving:
+                            return f"rank {prog.rank}: {name} reads {(n.source, n.mb, q)}"
+                    held |= {(n.source, n.mb, q) for q in arriving}
+                if step[0] == "task":
+                    held.add((name, step[1].mb, step[1].part))
+    return None
+
+
+@pytest.mark.parametrize("blocks", ["kept", "dissolved"])
+def test_random_split_plans_read_only_what_they_made_or_received(gpt_graph, blocks):
+    """The fuzz of the planner, without processes: in random plans with batch and channel
+    splits, each rank reads only pieces it made or receives first."""
+    from moplace.torch.equivalence import without_tensor_blocks
+
+    g = gpt_graph if blocks == "kept" else without_tensor_blocks(gpt_graph)
+    plans = _random_plans(g, 10)
+    assert len(plans) >= 4
+    assert any(sp.dim == "channel" for _, s, _ in plans for sp in s.splits.values())
+    assert [name for name, _, programs in plans if _missing_piece(programs)] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("blocks", ["kept", "dissolved"])
+def test_random_split_plans_compute_the_one_device_step(gpt_graph, blocks):
+    """Random plans (`_random_plans`) applied for real compute the one-device step; with the
+    tensor blocks dissolved, channel splits reach every matmul and attention."""
+    from moplace.torch.equivalence import reference_step, run_plans, without_tensor_blocks
+
+    g = gpt_graph if blocks == "kept" else without_tensor_blocks(gpt_graph)
+    plans = [(name, s) for name, s, _ in _random_plans(g, 8)]
+    assert len(plans) >= 4
     rows = list(run_plans(g, plans, 2, reference_step(g, 1), steps=1))
-    ran = [r for r in rows if r["ran"]]
-    assert len(ran) >= 8, [r["reason"] for r in rows if not r["ran"]]
-    assert all(r["verdict"] == "equal" for r in ran), [(r["plan"], r["loss_rel"],
-                                                        r["weight_abs"]) for r in ran]
+    assert all(r["ran"] for r in rows), [r["reason"] for r in rows if not r["ran"]]
+    assert all(r["verdict"] == "equal" for r in rows), [(r["plan"], r["loss_rel"],
+                                                         r["weight_abs"]) for r in rows]
 
 
 @pytest.mark.slow

@@ -63,17 +63,18 @@ def applies(graph: OpGraph, strategy=None) -> bool:
 
 def pytorch_refusal(graph: OpGraph, strategy) -> str | None:
     """Why the PyTorch testbed (`moplace.torch.apply`) cannot run ``strategy``, or None: it
-    splits ops on batch only (tensor and channel splits are not applied yet), and the batch
-    must cut into the micro-batches and each split's parts evenly."""
+    splits ops on batch and channel (tensor splits are not applied yet), and the batch must
+    cut into the micro-batches and each batch split's parts evenly."""
     for i, split in strategy.splits.items():
-        if split.dim != "batch":
-            return (f"op {graph.ops[i].name!r} is split on {split.dim}: only batch splits "
-                    "are applied on the PyTorch testbed yet")
+        if split.dim not in ("batch", "channel"):
+            return (f"op {graph.ops[i].name!r} is split on {split.dim}: only batch and "
+                    "channel splits are applied on the PyTorch testbed yet")
     source = graph.metadata.get("source")
     batch = source.get("batch_size") if isinstance(source, dict) else None
     m = int(strategy.micro_batches)
     if isinstance(batch, int):
-        for parts in sorted({1, *(s.parts for s in strategy.splits.values())}):
+        cuts = {s.parts for s in strategy.splits.values() if s.dim == "batch"}
+        for parts in sorted({1, *cuts}):
             if batch % (m * parts):
                 return (f"a batch of {batch} does not cut into {m} micro-batches of {parts} "
                         "equal parts")

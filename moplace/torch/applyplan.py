@@ -7,8 +7,11 @@ the rank of its device. An op's task runs the graph nodes folded into the op (th
 aten call and the views of its output), in graph order. Each node's output is kept per
 micro-batch and part, in a **layout** (`Layout`): ``whole`` (an unsplit op's), or one part of
 ``k``: a ``slice`` of the batch along the node's batch dimension, a ``partial`` sum (an output
-with no batch dimension computed from slices: a weight gradient of a batch part), or a
-``replica`` (the same on every part: a weight). What a node needs of an input it reads
+with no batch dimension computed from slices: a weight gradient of a batch part), a
+``replica`` (the same on every part: a weight), a ``channel`` slice (an op split on channel,
+`moplace.torch.channelsplit`), or a ``view`` of a channel-split output, which its parts do not
+make (its sizes are the whole's) but each reader makes from the joined output. What a node
+needs of an input it reads
 (`Need`): all of it (parts concatenated, partial sums added), its slice ``p`` of ``k``, or its
 own part ``p`` (a partial sum or replica of a producer split as it is). Pieces held by another
 rank travel point to point: the producer sends once it has run, the reader receives when it
@@ -17,122 +20,26 @@ needs them, each transfer tagged by its place in the one order.
 Gradients are not read by graph nodes but by the update ops: every rank that computed part of
 a weight's gradient adds it up over its micro-batches, and the sums meet where the update runs
 (`Reduction`): an all-reduce among the update's replicas (a reduce-scatter under ZeRO), or, for
-an update on one device, point-to-point sends to it. Each reduction and each gather of ZeRO-3
-weights is an event placed in the one order just after the last task it waits for, so that
+an update on one device, point-to-point sends to it; a gradient made in channel parts is
+joined where the update runs. Under ZeRO-3 each replica holds its shard of a weight between
+uses, gathered before the weight's op first runs and again before its group's first backward op
+that computes its gradient. Each reduction and each gather is an event placed in the one order just after the last task it waits for, so that
 every rank meets the collectives in the same order and no rank waits for one that waits for
 it: each rank's program is the one order, its own tasks and its collectives kept.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 import numpy as np
 
 from ..core.graph import OpGraph
 from ..core.strategy import Strategy
+from .applytypes import Layout, Need, NodeInfo, PlanRefused, Program, Reduction, Task
 
 __all__ = ["Task", "NodeInfo", "Layout", "Need", "Reduction", "Program", "ordered_tasks",
            "plan_program", "PlanRefused"]
-
-
-class PlanRefused(Exception):
-    """The strategy asks for something the PyTorch testbed does not run (the reason names it)."""
-
-
-@dataclass(frozen=True)
-class Task:
-    """Part ``part`` of ``parts`` of op ``op``'s copy for micro-batch ``mb``, on ``device``
-    (``clone``: its recomputation before the backward)."""
-
-    op: int
-    mb: int
-    part: int
-    parts: int
-    device: int
-    clone: bool = False
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """What the plan needs to know of one graph node: its name, the op it is folded into, the
-    nodes it reads, its output's batch dimension (None: none, or not a tensor), its kind
-    (``param``, ``input`` or ``call``) and, for a parameter, the gradient nodes of it."""
-
-    name: str
-    op: int
-    inputs: tuple[str, ...]
-    batch_dim: int | None
-    kind: str = "call"
-    outer: int | None = 1  # the batch dimension's outer factor (`applyprep.batch_layouts`)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a node's output of one micro-batch is held: ``kind`` (whole, slice, partial,
-    replica), its ``devices`` (one per part) and batch dimension ``dim`` (slices)."""
-
-    kind: str
-    devices: tuple[int, ...]
-    dim: int | None = None
-    outer: int | None = 1
-
-    @property
-    def parts(self) -> int:
-        return len(self.devices)
-
-
-@dataclass(frozen=True)
-class Need:
-    """How a task reads input ``node`` of micro-batch ``mb``: ``how`` is ``full`` (the whole
-    value: ``pieces`` concatenated along ``dim`` or added, or the one piece), ``slice`` (slice
-    ``index`` of ``count`` along ``dim`` of the full value) or ``part`` (the one piece as it
-    is); ``pieces`` are the producer's parts it is made of, ``combine`` ``cat``, ``sum`` or
-    ``one``; ``recv`` the pieces (part, source rank, tag) that arrive from other ranks."""
-
-    node: str
-    mb: int
-    how: str
-    pieces: tuple[int, ...]
-    combine: str
-    dim: int | None = None
-    index: int = 0
-    count: int = 1
-    recv: tuple[tuple[int, int, int], ...] = ()
-    batch: int = 0  # the batch the producer's pieces were computed at (their shapes')
-    outer: int = 1  # the batch dimension's outer factor (slices and concatenations)
-
-
-@dataclass
-class Reduction:
-    """Weights' gradients brought to their updates: ``updates`` (the update ops' indices;
-    several make a bucket, all-reduced as one tensor), the ranks that contribute to them, the
-    updates' ranks, and ``how``: ``allreduce`` or ``reducescatter`` among the update's ranks,
-    or ``send`` to its one rank (with each sender's tag)."""
-
-    updates: tuple[int, ...]
-    contributors: tuple[int, ...]
-    ranks: tuple[int, ...]
-    how: str
-    tags: dict = field(default_factory=dict)  # sender rank -> tag (how == "send")
-
-    @property
-    def update(self) -> int:
-        return self.updates[0]
-
-
-@dataclass
-class Program:
-    """One rank's part of the plan: ``steps``, in order, each ``("task", Task, [(node name,
-    [Need...], Layout)])``, ``("update", Task)``, ``("reduce", Reduction)`` or ``("gather",
-    Reduction)`` (ZeRO's updated shards gathered); ``sends``: (node, mb, part) -> [(destination
-    rank, tag)]; ``grads``: the gradient contributions this rank computes, (node, mb, part) ->
-    the update op they go to."""
-
-    rank: int
-    steps: list = field(default_factory=list)
-    sends: dict = field(default_factory=dict)
-    grads: dict = field(default_factory=dict)
 
 
 def ordered_tasks(graph: OpGraph, strategy: Strategy, trace) -> list[Task]:
@@ -140,9 +47,7 @@ def ordered_tasks(graph: OpGraph, strategy: Strategy, trace) -> list[Task]:
     started (ties: the op's topological position, then the task's index)."""
     n_compute = int(np.count_nonzero(trace.task_device >= 0))
     first_clone = n_compute - int(trace.n_recomputed)
-    parts_of = {}
-    for i, split in strategy.splits.items():
-        parts_of[int(i)] = split.parts
+    parts_of = {int(i): (split.parts, split.dim) for i, split in strategy.splits.items()}
     mbs = trace.task_micro_batch[:n_compute] if trace.task_micro_batch.size else \
         np.zeros(n_compute, np.int64)
     ops = trace.task_op[:n_compute]
@@ -156,8 +61,9 @@ def ordered_tasks(graph: OpGraph, strategy: Strategy, trace) -> list[Task]:
     for t in order.tolist():
         i = int(ops[t])
         clone = t >= first_clone
-        out.append(Task(i, int(mbs[t]), int(part[t]), parts_of.get(i, 1),
-                        int(trace.task_device[t]), clone))
+        parts, dim = parts_of.get(i, (1, "batch"))
+        out.append(Task(i, int(mbs[t]), int(part[t]), parts, int(trace.task_device[t]), clone,
+                        dim))
     return out
 
 
@@ -178,6 +84,9 @@ class _Planner:
         # per update op: ranks contributing to its gradient, and the last task position
         self.contrib: dict[int, set] = {}
         self.last_grad: dict[int, int] = {}
+        self.views: dict = {}  # view of a channel-split output -> (its base, the views)
+        self.joined: dict = {}  # update op -> [(gradient node, mb)] computed in channel parts
+        self.first_at: dict = {}  # op -> the position of its first task (not a clone)
 
     def next_tag(self) -> int:
         self.tag += 1
@@ -200,6 +109,11 @@ class _Planner:
         for u, parts in sorted(updates.items()):
             first = min(p for p, _ in parts)
             ranks = tuple(dict.fromkeys(t.device for _, t in sorted(parts, key=lambda x: x[1].part)))
+            for node, mb in self.joined.get(u, ()):  # joined where the first part updates
+                reader = Task(u, mb, 0, 1, ranks[0])
+                events.append((self.last_grad[u], 1, ("collect", ranks[0], u,
+                                                       self.full(node, mb, reader))))
+                self.contrib.setdefault(u, set()).add(ranks[0])
             red = self.reduction(u, ranks)
             if red is not None:
                 at = self.last_grad.get(u, -1)
@@ -209,13 +123,34 @@ class _Planner:
                 if red.how == "allreduce":
                     shared.append((at, first, red))
                 else:
-                    events.append((at, 1, ("reduce", red)))
+                    events.append((at, 2, ("reduce", red)))
             for pos, t in parts:
                 events.append((pos, 0, ("update", t)))
             if red is not None and red.how == "reducescatter":
-                events.append((max(p for p, _ in parts), 2, ("gather", red)))
-        events += [(at, 1, ("reduce", red)) for at, red in self.buckets(shared)]
+                if self.strategy.zero_stage >= 3:
+                    events += self.weight_gathers(u, red)
+                else:
+                    events.append((max(p for p, _ in parts), 3, ("gather", red)))
+        events += [(at, 2, ("reduce", red)) for at, red in self.buckets(shared)]
         return self.programs, events
+
+    def weight_gathers(self, u: int, red: Reduction) -> list:
+        """ZeRO-3: the weight update ``u`` updates is held in shards between uses, gathered
+        just before its op's first task, and again before the first task of a backward op of
+        its group that computes its gradient, as `moplace.simulator.gathers` gathers it."""
+        g = self.graph
+        p = g.index.get(g.ops[u].name.replace("update/", "param/", 1))
+        if p is None or p not in self.first_at:
+            return []
+        for r in red.ranks:
+            self.programs[r].sharded[u] = (red.ranks, p)
+        out = [(self.first_at[p] - 1, 9, ("gather", red))]
+        again = [self.first_at[i] for i in g.groups[int(g.arrays.group[p])]
+                 if g.ops[i].role == "backward" and g.ops[i].grad_bytes > 0
+                 and i in self.first_at]
+        if again:
+            out.append((min(again) - 1, 9, ("regather", red)))
+        return out
 
     def buckets(self, shared) -> list:
         """The all-reduces of ``shared`` grouped into buckets as DDP does: in the order their
@@ -249,9 +184,14 @@ class _Planner:
     # -- tasks
     def plan_task(self, pos: int, t: Task) -> None:
         prog = self.programs[t.device]
+        if not t.clone:
+            self.first_at.setdefault(t.op, pos)
         ran = []
         local = set()
         for n in self.by_op.get(t.op, ()):
+            if t.dim == "channel" and n.place == "view":
+                self.plan_view(n, t, pos)
+                continue
             needs, used_parts = [], False
             for a in n.inputs:
                 if a in local:  # made by this task: its own part
@@ -262,15 +202,7 @@ class _Planner:
                 need, sliced = self.need(a, t)
                 needs.append(need)
                 used_parts |= sliced
-            if t.parts == 1:
-                lay = Layout("whole", (t.device,), n.batch_dim, n.outer)
-            else:
-                kind = "slice" if n.batch_dim is not None else \
-                    "partial" if used_parts else "replica"
-                if n.kind == "input":
-                    kind = "slice" if n.batch_dim is not None else "replica"
-                split = self.split_of(t.op)
-                lay = Layout(kind, split.devices, n.batch_dim, n.outer)
+            lay = self.made(n, t, used_parts)
             if t.clone:
                 lay = self.layout.get((n.name, t.mb), lay)
             else:
@@ -278,13 +210,55 @@ class _Planner:
             self.have.setdefault((n.name, t.mb, t.part), set()).add(t.device)
             local.add(n.name)
             ran.append((n.name, needs, lay))
-            upd = self.gradients.get(n.name)
-            if upd is not None and not t.clone:
-                if not (lay.kind == "replica" and t.part > 0):
-                    prog.grads[(n.name, t.mb, t.part)] = upd
-                    self.contrib.setdefault(upd, set()).add(t.device)
-                self.last_grad[upd] = max(self.last_grad.get(upd, -1), pos)
+            self.gradient_made(n.name, lay, t, pos)
         prog.steps.append(("task", t, ran))
+
+    def made(self, n: NodeInfo, t: Task, used_parts: bool) -> Layout:
+        """The layout of node ``n``'s output made by task ``t``'s part."""
+        if t.parts == 1:
+            return Layout("whole", (t.device,), n.batch_dim, n.outer)
+        devices = self.split_of(t.op).devices
+        if t.dim == "channel":
+            if n.channel is None:
+                return Layout("replica", devices)
+            return Layout("channel", devices, n.channel)
+        kind = "slice" if n.batch_dim is not None else "partial" if used_parts else "replica"
+        if n.kind == "input":
+            kind = "slice" if n.batch_dim is not None else "replica"
+        return Layout(kind, devices, n.batch_dim, n.outer)
+
+    def plan_view(self, n: NodeInfo, t: Task, pos: int) -> None:
+        """A view of a channel-split op's output: not made by the parts, but by each reader
+        from the joined output (its sizes are the whole's)."""
+        if t.clone:
+            return
+        if (n.name, t.mb) in self.views:  # planned with the first part that ran
+            self.gradient_made(n.name, self.layout[(n.name, t.mb)], t, pos)
+            return
+        src = [a for a in n.inputs if (a, t.mb) in self.layout]
+        if len(n.inputs) != 1 or len(src) != 1:
+            raise PlanRefused(f"view {n.name!r} of op {self.graph.ops[t.op].name!r} reads "
+                              f"{len(n.inputs)} nodes: it cannot follow a channel split")
+        base, views = self.views.get((src[0], t.mb), (src[0], ()))
+        self.views[(n.name, t.mb)] = (base, views + (n.name,))
+        lay = Layout("view", self.split_of(t.op).devices)
+        self.layout[(n.name, t.mb)] = lay
+        self.gradient_made(n.name, lay, t, pos)
+
+    def gradient_made(self, name: str, lay: Layout, t: Task, pos: int) -> None:
+        """Node ``name``'s part made by ``t``, when it is (part of) a weight's gradient: added
+        up on its rank, or, cut into channels, joined where the update runs."""
+        upd = self.gradients.get(name)
+        if upd is None or t.clone:
+            return
+        if lay.kind in ("channel", "view"):
+            joined = self.joined.setdefault(upd, [])
+            if (name, t.mb) not in joined:
+                joined.append((name, t.mb))
+        elif not (lay.kind == "replica" and t.part > 0):
+            self.programs[t.device].grads[(name, t.mb, t.part)] = upd
+            self.contrib.setdefault(upd, set()).add(t.device)
+        self.last_grad[upd] = max(self.last_grad.get(upd, -1), pos)
 
     def need(self, a: str, t: Task) -> tuple[Need, bool]:
         """How task ``t`` reads node ``a``, with the receives it takes; and whether it reads
@@ -296,23 +270,31 @@ class _Planner:
             raise PlanRefused(f"node {a!r} is read before it is computed (op "
                               f"{self.graph.ops[t.op].name!r})")
         split = self.split_of(t.op)
-        if t.parts > 1 and info.batch_dim is not None:
+        if t.dim == "batch" and t.parts > 1 and info.batch_dim is not None:
             if lay.kind == "slice" and lay.parts == t.parts:
                 return self.fetch(a, mb, "part", (t.part,), "one", t), True
-            base = self.full(a, mb, lay, t)
-            return Need(a, mb, "slice", base.pieces, base.combine, info.batch_dim, t.part,
-                        t.parts, base.recv, base.batch, self.outer(info)), True
-        if t.parts > 1 and lay.kind in ("partial", "replica") and split is not None and \
-                lay.devices == split.devices:
+            whole = self.full(a, mb, t)
+            return replace(whole, how="slice", index=t.part, count=t.parts,
+                           slice_dim=info.batch_dim, outer=self.outer(info)), True
+        if t.dim == "batch" and t.parts > 1 and lay.kind in ("partial", "replica") and \
+                split is not None and lay.devices == split.devices:
             return self.fetch(a, mb, "part", (t.part,), "one", t), lay.kind == "partial"
-        return self.full(a, mb, lay, t), False
+        return self.full(a, mb, t), False
 
-    def full(self, a: str, mb: int, lay: Layout, t: Task) -> Need:
+    def full(self, a: str, mb: int, t: Task) -> Need:
+        """Task ``t`` reads all of node ``a``."""
+        lay = self.layout[(a, mb)]
+        if lay.kind == "view":
+            base, views = self.views[(a, mb)]
+            whole = self.full(base, mb, t)
+            return replace(whole, node=a, base=base, views=views)
         if lay.kind == "whole":
             return self.fetch(a, mb, "full", (0,), "one", t)
         if lay.kind == "replica":
             q = lay.devices.index(t.device) if t.device in lay.devices else 0
             return self.fetch(a, mb, "full", (q,), "one", t)
+        if lay.kind == "channel":
+            return self.fetch(a, mb, "full", tuple(range(lay.parts)), "cat", t, lay.dim)
         return self.fetch(a, mb, "full", tuple(range(lay.parts)),
                           "cat" if lay.kind == "slice" else "sum", t, lay.dim,
                           self.outer(self.nodes[a]) if lay.kind == "slice" else 1)
@@ -336,7 +318,8 @@ class _Planner:
             recv.append((q, src, tag))
             holders.add(t.device)
         return Need(a, mb, how, tuple(pieces), combine, dim, recv=tuple(recv),
-                    batch=self.batch // (self.m * lay.parts), outer=outer)
+                    batch=self.batch // (self.m * lay.cut), outer=outer,
+                    cut_dim=lay.dim if lay.kind == "channel" else None, parts=lay.parts)
 
     # -- gradients
     def reduction(self, u: int, ranks: tuple[int, ...]) -> Reduction | None:
@@ -378,6 +361,8 @@ def plan_program(nodes: list[NodeInfo], graph: OpGraph, strategy: Strategy, task
         if kind == "update":
             t = event[1]
             programs[t.device].steps.append((at, 0, -1, ("update", t)))
+        elif kind == "collect":
+            programs[event[1]].steps.append((at, order, -1, ("collect", *event[2:])))
         else:
             red = event[1]
             for r in sorted(set(red.ranks) | set(red.contributors)):

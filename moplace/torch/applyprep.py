@@ -46,7 +46,7 @@ def batches_of(tasks: list[Task], batch: int, micro_batches: int) -> list[int]:
     """The batches the tasks run at, the traced one first."""
     out = {batch}
     for t in tasks:
-        out.add(batch // (micro_batches * t.parts))
+        out.add(batch // (micro_batches * t.cut))
     return sorted(out, key=lambda b: (b != batch, b))
 
 
@@ -76,11 +76,13 @@ def trace_batches(source: dict, batches, kind: str = "cpu") -> dict:
                      lambda b=b: trace_step(load_setup(source, b), kind)) for b in batches}
 
 
-def node_infos(traced: dict, graph, batch: int,
-               layouts: dict | None = None) -> tuple[list[NodeInfo], dict]:
+def node_infos(traced: dict, graph, batch: int, layouts: dict | None = None,
+               channel: dict | None = None) -> tuple[list[NodeInfo], dict]:
     """The graph's nodes as `NodeInfo` (their ops in ``graph``, batch dimensions found by
     comparing the traces at two batches, their outer factors in ``layouts``,
-    `batch_layouts`), and gradient node -> update op index."""
+    `batch_layouts`, their places in their ops and the dimensions a channel split cuts), and
+    gradient node -> update op index; ``channel``: op index -> the parts of its channel split
+    (`PlanRefused` where the testbed cannot cut its kernel so)."""
     from .convert import _fold, _op_name
 
     main = traced[batch]
@@ -123,7 +125,8 @@ def node_infos(traced: dict, graph, batch: int,
         if layouts is not None and dim is not None and kind == "call":
             found = layouts.get(n.name)
             outer = found[1] if found is not None and found[0] == dim else None
-        out.append(NodeInfo(n.name, index[name], inputs, dim, kind, outer))
+        place, cut = _place(n, kept, index[name], channel or {}, graph)
+        out.append(NodeInfo(n.name, index[name], inputs, dim, kind, outer, place, cut))
     gradients = {}
     for node, param in main.gradients.items():
         param = main.tied.get(param, param)
@@ -132,6 +135,33 @@ def node_infos(traced: dict, graph, batch: int,
             raise MoplaceError(f"graph {graph.name!r} has no update op {update!r}")
         gradients[node] = index[update]
     return out, gradients
+
+
+def _place(n, kept, op: int, channel: dict, graph) -> tuple[str, int | None]:
+    """Node ``n``'s place in its op (core, item or view) and, where its op is split on
+    channel, the dimension its output is cut along."""
+    import operator
+
+    from .channelsplit import channel_dims, channel_refusal
+
+    src = n.all_input_nodes[0] if n.all_input_nodes else None
+    core = n if kept is n else kept
+    several = isinstance(core.meta.get("val"), (tuple, list))
+    item = n.target is operator.getitem and src is kept and several
+    place = "core" if kept is n else "item" if item else "view"
+    if op not in channel or place == "view" or n.op != "call_function":
+        return place, None
+    target = str(core.target)
+    shape = lambda a: tuple(a.meta["val"].shape) if isinstance(a, torch.fx.Node) and \
+        isinstance(a.meta.get("val"), torch.Tensor) else None  # noqa: E731
+    why = channel_refusal(target, core.args, core.kwargs, channel[op], shape)
+    if why:
+        raise PlanRefused(f"op {graph.ops[op].name!r} is split on channel: {why}")
+    outs = core.meta["val"] if several else [core.meta["val"]]
+    dims = channel_dims(target, [tuple(v.shape) for v in outs])
+    if place == "core":
+        return place, None if several else dims[0]
+    return place, dims[n.args[1]]
 
 
 @dataclass(frozen=True)
@@ -145,7 +175,9 @@ class Ref:
 class Row:
     """One node of a traced step as a worker runs it without tracing: ``op`` (placeholder or
     call_function), ``target`` (its aten op by name, e.g. ``aten.mm.default``), ``args`` and
-    ``kwargs`` (nodes as `Ref`), and its output's ``shape`` and ``dtype`` (a tensor's)."""
+    ``kwargs`` (nodes as `Ref`), and its output's ``shape``, ``dtype`` and ``stride`` (a
+    tensor's; a kernel may lay its output out other than contiguously, and the views after it
+    may rely on that)."""
 
     op: str
     target: str
@@ -153,6 +185,7 @@ class Row:
     kwargs: dict
     shape: tuple | None
     dtype: object
+    stride: tuple | None = None
 
 
 def node_rows(traced) -> dict:
@@ -171,7 +204,8 @@ def node_rows(traced) -> dict:
             else str(n.target))
         rows[n.name] = Row(n.op, target, plain(n.args), plain(n.kwargs),
                            tuple(val.shape) if tensor else None,
-                           val.dtype if tensor else None)
+                           val.dtype if tensor else None,
+                           tuple(val.stride()) if tensor else None)
     return rows
 
 
@@ -259,11 +293,12 @@ def prepare(graph, strategy, trace, n_ranks: int, kind: str = "cpu"):
         raise PlanRefused(f"a batch of {batch} does not make {m} equal micro-batches")
     batches = batches_of(tasks, batch, m)
     traced = trace_batches(source, batches, kind)
-    split = any(t.parts > 1 for t in tasks)
+    split = any(t.cut > 1 for t in tasks)
     layouts = _kept(("layouts", _source_key(source), batch, kind),
                     lambda: batch_layouts(traced[batch], source, batch)) \
         if split and batch > 1 else None
-    infos, gradients = node_infos(traced, graph, batch, layouts)
+    channel = {int(i): s.parts for i, s in strategy.splits.items() if s.dim == "channel"}
+    infos, gradients = node_infos(traced, graph, batch, layouts, channel)
     programs = plan_program(infos, graph, strategy, tasks, gradients, batch, n_ranks)
     updates = {i: op.name.removeprefix("update/") for i, op in enumerate(graph.ops)
                if op.role == "update"}

@@ -15,8 +15,9 @@ from __future__ import annotations
 import time
 
 from ._torch import torch
-from .applyplan import Program, Reduction, Task
+from .applytypes import Program, Reduction, Task
 from .applyprep import Ref
+from .channelsplit import channel_part, piece_sizes
 
 dist = torch.distributed
 
@@ -64,6 +65,17 @@ def _join(pieces, dim: int, outer: int):
                                                                                      dim + 1)
 
 
+def _as_traced(value, row):
+    """``value`` laid out in memory as ``row`` (the node as traced at that batch) has it: a
+    kernel's output depends on its inputs' strides, and a view after it may rely on them,
+    while joined and received values are contiguous."""
+    if row is None or row.stride is None or not isinstance(value, torch.Tensor) or \
+            tuple(value.shape) != row.shape or value.stride() == row.stride or \
+            0 in row.stride:
+        return value
+    return torch.empty_strided(row.shape, row.stride, dtype=value.dtype).copy_(value)
+
+
 class RankRunner:
     """Runs ``program`` on this rank: ``graphs`` (batch -> the traced step's nodes at that
     batch as `moplace.torch.applyprep.Row`, by name), ``batch`` the traced batch, ``micro_batches``, ``real`` (the model,
@@ -98,6 +110,12 @@ class RankRunner:
         self.shard_of: dict = {}  # update op -> the index of this rank's shard
         #: op -> [seconds, runs] of its tasks and updates, when the steps are timed per op
         self.timing: dict | None = None
+        self.shapes: dict = {}  # update op -> its weight's shape (ZeRO-3: held in shards)
+        self.weight_tasks: dict = {}  # ZeRO-3: a sharded weight's op -> its tasks here
+        for u, (ranks, op) in program.sharded.items():
+            self.shard(u, ranks)
+            self.weight_tasks[op] = [s[1:] for s in program.steps
+                                     if s[0] == "task" and s[1].op == op and not s[1].clone]
 
     # -- one step
     def step(self) -> tuple[float, list[float]]:
@@ -122,33 +140,37 @@ class RankRunner:
                     self.update(step[1])
                 elif kind == "gather":
                     self.gather(step[1])
+                elif kind == "regather":
+                    self.regather(step[1])
+                elif kind == "collect":
+                    self.collect(step[1], step[2])
                 if self.timing is not None and kind in ("task", "update"):
                     held = self.timing.setdefault(step[1].op, [0.0, 0])
                     held[0] += time.perf_counter() - started
                     held[1] += 1
             for work, _ in self.pending:
                 work.wait()
+            self.release()
         seconds = time.perf_counter() - t0
         self.env = self.pending = None
         return seconds, self.losses
 
-    def part_batch(self, parts: int) -> int:
-        return self.batch // (self.m * parts)
-
-    def run_task(self, t: Task, ran) -> None:
-        b = self.part_batch(t.parts)
+    def run_task(self, t: Task, ran, send: bool = True) -> None:
+        b = self.batch // (self.m * t.cut)
         nodes = self.graphs[b]
         for name, needs, lay in ran:
             node = nodes[name]
             if node.op == "placeholder":
                 out = self.placeholder(name, t, b, lay)
             else:
-                values = {need.node: self.resolve(need) for need in needs}
-                out = self.targets[node.target](*_bind(node.args, values),
-                                                **_bind(node.kwargs, values))
+                try:
+                    out = self.call(node, t, needs)
+                except RuntimeError as e:  # which node of which task, for the testbed's report
+                    raise RuntimeError(f"node {name} ({node.target}) of part {t.part + 1}/"
+                                       f"{t.parts} of op {t.op}, micro-batch {t.mb}: {e}") from e
             key = (name, t.mb, t.part)
             self.env[key] = out
-            if t.clone:
+            if t.clone or not send:
                 continue
             for dst, tag in self.program.sends.get(key, ()):
                 data = out.contiguous()
@@ -160,6 +182,15 @@ class RankRunner:
             if name == self.loss:
                 self.losses.append(float(out))
 
+    def call(self, node, t: Task, needs):
+        b = self.batch // (self.m * t.cut)
+        values = {need.node: self.resolve(need, b) for need in needs}
+        args, kwargs = _bind(node.args, values), _bind(node.kwargs, values)
+        fn = self.targets[node.target]
+        if t.dim == "channel" and t.parts > 1 and node.target != "operator.getitem":
+            return channel_part(node.target, fn, args, kwargs, t.part, t.parts)
+        return fn(*args, **kwargs)
+
     def placeholder(self, name: str, t: Task, b: int, lay):
         param = self.params.get(name)
         if param is not None:
@@ -168,21 +199,32 @@ class RankRunner:
         dim = lay.dim if lay.dim is not None else 0
         size = full.shape[dim] // self.m
         out = full.narrow(dim, t.mb * size, size)
-        return out.narrow(dim, t.part * b, b) if t.parts > 1 else out
+        return out.narrow(dim, t.part * b, b) if t.cut > 1 else out
 
-    def resolve(self, need):
+    def resolve(self, need, b: int):
+        """The value ``need`` reads, for a task at batch ``b``, laid out as the trace at
+        that batch has it (`_as_traced`)."""
+        return _as_traced(self._resolve(need), self.graphs[b].get(need.node))
+
+    def _resolve(self, need):
         pieces = []
         arriving = {q: (src, tag) for q, src, tag in need.recv}
         for q in need.pieces:
-            key = (need.node, need.mb, q)
+            key = (need.source, need.mb, q)
             if q in arriving:
                 src, tag = arriving[q]
-                row = self.graphs[need.batch][need.node]
-                buf = torch.empty(row.shape, dtype=row.dtype)
+                row = self.graphs[need.batch][need.source]
+                shape = list(row.shape)
+                if need.cut_dim is not None:  # a channel piece
+                    shape[need.cut_dim] = piece_sizes(shape[need.cut_dim], need.parts)[q]
+                buf = torch.empty(shape, dtype=row.dtype)
                 dist.recv(buf, src, tag=tag)
                 self.env[key] = buf
             pieces.append(self.env[key])
-        if need.combine == "cat":
+        if need.combine == "cat" and need.cut_dim is not None:  # channel pieces, laid out
+            value = _as_traced(_join(pieces, need.dim, 1),  # as the kernel lays them out
+                               self.graphs[need.batch][need.source])
+        elif need.combine == "cat":
             value = _join(pieces, need.dim, need.outer)
         elif need.combine == "sum":
             value = pieces[0].clone()
@@ -190,11 +232,24 @@ class RankRunner:
                 value.add_(p)
         else:
             value = pieces[0]
+        if need.views:  # a view of a channel-split output, made from the joined output
+            values, rows = {need.source: value}, self.graphs[need.batch]
+            for v in need.views:
+                row = rows[v]
+                values[v] = value = self.targets[row.target](*_bind(row.args, values),
+                                                             **_bind(row.kwargs, values))
         if need.how == "slice":
-            value = _cut(value, need.dim, need.outer, need.index, need.count)
+            dim = need.slice_dim if need.slice_dim is not None else need.dim
+            value = _cut(value, dim, need.outer, need.index, need.count)
         return value
 
     # -- gradients and updates
+    def collect(self, update: int, need) -> None:
+        """A gradient computed in channel parts, joined here and added to the update's sum."""
+        value = self.resolve(need, self.batch // self.m)
+        held = self.acc.get(update)
+        self.acc[update] = value.clone() if held is None else held.add_(value)
+
     def gradient(self, update: int):
         held = self.acc.get(update)
         if held is None:
@@ -243,7 +298,7 @@ class RankRunner:
         g = self.reduced.get(t.op)
         if g is None:
             g = self.gradient(t.op)
-        if g.numel() != p.numel():  # this rank's shard (ZeRO): its own leaf and optimizer
+        if t.op in self.shard_of:  # this rank's shard (ZeRO): its own leaf and optimizer
             shard = self.shards.get(t.op)
             k = self.shard_of[t.op]
             if shard is None:
@@ -264,9 +319,39 @@ class RankRunner:
         update, ranks = red.update, red.ranks
         shard = self.shards[update]
         p = self.weights[self.updates[update]]
+        shape = self.shapes.get(update, p.shape)
         full = torch.empty(shard.numel() * len(ranks), dtype=shard.dtype)
         dist.all_gather_into_tensor(full, shard.detach(), group=self.groups[ranks])
-        p.data = full[:p.numel()].reshape(p.shape).clone()  # the old one stays for readers
+        p.data = full[:shape.numel()].reshape(shape).clone()  # the old one stays for readers
+
+    # -- ZeRO-3: weights held in shards between uses
+    def shard(self, update: int, ranks: tuple) -> None:
+        """Keep this rank's shard of the weight ``update`` updates; free the weight."""
+        p = self.weights[self.updates[update]]
+        k = ranks.index(self.rank)
+        flat, size = self.padded(p.detach().reshape(-1), len(ranks))
+        self.shards[update] = flat[k * size:(k + 1) * size].clone()
+        self.shard_of[update] = k
+        self.shapes[update] = p.shape
+        p.data = p.data.new_empty(0)
+
+    def regather(self, red: Reduction) -> None:
+        """The weight gathered again for the backward, and its op's outputs made anew from it
+        (the forward's copy is freed)."""
+        self.gather(red)
+        for t, ran in self.weight_tasks.get(self.program.sharded[red.update][1], ()):
+            self.run_task(t, ran, send=False)
+
+    def release(self) -> None:
+        """Free the gathered weights at the end of a step: only the shards stay."""
+        for u in self.program.sharded:
+            p = self.weights[self.updates[u]]
+            p.data = p.data.new_empty(0)
+
+    def unshard(self) -> None:
+        """Every sharded weight gathered whole (to report the trained weights)."""
+        for u, (ranks, _) in sorted(self.program.sharded.items()):
+            self.gather(Reduction((u,), ranks, ranks, "gather"))
 
     def optimizer(self, key, tensor):
         opt = self.optimizers.get(key)

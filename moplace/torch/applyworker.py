@@ -50,6 +50,7 @@ def run_job(job_dir: str, rank: int, dist) -> None:
         losses.append(lost)
         print(f"step {k + 1}/{total}", flush=True)
     if job.get("weights"):
+        runner.unshard()
         mine = {name: runner.weights[name].detach().clone()
                 for name in job["owned"].get(rank, ())}
         torch.save(mine, os.path.join(job_dir, f"rank-{rank}.pt"))

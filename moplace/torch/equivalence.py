@@ -35,16 +35,36 @@ def reference_step(graph, steps: int, seed: int = 0) -> tuple[list, dict]:
     return losses, weights
 
 
-def _batch_split_matmuls(graph, n: int) -> Strategy:
-    """Every matmul's group (forward and backward) split on batch over all devices, the rest
-    on device 0."""
+def without_tensor_blocks(graph):
+    """``graph`` with its tensor-parallel blocks (`moplace.torch.megatron`) dissolved: each of
+    their ops a group of its own (a weight with its update), none splittable on tensor, so
+    that a channel split can reach every matmul and attention of a block."""
+    from dataclasses import replace
+
+    from ..core.graph import OpGraph
+
+    def loose(op):
+        group = op.colocation
+        if group and group.startswith("tensor:"):
+            group = "param:" + op.name.split("/", 1)[1] if op.name.startswith(
+                ("param/", "update/")) else None
+        return replace(op, colocation=group,
+                       splittable=tuple(d for d in op.splittable if d != "tensor"))
+
+    return OpGraph([loose(o) for o in graph.ops], graph.edges, name=graph.name,
+                   metadata=dict(graph.metadata))
+
+
+def split_matmuls(graph, n: int, dim: str = "batch") -> Strategy:
+    """Every group of matmuls or attention (forward and backward) that can be split on ``dim``
+    split so over all devices, the rest on device 0."""
     plan = base.single(graph, n)
-    split = Split("batch", tuple(range(n)))
+    split = Split(dim, tuple(range(n)))
     splits = {}
     for g, members in enumerate(graph.groups):
         ops = [graph.ops[i] for i in members]
-        if any(o.type.startswith(("mm", "addmm", "bmm")) for o in ops) and \
-                all("batch" in o.splittable for o in ops):
+        if any(o.type.startswith(("mm", "addmm", "bmm", "_scaled_dot")) for o in ops) and \
+                all(dim in o.splittable for o in ops):
             for i in members:
                 splits[i] = split
     return Strategy(plan.placement, plan.priority, splits)
@@ -61,7 +81,8 @@ def plan_classes(graph, n: int, *, nsga2_points: int = 2, seed: int = 0) -> list
              ("data parallel, a bucket per weight", base.data_parallel(graph, n, 0.0)),
              ("layer split", layer),
              ("round robin", base.round_robin(graph, n)),
-             ("matmuls split on batch", _batch_split_matmuls(graph, n)),
+             ("matmuls split on batch", split_matmuls(graph, n)),
+             ("matmuls and attention split on channel", split_matmuls(graph, n, "channel")),
              ("1F1B pipeline, 2 micro-batches", layer.with_options(micro_batches=2)),
              ("GPipe pipeline, 4 micro-batches", layer.with_options(micro_batches=4,
                                                                      schedule=1)),
