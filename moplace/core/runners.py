@@ -62,13 +62,9 @@ def applies(graph: OpGraph, strategy=None) -> bool:
 
 
 def pytorch_refusal(graph: OpGraph, strategy) -> str | None:
-    """Why the PyTorch testbed (`moplace.torch.apply`) cannot run ``strategy``, or None: it
-    splits ops on batch and channel (tensor splits are not applied yet), and the batch must
-    cut into the micro-batches and each batch split's parts evenly."""
-    for i, split in strategy.splits.items():
-        if split.dim not in ("batch", "channel"):
-            return (f"op {graph.ops[i].name!r} is split on {split.dim}: only batch and "
-                    "channel splits are applied on the PyTorch testbed yet")
+    """Why the PyTorch testbed (`moplace.torch.apply`) cannot run ``strategy``, or None: the
+    batch must cut into the micro-batches and each batch split's parts evenly (what it finds
+    only in the traced step is refused when it plans, `moplace.torch.applyprep.prepare`)."""
     source = graph.metadata.get("source")
     batch = source.get("batch_size") if isinstance(source, dict) else None
     m = int(strategy.micro_batches)

@@ -10,8 +10,8 @@ neither offered nor tested here.
     result = apply_torch(graph, strategy, cluster, steps=10)
     result.step_seconds, result.losses      # measured; simulate() gives the simulated step
 
-A strategy the testbed cannot run (a split on tensor, a graph traced for a GPU's attention
-kernels...) comes back ``expressible=False`` with the reason, before any process
+A strategy the testbed cannot run (a batch that does not cut into its parts, a graph traced
+for a GPU's attention kernels...) comes back ``expressible=False`` with the reason, before any process
 starts. A process that dies stops the others; the error names its rank and its last words.
 """
 
@@ -61,7 +61,9 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
     ticker.tick()
     groups = sorted({step[1].ranks for prog in programs for step in prog.steps
                      if step[0] in ("reduce", "gather", "regather")
-                     and len(step[1].ranks) > 1})
+                     and len(step[1].ranks) > 1}
+                    | {tuple(sorted(s.devices)) for s in strategy.splits.values()
+                       if s.dim == "tensor" and s.parts > 1})
     owned: dict = {}
     for prog in programs:
         for step in prog.steps:

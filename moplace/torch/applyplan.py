@@ -9,9 +9,11 @@ micro-batch and part, in a **layout** (`Layout`): ``whole`` (an unsplit op's), o
 ``k``: a ``slice`` of the batch along the node's batch dimension, a ``partial`` sum (an output
 with no batch dimension computed from slices: a weight gradient of a batch part), a
 ``replica`` (the same on every part: a weight), a ``channel`` slice (an op split on channel,
-`moplace.torch.channelsplit`), or a ``view`` of a channel-split output, which its parts do not
-make (its sizes are the whole's) but each reader makes from the joined output. What a node
-needs of an input it reads
+`moplace.torch.channelsplit`), a ``view`` of a channel-split output, which its parts do not
+make (its sizes are the whole's) but each reader makes from the joined output, or, in a
+tensor-parallel block, a ``shard`` (index runs along one dimension) or a ``tpartial`` sum
+(`moplace.torch.tensorprobe`), all-reduced among the parts' ranks where a node outside the
+block reads it. What a node needs of an input it reads
 (`Need`): all of it (parts concatenated, partial sums added), its slice ``p`` of ``k``, or its
 own part ``p`` (a partial sum or replica of a producer split as it is). Pieces held by another
 rank travel point to point: the producer sends once it has run, the reader receives when it
@@ -32,44 +34,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from ..core.graph import OpGraph
 from ..core.strategy import Strategy
 from .applytypes import Layout, Need, NodeInfo, PlanRefused, Program, Reduction, Task
 
-__all__ = ["Task", "NodeInfo", "Layout", "Need", "Reduction", "Program", "ordered_tasks",
-           "plan_program", "PlanRefused"]
-
-
-def ordered_tasks(graph: OpGraph, strategy: Strategy, trace) -> list[Task]:
-    """The compute tasks of ``trace`` (``strategy`` simulated on ``graph``) in the order they
-    started (ties: the op's topological position, then the task's index)."""
-    n_compute = int(np.count_nonzero(trace.task_device >= 0))
-    first_clone = n_compute - int(trace.n_recomputed)
-    parts_of = {int(i): (split.parts, split.dim) for i, split in strategy.splits.items()}
-    mbs = trace.task_micro_batch[:n_compute] if trace.task_micro_batch.size else \
-        np.zeros(n_compute, np.int64)
-    ops = trace.task_op[:n_compute]
-    key = ops * (int(strategy.micro_batches) + 1) + mbs + (np.arange(n_compute) >= first_clone) \
-        * (1 << 40)
-    change = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    part = np.arange(n_compute) - np.repeat(change, np.diff(np.r_[change, n_compute]))
-    topo = graph.arrays.topo.argsort()
-    order = np.lexsort((np.arange(n_compute), topo[ops], trace.task_start[:n_compute]))
-    out = []
-    for t in order.tolist():
-        i = int(ops[t])
-        clone = t >= first_clone
-        parts, dim = parts_of.get(i, (1, "batch"))
-        out.append(Task(i, int(mbs[t]), int(part[t]), parts, int(trace.task_device[t]), clone,
-                        dim))
-    return out
+__all__ = ["Task", "NodeInfo", "Layout", "Need", "Reduction", "Program", "plan_program",
+           "PlanRefused"]
 
 
 class _Planner:
     def __init__(self, nodes: list[NodeInfo], graph: OpGraph, strategy: Strategy,
-                 gradients: dict, batch: int, n_ranks: int):
+                 gradients: dict, batch: int, n_ranks: int, tensor: dict | None = None):
         self.nodes = {n.name: n for n in nodes}
         self.by_op: dict[int, list[NodeInfo]] = {}
         for n in nodes:
@@ -87,6 +62,9 @@ class _Planner:
         self.views: dict = {}  # view of a channel-split output -> (its base, the views)
         self.joined: dict = {}  # update op -> [(gradient node, mb)] computed in channel parts
         self.first_at: dict = {}  # op -> the position of its first task (not a clone)
+        self.tensor = tensor or {}  # parts -> node -> its spec (`moplace.torch.tensorprobe`)
+        self.done_at: dict = {}  # (node, mb) -> the position of the last task making it
+        self.events: list = []  # events planned with the tasks (tensor partial sums)
 
     def next_tag(self) -> int:
         self.tag += 1
@@ -132,7 +110,7 @@ class _Planner:
                 else:
                     events.append((max(p for p, _ in parts), 3, ("gather", red)))
         events += [(at, 2, ("reduce", red)) for at, red in self.buckets(shared)]
-        return self.programs, events
+        return self.programs, events + self.events
 
     def weight_gathers(self, u: int, red: Reduction) -> list:
         """ZeRO-3: the weight update ``u`` updates is held in shards between uses, gathered
@@ -208,6 +186,8 @@ class _Planner:
             else:
                 self.layout[(n.name, t.mb)] = lay
             self.have.setdefault((n.name, t.mb, t.part), set()).add(t.device)
+            if not t.clone:
+                self.done_at[(n.name, t.mb)] = pos
             local.add(n.name)
             ran.append((n.name, needs, lay))
             self.gradient_made(n.name, lay, t, pos)
@@ -220,8 +200,14 @@ class _Planner:
         devices = self.split_of(t.op).devices
         if t.dim == "channel":
             if n.channel is None:
-                return Layout("replica", devices)
-            return Layout("channel", devices, n.channel)
+                return Layout("replica", devices, split="channel")
+            return Layout("channel", devices, n.channel, split="channel")
+        if t.dim == "tensor":
+            spec = self.tensor[t.parts][n.name]
+            if spec[0] == "shard":
+                return Layout("shard", devices, spec[1], split="tensor", runs=spec[2])
+            return Layout("tpartial" if spec[0] == "partial" else "replica", devices,
+                          split="tensor")
         kind = "slice" if n.batch_dim is not None else "partial" if used_parts else "replica"
         if n.kind == "input":
             kind = "slice" if n.batch_dim is not None else "replica"
@@ -241,7 +227,7 @@ class _Planner:
                               f"{len(n.inputs)} nodes: it cannot follow a channel split")
         base, views = self.views.get((src[0], t.mb), (src[0], ()))
         self.views[(n.name, t.mb)] = (base, views + (n.name,))
-        lay = Layout("view", self.split_of(t.op).devices)
+        lay = Layout("view", self.split_of(t.op).devices, split="channel")
         self.layout[(n.name, t.mb)] = lay
         self.gradient_made(n.name, lay, t, pos)
 
@@ -270,6 +256,8 @@ class _Planner:
             raise PlanRefused(f"node {a!r} is read before it is computed (op "
                               f"{self.graph.ops[t.op].name!r})")
         split = self.split_of(t.op)
+        if t.dim == "tensor" and t.parts > 1:
+            return self.tensor_need(a, t, lay, split), False
         if t.dim == "batch" and t.parts > 1 and info.batch_dim is not None:
             if lay.kind == "slice" and lay.parts == t.parts:
                 return self.fetch(a, mb, "part", (t.part,), "one", t), True
@@ -281,9 +269,34 @@ class _Planner:
             return self.fetch(a, mb, "part", (t.part,), "one", t), lay.kind == "partial"
         return self.full(a, mb, t), False
 
+    def tensor_need(self, a: str, t: Task, lay: Layout, split) -> Need:
+        """How tensor part ``t`` reads node ``a``: its own shard, partial sum (an add of
+        partial sums) or replica where ``a``'s parts are on its devices, else the whole value
+        (and of it its shard, where its block holds ``a`` in shards)."""
+        spec = self.tensor[t.parts].get(a)
+        if lay.split == "tensor" and lay.devices == split.devices:
+            if lay.kind in ("shard", "replica") or (
+                    lay.kind == "tpartial" and self.graph.ops[t.op].partial_sums):
+                return self.fetch(a, t.mb, "part", (t.part,), "one", t)
+        whole = self.full(a, t.mb, t)
+        if spec is not None and spec[0] == "shard":
+            return replace(whole, select=spec[2][t.part], select_dim=spec[1])
+        return whole
+
     def full(self, a: str, mb: int, t: Task) -> Need:
         """Task ``t`` reads all of node ``a``."""
         lay = self.layout[(a, mb)]
+        if lay.kind == "tpartial":  # all-reduced among its parts, once, after the last
+            total = f"{a}@sum"
+            if (total, mb) not in self.layout:
+                self.events.append((self.done_at[(a, mb)], 1, ("tpsum", a, mb, lay.devices)))
+                self.layout[(total, mb)] = Layout("replica", lay.devices, split="tensor")
+                for q, d in enumerate(lay.devices):
+                    self.have.setdefault((total, mb, q), set()).add(d)
+            return replace(self.full(total, mb, t), node=a, base=total)
+        if lay.kind == "shard":
+            return replace(self.fetch(a, mb, "full", tuple(range(lay.parts)), "index", t,
+                                      lay.dim), runs=lay.runs)
         if lay.kind == "view":
             base, views = self.views[(a, mb)]
             whole = self.full(base, mb, t)
@@ -319,7 +332,8 @@ class _Planner:
             holders.add(t.device)
         return Need(a, mb, how, tuple(pieces), combine, dim, recv=tuple(recv),
                     batch=self.batch // (self.m * lay.cut), outer=outer,
-                    cut_dim=lay.dim if lay.kind == "channel" else None, parts=lay.parts)
+                    cut_dim=lay.dim if lay.kind in ("channel", "shard") else None,
+                    parts=lay.parts)
 
     # -- gradients
     def reduction(self, u: int, ranks: tuple[int, ...]) -> Reduction | None:
@@ -327,6 +341,9 @@ class _Planner:
         if not contributors:
             raise PlanRefused(f"no task computes the gradient {self.graph.ops[u].name!r} "
                               "updates with")
+        split = self.split_of(u)
+        if split is not None and split.dim == "tensor":  # each part updates its own shard
+            return None
         if len(ranks) == 1:
             others = tuple(c for c in contributors if c != ranks[0])
             if not others:
@@ -342,11 +359,14 @@ class _Planner:
 
 
 def plan_program(nodes: list[NodeInfo], graph: OpGraph, strategy: Strategy, tasks: list[Task],
-                 gradients: dict, batch: int, n_ranks: int) -> list[Program]:
-    """Every rank's `Program` for ``tasks`` (`ordered_tasks`) over the graph ``nodes``
-    (`NodeInfo`, in graph order); ``gradients``: gradient node -> the update op it goes to;
-    ``batch``: the traced batch. `PlanRefused` says what cannot run."""
-    planner = _Planner(nodes, graph, strategy, gradients, batch, n_ranks)
+                 gradients: dict, batch: int, n_ranks: int,
+                 tensor: dict | None = None) -> list[Program]:
+    """Every rank's `Program` for ``tasks`` (`moplace.torch.applyprep.ordered_tasks`) over
+    the graph ``nodes`` (`NodeInfo`, in graph order); ``gradients``: gradient node -> the
+    update op it goes to;
+    ``batch``: the traced batch; ``tensor``: parts -> node -> its spec in a tensor-parallel
+    block cut so (`moplace.torch.tensorprobe`). `PlanRefused` says what cannot run."""
+    planner = _Planner(nodes, graph, strategy, gradients, batch, n_ranks, tensor)
     programs, events = planner.run(tasks)
     # merge: each rank's tasks (already in order) with the events placed after positions
     position = {}
@@ -363,6 +383,9 @@ def plan_program(nodes: list[NodeInfo], graph: OpGraph, strategy: Strategy, task
             programs[t.device].steps.append((at, 0, -1, ("update", t)))
         elif kind == "collect":
             programs[event[1]].steps.append((at, order, -1, ("collect", *event[2:])))
+        elif kind == "tpsum":
+            for r in event[3]:
+                programs[r].steps.append((at, order, -1, event))
         else:
             red = event[1]
             for r in sorted(set(red.ranks) | set(red.contributors)):

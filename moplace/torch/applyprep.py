@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..core.runners import pytorch_refusal
 from ..errors import MoplaceError
 from ._torch import torch
-from .applyplan import NodeInfo, PlanRefused, Task, ordered_tasks, plan_program
+from .applyplan import NodeInfo, PlanRefused, Task, plan_program
 
 
 def model_source(graph) -> dict:
@@ -40,6 +42,31 @@ def load_setup(source: dict, batch: int):
     from .modelfile import load_setup as from_file
 
     return from_file(model, batch)
+
+
+def ordered_tasks(graph, strategy, trace) -> list[Task]:
+    """The compute tasks of ``trace`` (``strategy`` simulated on ``graph``) in the order they
+    started (ties: the op's topological position, then the task's index)."""
+    n_compute = int(np.count_nonzero(trace.task_device >= 0))
+    first_clone = n_compute - int(trace.n_recomputed)
+    parts_of = {int(i): (split.parts, split.dim) for i, split in strategy.splits.items()}
+    mbs = trace.task_micro_batch[:n_compute] if trace.task_micro_batch.size else \
+        np.zeros(n_compute, np.int64)
+    ops = trace.task_op[:n_compute]
+    key = ops * (int(strategy.micro_batches) + 1) + mbs + (np.arange(n_compute) >= first_clone) \
+        * (1 << 40)
+    change = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    part = np.arange(n_compute) - np.repeat(change, np.diff(np.r_[change, n_compute]))
+    topo = graph.arrays.topo.argsort()
+    order = np.lexsort((np.arange(n_compute), topo[ops], trace.task_start[:n_compute]))
+    out = []
+    for t in order.tolist():
+        i = int(ops[t])
+        clone = t >= first_clone
+        parts, dim = parts_of.get(i, (1, "batch"))
+        out.append(Task(i, int(mbs[t]), int(part[t]), parts, int(trace.task_device[t]), clone,
+                        dim))
+    return out
 
 
 def batches_of(tasks: list[Task], batch: int, micro_batches: int) -> list[int]:
@@ -218,19 +245,8 @@ def batch_layouts(traced, source: dict, batch: int, seed: int = 0) -> dict:
     real twice, on the batch and on the batch in reverse order: the layout under which the
     second output is the first reversed along the batch. A node no layout explains (an op
     mixing samples) is None."""
-    from .realstep import build_real
-
-    torch.manual_seed(seed)
-    real = build_real(load_setup(source, batch), batch, "cpu")
-    data = (*real.x, real.y)
-    runs = []
-    for flip in (False, True):
-        args, inputs = [], iter(t.flip(0) if flip else t for t in data)
-        for n in traced.graph.nodes:
-            if n.op == "placeholder":
-                name = traced.parameters.get(n.name)
-                args.append(next(inputs) if name is None else real.parameters_by_name(name))
-        runs.append(_values(traced.module, args))
+    real = real_step(source, batch, seed)
+    runs = [step_values(traced, real, flip) for flip in (False, True)]
     out = {}
     for name, a in runs[0].items():
         b = runs[1].get(name)
@@ -239,6 +255,27 @@ def batch_layouts(traced, source: dict, batch: int, seed: int = 0) -> dict:
             continue
         out[name] = _layout(a, b, batch)
     return out
+
+
+def real_step(source: dict, batch: int, seed: int = 0):
+    """The model of ``source`` built for real on this CPU at ``batch`` (the seed's weights and
+    batch: every rank's and the reference's)."""
+    from .realstep import build_real
+
+    torch.manual_seed(seed)
+    return build_real(load_setup(source, batch), batch, "cpu")
+
+
+def step_values(traced, real, flip: bool = False) -> dict:
+    """Every node's value (placeholders too) in the step ``traced`` run for real on the model
+    and batch of ``real`` (`real_step`; ``flip``: the batch in reverse order)."""
+    data = (*real.x, real.y)
+    args, inputs = [], iter(t.flip(0) if flip else t for t in data)
+    for n in traced.graph.nodes:
+        if n.op == "placeholder":
+            name = traced.parameters.get(n.name)
+            args.append(next(inputs) if name is None else real.parameters_by_name(name))
+    return _values(traced.module, args)
 
 
 def _values(module, args) -> dict:
@@ -270,6 +307,30 @@ def _layout(a, b, batch: int):
     return None
 
 
+def _tensor_specs(strategy, graph, infos, traced, source, batch) -> dict:
+    """parts -> node -> its spec, for the tensor-parallel blocks ``strategy`` cuts
+    (`moplace.torch.tensorprobe`), found once per model, batch, blocks and parts."""
+    from .tensorprobe import blocks_of, tensor_specs
+
+    cut = {int(i): s.parts for i, s in strategy.splits.items() if s.dim == "tensor"}
+    if not cut:
+        return {}
+    groups = {graph.ops[i].colocation for i in cut}
+    blocks = {name: nodes for name, nodes in blocks_of(infos, graph).items()
+              if any(g is not None and g.startswith(f"tensor:{name}") for g in groups)}
+    out = {}
+    for n in sorted(set(cut.values())):
+        def probe(n=n):
+            real = real_step(source, batch)
+            values = step_values(traced, real)
+            weights = {m.name: values[m.name] for m in traced.graph.nodes
+                       if m.op == "placeholder" and m.name in traced.parameters}
+            return tensor_specs(traced, values, weights, infos, graph, blocks, n)
+
+        out[n] = _kept(("tensor", _source_key(source), batch, n, tuple(sorted(blocks))), probe)
+    return out
+
+
 def prepare(graph, strategy, trace, n_ranks: int, kind: str = "cpu"):
     """(programs, source, batches, updates): every rank's program for ``strategy`` (simulated
     as ``trace``) on ``n_ranks`` processes, the model source, the batches to trace, and
@@ -299,7 +360,9 @@ def prepare(graph, strategy, trace, n_ranks: int, kind: str = "cpu"):
         if split and batch > 1 else None
     channel = {int(i): s.parts for i, s in strategy.splits.items() if s.dim == "channel"}
     infos, gradients = node_infos(traced, graph, batch, layouts, channel)
-    programs = plan_program(infos, graph, strategy, tasks, gradients, batch, n_ranks)
+    micro = batch // m  # the batch tensor parts run at: what their shards' runs are of
+    tensor = _tensor_specs(strategy, graph, infos, traced[micro], source, micro)
+    programs = plan_program(infos, graph, strategy, tasks, gradients, batch, n_ranks, tensor)
     updates = {i: op.name.removeprefix("update/") for i, op in enumerate(graph.ops)
                if op.role == "update"}
     return programs, source, batches, updates, traced

@@ -16,64 +16,12 @@ import time
 
 from ._torch import torch
 from .applytypes import Program, Reduction, Task
-from .applyprep import Ref
+from .applyvalues import as_traced, bind, cut_batch, join_batch, input_shapes, resolve_target
 from .channelsplit import channel_part, piece_sizes
+from .tensorparts import TensorShards, join_shards, local_args
+from .tensorprobe import run_indices, run_size
 
 dist = torch.distributed
-
-
-def resolve_target(name: str):
-    """The callable a `moplace.torch.applyprep.Row` names (``aten.mm.default``,
-    ``operator.getitem``)."""
-    import operator
-
-    if name.startswith("operator."):
-        return getattr(operator, name.split(".", 1)[1])
-    obj = torch.ops
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _bind(a, values):
-    """``a`` (a row's arguments) with each `Ref` replaced by its node's value."""
-    if isinstance(a, Ref):
-        return values[a.name]
-    if isinstance(a, (list, tuple)):
-        return type(a)(_bind(x, values) for x in a)
-    if isinstance(a, dict):
-        return {k: _bind(v, values) for k, v in a.items()}
-    return a
-
-
-def _cut(value, dim: int, outer: int, index: int, count: int):
-    """Slice ``index`` of ``count`` of ``value``'s batch along ``dim`` (``outer`` blocks of
-    the whole batch each, `moplace.torch.applyprep.batch_layouts`)."""
-    if outer == 1:
-        size = value.shape[dim] // count
-        return value.narrow(dim, index * size, size)
-    blocks = value.unflatten(dim, (outer, -1))
-    size = blocks.shape[dim + 1] // count
-    return blocks.narrow(dim + 1, index * size, size).flatten(dim, dim + 1)
-
-
-def _join(pieces, dim: int, outer: int):
-    """The batch slices ``pieces`` joined along ``dim`` (the inverse of `_cut`)."""
-    if outer == 1:
-        return torch.cat(pieces, dim)
-    return torch.cat([p.unflatten(dim, (outer, -1)) for p in pieces], dim + 1).flatten(dim,
-                                                                                     dim + 1)
-
-
-def _as_traced(value, row):
-    """``value`` laid out in memory as ``row`` (the node as traced at that batch) has it: a
-    kernel's output depends on its inputs' strides, and a view after it may rely on them,
-    while joined and received values are contiguous."""
-    if row is None or row.stride is None or not isinstance(value, torch.Tensor) or \
-            tuple(value.shape) != row.shape or value.stride() == row.stride or \
-            0 in row.stride:
-        return value
-    return torch.empty_strided(row.shape, row.stride, dtype=value.dtype).copy_(value)
 
 
 class RankRunner:
@@ -110,6 +58,7 @@ class RankRunner:
         self.shard_of: dict = {}  # update op -> the index of this rank's shard
         #: op -> [seconds, runs] of its tasks and updates, when the steps are timed per op
         self.timing: dict | None = None
+        self.tensor = TensorShards(self.weights)  # tensor-parallel shards of weights
         self.shapes: dict = {}  # update op -> its weight's shape (ZeRO-3: held in shards)
         self.weight_tasks: dict = {}  # ZeRO-3: a sharded weight's op -> its tasks here
         for u, (ranks, op) in program.sharded.items():
@@ -144,6 +93,8 @@ class RankRunner:
                     self.regather(step[1])
                 elif kind == "collect":
                     self.collect(step[1], step[2])
+                elif kind == "tpsum":
+                    self.tensor_sum(*step[1:])
                 if self.timing is not None and kind in ("task", "update"):
                     held = self.timing.setdefault(step[1].op, [0.0, 0])
                     held[0] += time.perf_counter() - started
@@ -164,10 +115,11 @@ class RankRunner:
                 out = self.placeholder(name, t, b, lay)
             else:
                 try:
-                    out = self.call(node, t, needs)
+                    out = self.call(node, t, needs, lay)
                 except RuntimeError as e:  # which node of which task, for the testbed's report
                     raise RuntimeError(f"node {name} ({node.target}) of part {t.part + 1}/"
-                                       f"{t.parts} of op {t.op}, micro-batch {t.mb}: {e}") from e
+                                       f"{t.parts} of op {t.op}, micro-batch {t.mb}, reading "
+                                       f"{input_shapes(needs, self.env, t)}: {e}") from e
             key = (name, t.mb, t.part)
             self.env[key] = out
             if t.clone or not send:
@@ -182,17 +134,22 @@ class RankRunner:
             if name == self.loss:
                 self.losses.append(float(out))
 
-    def call(self, node, t: Task, needs):
+    def call(self, node, t: Task, needs, lay):
         b = self.batch // (self.m * t.cut)
         values = {need.node: self.resolve(need, b) for need in needs}
-        args, kwargs = _bind(node.args, values), _bind(node.kwargs, values)
+        args, kwargs = bind(node.args, values), bind(node.kwargs, values)
         fn = self.targets[node.target]
         if t.dim == "channel" and t.parts > 1 and node.target != "operator.getitem":
             return channel_part(node.target, fn, args, kwargs, t.part, t.parts)
+        if t.dim == "tensor" and t.parts > 1:
+            args, kwargs = local_args(node.target, args, kwargs, node, lay, t.part,
+                                      self.graphs[b])
         return fn(*args, **kwargs)
 
     def placeholder(self, name: str, t: Task, b: int, lay):
         param = self.params.get(name)
+        if param is not None and lay.kind == "shard":  # a tensor-parallel part's own shard
+            return self.tensor.weight(param, lay, t.part)
         if param is not None:
             return self.weights[param].detach()
         full = self.inputs[name]
@@ -203,8 +160,15 @@ class RankRunner:
 
     def resolve(self, need, b: int):
         """The value ``need`` reads, for a task at batch ``b``, laid out as the trace at
-        that batch has it (`_as_traced`)."""
-        return _as_traced(self._resolve(need), self.graphs[b].get(need.node))
+        that batch has it (`as_traced`)."""
+        value = as_traced(self._resolve(need), self.graphs[b].get(need.node))
+        if need.select is not None:  # a tensor part's shard of the whole
+            value = value.index_select(need.select_dim, run_indices(need.select))
+        return value
+
+    def row(self, b: int, name: str):
+        """The traced node ``name`` at batch ``b`` (a tensor-parallel sum: the node's)."""
+        return self.graphs[b][name.removesuffix("@sum")]
 
     def _resolve(self, need):
         pieces = []
@@ -213,19 +177,24 @@ class RankRunner:
             key = (need.source, need.mb, q)
             if q in arriving:
                 src, tag = arriving[q]
-                row = self.graphs[need.batch][need.source]
+                row = self.row(need.batch, need.source)
                 shape = list(row.shape)
-                if need.cut_dim is not None:  # a channel piece
+                if need.runs is not None:  # a tensor-parallel shard
+                    shape[need.cut_dim] = run_size(need.runs[q])
+                elif need.cut_dim is not None:  # a channel piece
                     shape[need.cut_dim] = piece_sizes(shape[need.cut_dim], need.parts)[q]
                 buf = torch.empty(shape, dtype=row.dtype)
                 dist.recv(buf, src, tag=tag)
                 self.env[key] = buf
             pieces.append(self.env[key])
         if need.combine == "cat" and need.cut_dim is not None:  # channel pieces, laid out
-            value = _as_traced(_join(pieces, need.dim, 1),  # as the kernel lays them out
+            value = as_traced(join_batch(pieces, need.dim, 1),  # as the kernel lays them out
                                self.graphs[need.batch][need.source])
         elif need.combine == "cat":
-            value = _join(pieces, need.dim, need.outer)
+            value = join_batch(pieces, need.dim, need.outer)
+        elif need.combine == "index":
+            row = self.row(need.batch, need.source)
+            value = join_shards(pieces, need.dim, need.runs, row.shape, row.dtype)
         elif need.combine == "sum":
             value = pieces[0].clone()
             for p in pieces[1:]:
@@ -236,11 +205,11 @@ class RankRunner:
             values, rows = {need.source: value}, self.graphs[need.batch]
             for v in need.views:
                 row = rows[v]
-                values[v] = value = self.targets[row.target](*_bind(row.args, values),
-                                                             **_bind(row.kwargs, values))
+                values[v] = value = self.targets[row.target](*bind(row.args, values),
+                                                             **bind(row.kwargs, values))
         if need.how == "slice":
             dim = need.slice_dim if need.slice_dim is not None else need.dim
-            value = _cut(value, dim, need.outer, need.index, need.count)
+            value = cut_batch(value, dim, need.outer, need.index, need.count)
         return value
 
     # -- gradients and updates
@@ -250,11 +219,19 @@ class RankRunner:
         held = self.acc.get(update)
         self.acc[update] = value.clone() if held is None else held.add_(value)
 
+    def tensor_sum(self, node: str, mb: int, ranks: tuple) -> None:
+        """A tensor-parallel partial sum all-reduced among its parts' ranks."""
+        q = ranks.index(self.rank)
+        total = self.env[(node, mb, q)].contiguous().clone()
+        dist.all_reduce(total, group=self.groups[tuple(sorted(ranks))])
+        self.env[(f"{node}@sum", mb, q)] = total
+
     def gradient(self, update: int):
         held = self.acc.get(update)
         if held is None:
-            p = self.weights[self.updates[update]]
-            held = torch.zeros_like(p)
+            name = self.updates[update]
+            shard = self.tensor.held.get(name)
+            held = torch.zeros_like(shard[0] if shard else self.weights[name])
         return held.div_(self.m) if self.m > 1 else held
 
     def reduce(self, red: Reduction) -> None:
@@ -298,6 +275,13 @@ class RankRunner:
         g = self.reduced.get(t.op)
         if g is None:
             g = self.gradient(t.op)
+        if name in self.tensor.held:  # a tensor-parallel part's own shard
+            leaf = self.tensor.held[name][0]
+            leaf.grad = g.to(leaf.dtype).reshape(leaf.shape)
+            leaf.data = leaf.data.clone()  # later readers of this step keep the old one
+            self.optimizer(("tensor", name), leaf).step()
+            leaf.grad = None
+            return
         if t.op in self.shard_of:  # this rank's shard (ZeRO): its own leaf and optimizer
             shard = self.shards.get(t.op)
             k = self.shard_of[t.op]
@@ -350,6 +334,7 @@ class RankRunner:
 
     def unshard(self) -> None:
         """Every sharded weight gathered whole (to report the trained weights)."""
+        self.tensor.unshard(self.groups)
         for u, (ranks, _) in sorted(self.program.sharded.items()):
             self.gather(Reduction((u,), ranks, ranks, "gather"))
 

@@ -57,14 +57,18 @@ class NodeInfo:
 @dataclass(frozen=True)
 class Layout:
     """How a node's output of one micro-batch is held: ``kind`` (whole, slice, partial,
-    replica, channel, or view: a view of a channel-split op's output, made by whoever reads it
-    from the joined output), its ``devices`` (one per part) and the dimension ``dim`` its
-    parts cut (slices: the batch's; channel: the channel's)."""
+    replica, channel, view: a view of a channel-split op's output, made by whoever reads it
+    from the joined output, shard: part k holds index runs ``runs[k]`` along ``dim``, or
+    tpartial: a tensor-parallel partial sum, `moplace.torch.tensorprobe`), its ``devices``
+    (one per part), the dimension ``dim`` its parts cut (slices: the batch's; channel: the
+    channel's) and what the parts ``split`` (batch, channel or tensor)."""
 
     kind: str
     devices: tuple[int, ...]
     dim: int | None = None
     outer: int | None = 1
+    split: str = "batch"
+    runs: tuple | None = None
 
     @property
     def parts(self) -> int:
@@ -73,7 +77,7 @@ class Layout:
     @property
     def cut(self) -> int:
         """How many parts the batch its pieces were computed at is cut into."""
-        return 1 if self.kind in ("channel", "view") else self.parts
+        return self.parts if self.split == "batch" else 1
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,9 @@ class Need:
     ``one``; ``recv`` the pieces (part, source rank, tag) that arrive from other ranks.
     ``base`` and ``views``: a view of a channel-split output is made from the pieces of node
     ``base``, joined, then the view nodes ``views`` run on it; ``cut_dim``: the dimension
-    channel pieces are cut along (of ``parts``), None for pieces computed at a part's batch.
+    channel pieces and tensor shards are cut along (of ``parts``; shards: by ``runs``, and
+    ``combine`` is ``index``), None for pieces computed at a part's batch; ``select``: the
+    index runs along ``select_dim`` a tensor part takes of the whole value (its shard).
     """
 
     node: str
@@ -104,6 +110,9 @@ class Need:
     views: tuple[str, ...] = ()
     cut_dim: int | None = None
     parts: int = 1
+    runs: tuple | None = None
+    select: tuple | None = None
+    select_dim: int | None = None
 
     @property
     def source(self) -> str:
@@ -135,7 +144,9 @@ class Program:
     [Need...], Layout)])``, ``("update", Task)``, ``("reduce", Reduction)``, ``("gather",
     Reduction)`` (ZeRO's shards gathered: after the update under ZeRO-1, before the weight's
     first use under ZeRO-3), ``("regather", Reduction)`` (ZeRO-3's gather for the backward:
-    the weight's op run again on it) or ``("collect", update op, Need)`` (a gradient computed
+    the weight's op run again on it), ``("tpsum", node, mb, ranks)`` (a tensor-parallel
+    partial sum all-reduced among its parts' ranks, kept as node ``NODE@sum``) or
+    ``("collect", update op, Need)`` (a gradient computed
     in channel parts joined on this rank, added to the update's sum); ``sends``: (node, mb,
     part) -> [(destination rank, tag)]; ``grads``: the gradient contributions this rank
     computes, (node, mb, part) -> the update op they go to; ``sharded``: under ZeRO-3, update

@@ -76,6 +76,7 @@ def plan_classes(graph, n: int, *, nsga2_points: int = 2, seed: int = 0) -> list
     heads = recomputable_heads(graph)
     layer = base.layer_split(graph, n)
     dp = base.data_parallel(graph, n)
+    tp = base.tensor_parallel(graph, n)
     plans = [("single", base.single(graph, n)),
              ("data parallel, 25 MiB buckets", dp),
              ("data parallel, a bucket per weight", base.data_parallel(graph, n, 0.0)),
@@ -91,7 +92,9 @@ def plan_classes(graph, n: int, *, nsga2_points: int = 2, seed: int = 0) -> list
              ("single, every group recomputed", base.single(graph, n).with_recompute(heads)),
              ("ZeRO-1", dp.with_options(zero_stage=1)),
              ("ZeRO-3", dp.with_options(zero_stage=3)),
-             ("tensor parallel", base.tensor_parallel(graph, n))]
+             ("tensor parallel", tp),
+             ("tensor parallel, 2 micro-batches", tp.with_options(micro_batches=2)),
+             ("tensor parallel, every other group recomputed", tp.with_recompute(heads[::2]))]
     if nsga2_points:
         plans += _front_points(graph, n, nsga2_points, seed)
     return plans
