@@ -3,9 +3,10 @@
     python3 experiments/torch_split_equivalence.py [--model experiments/models/gpt.py]
         [--batch 8] [--processes 2] [--steps 2] [--out FILE]
 
-Every plan class (single, data parallel with buckets, layer split, round robin, batch split
-of the matmuls, 1F1B and GPipe pipelines, data parallel with micro-batches, recomputation,
-ZeRO-1 and ZeRO-3) and NSGA-II front points, each applied for real on a testbed of
+Every plan class (single, data parallel with buckets, layer split, round robin, batch and
+channel splits of the matmuls and attention, 1F1B and GPipe pipelines, data parallel with
+micro-batches, recomputation, ZeRO-1 and ZeRO-3, tensor-parallel blocks) and NSGA-II front
+points, and channel splits of every matmul and attention with the tensor blocks dissolved, each applied for real on a testbed of
 ``--processes`` gloo processes (`moplace.torch.apply`) for ``--steps`` steps against the model
 trained the same steps on one device by plain PyTorch (the same seed: the same weights and
 batch). Prints the largest difference of the losses (relative) and of the updated weights
@@ -39,7 +40,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     os.environ.setdefault("GPT_DIMS", "64,4,2,32,256")
-    from moplace.torch.equivalence import plan_classes, reference_step, run_plans
+    from moplace.torch.equivalence import (plan_classes, reference_step, run_plans,
+                                           split_matmuls, without_tensor_blocks)
     from moplace.torch.frontend import profile_torch_model
 
     t0 = time.perf_counter()
@@ -59,13 +61,18 @@ def main(argv=None) -> int:
     graph = profile_torch_model(model, args.batch, ["cpu"], target_kind="cpu", **extra).graph
     ref = reference_step(graph, args.steps)
     plans = plan_classes(graph, args.processes, nsga2_points=args.nsga2)
-    lines = [f"{'plan':<34} {'loss rel diff':>14} {'max |d weight|':>15} {'verdict':>8} "
+    lines = [f"{'plan':<56} {'loss rel diff':>14} {'max |d weight|':>15} {'verdict':>8} "
              f"{'step (ms)':>10}"]
     print(lines[0], flush=True)
-    for row in run_plans(graph, plans, args.processes, ref, steps=args.steps):
-        line = (f"{row['plan']:<34} {row['loss_rel']:>14.2e} {row['weight_abs']:>15.2e} "
+    loose = without_tensor_blocks(graph)
+    rows = list(run_plans(graph, plans, args.processes, ref, steps=args.steps))
+    rows += run_plans(loose, [("every matmul and attention on channel (blocks dissolved)",
+                               split_matmuls(loose, args.processes, "channel"))],
+                      args.processes, ref, steps=args.steps)
+    for row in rows:
+        line = (f"{row['plan']:<56} {row['loss_rel']:>14.2e} {row['weight_abs']:>15.2e} "
                 f"{row['verdict']:>8} {row['step_ms']:>10.1f}" if row["ran"] else
-                f"{row['plan']:<34} refused: {row['reason']}")
+                f"{row['plan']:<56} refused: {row['reason']}")
         lines.append(line)
         print(line, flush=True)
     dims = f" GPT_DIMS={os.environ['GPT_DIMS']}" if not model.startswith("hf:") else ""

@@ -48,10 +48,13 @@ def test_the_runner_rule(tiny):
     keras = type(vgg)(vgg.ops, vgg.edges, name="k", metadata={"format": "tensorflow"})
     assert runners(keras, baseline("round-robin", keras, 4)) == ["moplace-apply"]
     dp = baseline("data-parallel", tiny, 8)
-    # a PyTorch graph's plans run on the PyTorch testbed, but for tensor splits
+    # a PyTorch graph's plans run on the PyTorch testbed, tensor-parallel blocks too
     assert runners(tiny, dp.with_options(zero_stage=3)) == ["torchtitan", "moplace-apply"]
     assert "megatron" in runners(tiny, dp.with_options(zero_stage=1))  # no Megatron FSDP
-    assert "moplace-apply" not in runners(tiny, baseline("tensor-parallel", tiny, 8))
+    assert "moplace-apply" in runners(tiny, baseline("tensor-parallel", tiny, 8))
+    # but for a batch that does not cut into the micro-batches
+    odd_batch = dp.with_options(micro_batches=tiny.metadata["source"]["batch_size"] * 2)
+    assert "moplace-apply" not in runners(tiny, odd_batch)
     some = regular_plan(tiny, Degrees(8, 1, "data", 1, "1f1b", "none", 0))
     heads = DegreeSpace(tiny, 8, "torchtitan").recompute_heads["full"][:3]
     # a set of groups: no flag names it

@@ -117,6 +117,38 @@ def test_zero3_gathers_each_weight_before_its_first_use_and_not_after_updates(gp
         assert any(s[0] == "regather" for s in prog.steps)  # the blocks' backward
 
 
+def test_tensor_parts_hold_their_heads_of_a_fused_projection_and_sum_partials(gpt_graph):
+    """nn.MultiheadAttention's fused query-key-value projection: part k holds the rows of its
+    heads of each of the three (three runs, not one half), its bias the same rows though the
+    key bias's gradient is zero by the maths; the row linear's partial sums are all-reduced
+    among the parts before a node outside the block reads them."""
+    from moplace.torch.applyprep import prepare
+
+    g = gpt_graph
+    plan = base.tensor_parallel(g, 2)
+    programs, *_ = prepare(g, plan, simulate(g, _cluster(2), plan), 2)
+    layouts = {}
+    for prog in programs:
+        for step in prog.steps:
+            if step[0] == "task":
+                for name, _, lay in step[2]:
+                    layouts[(g.ops[step[1].op].name, name)] = lay
+    weight = next(lay for (op, _), lay in layouts.items()
+                  if op == "param/blocks.0.attn.in_proj_weight")
+    bias = next(lay for (op, _), lay in layouts.items()
+                if op == "param/blocks.0.attn.in_proj_bias")
+    h = 64  # DIMS: hidden 64
+    assert weight.kind == "shard" and weight.dim == 0
+    assert weight.runs[0] == ((0, h // 2), (h, 3 * h // 2), (2 * h, 5 * h // 2))
+    assert bias.runs == weight.runs
+    sums = [s for p in programs for s in p.steps if s[0] == "tpsum"]
+    assert sums and all(set(s[3]) == {0, 1} for s in sums)
+    assert {s[0] for p in programs for s in p.steps} >= {"task", "update", "tpsum"}
+    assert not any(s[0] == "reduce" for p in programs for s in p.steps
+                   if s[0] == "reduce" and g.ops[s[1].update].name.startswith(
+                       "update/blocks.0.attn.in_proj"))  # each part updates its own shard
+
+
 def test_what_the_testbed_cannot_run_is_refused_by_name_before_any_process(gpt_graph):
     from moplace.torch.apply import apply_torch
 

@@ -25,8 +25,9 @@ framework's configuration names:
 
 A plan runs on **moplace-apply** when its graph came from a front end that ``moplace apply``
 runs (`APPLY_FORMATS`, read from the graph's ``metadata["format"]``): any plan of a Keras
-graph; a plan of a PyTorch graph that the PyTorch testbed runs (`pytorch_refusal`: splits on
-batch only, the batch cutting into its micro-batches and parts).
+graph; a plan of a PyTorch graph that the PyTorch testbed runs (`pytorch_refusal`: the batch
+cutting into its micro-batches and batch parts; what the testbed finds only in the traced
+step, it refuses when it plans).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import time
 
 from ._torch import torch
 from .applytypes import Program, Reduction, Task
-from .applyvalues import as_traced, bind, cut_batch, join_batch, input_shapes, resolve_target
+from .applyvalues import as_traced, bind, cut_batch, input_shapes, join_batch, resolve_target
 from .channelsplit import channel_part, piece_sizes
 from .tensorparts import TensorShards, join_shards, local_args
 from .tensorprobe import run_indices, run_size

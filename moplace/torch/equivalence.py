@@ -72,7 +72,7 @@ def split_matmuls(graph, n: int, dim: str = "batch") -> Strategy:
 
 def plan_classes(graph, n: int, *, nsga2_points: int = 2, seed: int = 0) -> list:
     """(name, strategy) for every plan class on ``n`` devices, and ``nsga2_points`` points of
-    an NSGA-II front (the fastest and the least memory first)."""
+    an NSGA-II front the testbed runs (the fastest and the least memory first)."""
     heads = recomputable_heads(graph)
     layer = base.layer_split(graph, n)
     dp = base.data_parallel(graph, n)
@@ -108,7 +108,10 @@ def _front_points(graph, n: int, k: int, seed: int) -> list:
 
     problem = Problem(graph, TorchTestbed.placeholder_cluster(n))
     result = search(problem, make_searcher("nsga2"), budget=300, seed=seed)
-    points = sorted(result.front, key=lambda p: p.values[0])
+    from ..core.runners import pytorch_refusal
+
+    points = sorted((p for p in result.front if pytorch_refusal(graph, p.strategy) is None),
+                    key=lambda p: p.values[0])
     picked = points[:1] + sorted(points[1:], key=lambda p: p.values[2])[:max(k - 1, 0)]
     return [(f"NSGA-II point {j} ({p.values[0] * 1e3:.1f} ms simulated)", p.strategy)
             for j, p in enumerate(picked[:k])]

@@ -6,18 +6,20 @@ A block's row-parallel linear cuts its input's features into ``n`` equal runs (M
 part k reads run k and yields a partial sum of the output). What each weight of the block
 holds for part k is what run k depends on: the entries whose gradient is not zero, for the
 input's run k and for the row linear's output from run k alone (a fused query-key-value
-projection so gets its rows of part k's heads in three runs, not one). Then every node of the
-block, forward and backward, is run again on the block's weights with every entry outside part
-k's set to NaN, its inputs from outside the block as the step makes them: the entries still
-numbers are part k's. A node is, for its parts:
+projection so gets its rows of part k's heads in three runs, not one; a key projection's bias,
+whose gradient the softmax cancels exactly, takes the runs of the weight that holds its
+entries). Then every node of the block, forward and backward, is run again on the block's
+weights with part k's entries set to NaN, its inputs from outside the block as the step makes
+them: the entries that turn NaN depend on part k (entries no part decides, such as the zeros
+of a select's backward, turn NaN for none). A node is, for its parts:
 
 - ``("shard", dim, runs)``: part k holds the entries of ``runs[k]`` (index runs, ``(start,
-  stop)`` each) along ``dim``, all of every other dimension (the runs of the parts cut the
-  dimension exactly);
-- ``("partial",)``: every part holds a partial sum of all of it (all NaN: it depends on every
-  part's weights; a row-parallel linear, the gradient of the block's input);
-- ``("replica",)``: every part computes all of it (no NaN: it depends on no weight of the
-  block).
+  stop)`` each) along ``dim``, all of every other dimension (each index along ``dim``
+  depends on exactly one part);
+- ``("partial",)``: every part holds a partial sum of all of it (what depends on one part
+  depends on every part: a row-parallel linear, the gradient of the block's input);
+- ``("replica",)``: every part computes all of it (it depends on no weight of the block);
+- ``("several",)``: a kernel of several outputs, whose items have specs of their own.
 
 A block that fits none of these (a weight every part uses whole, such as a norm over each
 head's features; a node whose entries of part k are not one run set along one dimension) is
@@ -78,11 +80,11 @@ def tensor_specs(traced, values: dict, weights: dict, infos: list, graph, blocks
     out = {}
     for block, names in blocks.items():
         out.update(_block_specs(block, [fx[m] for m in names], info, graph, values, weights,
-                                traced, n))
+                                n))
     return out
 
 
-def _block_specs(block, nodes, info, graph, values, weights, traced, n) -> dict:
+def _block_specs(block, nodes, info, graph, values, weights, n) -> dict:
     ops = graph.ops
     rows = [m for m in nodes if m.op == "call_function" and ops[info[m.name].op].partial_sums
             and ops[info[m.name].op].role == "forward" and info[m.name].place == "core"]

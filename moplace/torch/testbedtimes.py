@@ -1,8 +1,9 @@
 """Op times as the PyTorch testbed runs them (`testbed_op_times`): the graph's whole plan run on
 one of the testbed's processes, each task timed by the wall clock (the aten call and what the
 testbed pays around it: reading its inputs, keeping its output), at the traced batch and at
-each micro-batch the batch cuts into (2, 4, 8: what a part split that many ways on batch, or a
-micro-batch of a pipeline, runs), kept as the ``cpu`` kind's ``compute`` and ``part_compute``.
+each micro-batch the batch cuts into (2, 4, 8, 16: what a part split that many ways on batch,
+or a micro-batch of a pipeline, runs), kept as the ``cpu`` kind's ``compute`` and
+``part_compute``.
 
 The profiler's time of an op measured alone (`moplace.torch.measure`) leaves out that a
 testbed task costs about the same fixed time whatever its size: a part of a small op is not
@@ -21,7 +22,7 @@ import dataclasses
 from ..core.graph import OpGraph
 
 #: the part counts (and micro-batches) measured, where the batch cuts into them
-PART_COUNTS = (2, 4, 8)
+PART_COUNTS = (2, 4, 8, 16)
 
 
 def testbed_op_times(graph: OpGraph, testbed, *, steps: int = 3, warmup: int = 1,
