@@ -324,8 +324,9 @@ def test_fidelity_on_the_pytorch_testbed_from_the_command_line(tmp_path, monkeyp
     stem = tmp_path / "fid"
     assert main(["fidelity", GPT, "--batch", "8", "--testbed", "2", "--steps", "3",
                  "--front-points", "1", "--budget", "30", "--calibration", "2", "--no-mlflow",
-                 "-o", str(stem), "--quiet"]) == 0
+                 "--rounds", "2", "-o", str(stem), "--quiet"]) == 0
     data = json.loads((tmp_path / "fid.json").read_text())
+    assert data["rounds"] == 2
     ran = [r for r in data["rows"] if r["measured_s"]]
     assert len(ran) >= 10 and data["corrections"]["calibration_strategies"] == 2
     assert "PyTorch processes (gloo)" in data["testbed"]

@@ -113,6 +113,7 @@ def test_a_saved_report_is_logged_to_mlflow_with_its_table_and_figure(tmp_path, 
 
 @pytest.mark.parametrize("argv, says", [
     (["--front-points", "2"], "--front-points: hf:"),  # a testbed's option, not one device's
+    (["--rounds", "3"], "--rounds: hf:"),
     (["--testbed", "2", "--batch", "4,8"], "--testbed: one --batch size"),
     (["--testbed", "2", "--device", "cuda"], "--testbed: the testbed's processes share"),
     (["--device", "cuda"], "--device cuda: no CUDA device is visible"),

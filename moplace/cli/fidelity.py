@@ -57,6 +57,10 @@ def add_commands(sub) -> None:
     f.add_argument("--calibration", type=integer(0, 100),
                    help="(Keras, or PyTorch with --testbed) random strategies the "
                    "corrections are fitted on (default 6; 0: none)")
+    f.add_argument("--rounds", type=integer(1, 100),
+                   help="(PyTorch with --testbed) each strategy's least disturbed of so many "
+                   "rounds, run one after the other over all of them, for a machine other "
+                   "jobs share (default 1)")
     f.add_argument("--seed", type=integer(0, 2**32 - 1),
                    help="(Keras, or PyTorch with --testbed) random seed of the searches "
                    "and calibration (default 0)")
@@ -95,7 +99,7 @@ def _fidelity(args) -> int:
         return torch_fidelity(args)
     if is_torch_model(args.model):
         return _torch_testbed(args)
-    for flag in ("seq_len", "device"):
+    for flag in ("seq_len", "device", "rounds"):
         if getattr(args, flag) is not None:
             raise MoplaceError(f"--{flag.replace('_', '-')}: {args.model} is a Keras model; "
                                f"the option is for PyTorch and hf: models")
@@ -138,7 +142,8 @@ def _torch_testbed(args) -> int:
     from ..torch.testbed import TorchTestbed
     from ..torch.testbedfidelity import run_testbed_fidelity
 
-    extra = {"seq_len": args.seq_len[0] if args.seq_len else None, "dtype": args.dtype}
+    extra = {"seq_len": args.seq_len[0] if args.seq_len else None, "dtype": args.dtype,
+             "rounds": args.rounds or 1}
     return _testbed_report(args, TorchTestbed, run_testbed_fidelity, extra)
 
 

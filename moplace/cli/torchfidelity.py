@@ -14,7 +14,7 @@ from ..errors import MoplaceError
 from .fidelityout import report_outputs
 
 #: the options of a testbed's report, refused for a PyTorch model's one-device report
-KERAS_ONLY = ("front_points", "budget", "calibration", "seed")
+KERAS_ONLY = ("front_points", "budget", "calibration", "seed", "rounds")
 
 
 def is_torch_model(model: str) -> bool:
