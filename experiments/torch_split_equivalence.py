@@ -6,8 +6,9 @@
 Every plan class (single, data parallel with buckets, layer split, round robin, batch and
 channel splits of the matmuls and attention, 1F1B and GPipe pipelines, data parallel with
 micro-batches, recomputation, ZeRO-1 and ZeRO-3, tensor-parallel blocks) and NSGA-II front
-points, and channel splits of every matmul and attention with the tensor blocks dissolved, each applied for real on a testbed of
-``--processes`` gloo processes (`moplace.torch.apply`) for ``--steps`` steps against the model
+points, and channel splits of every matmul and attention with the tensor blocks dissolved,
+each applied for real on a testbed of ``--processes`` gloo processes (`moplace.torch.apply`)
+for ``--steps`` steps against the model
 trained the same steps on one device by plain PyTorch (the same seed: the same weights and
 batch). Prints the largest difference of the losses (relative) and of the updated weights
 (absolute) per plan, and whether they are within the tolerances of
@@ -18,6 +19,7 @@ batch). Prints the largest difference of the losses (relative) and of the update
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -65,10 +67,11 @@ def main(argv=None) -> int:
              f"{'step (ms)':>10}"]
     print(lines[0], flush=True)
     loose = without_tensor_blocks(graph)
-    rows = list(run_plans(graph, plans, args.processes, ref, steps=args.steps))
-    rows += run_plans(loose, [("every matmul and attention on channel (blocks dissolved)",
-                               split_matmuls(loose, args.processes, "channel"))],
-                      args.processes, ref, steps=args.steps)
+    rows = itertools.chain(  # printed as each plan finishes
+        run_plans(graph, plans, args.processes, ref, steps=args.steps),
+        run_plans(loose, [("every matmul and attention on channel (blocks dissolved)",
+                           split_matmuls(loose, args.processes, "channel"))],
+                  args.processes, ref, steps=args.steps))
     for row in rows:
         line = (f"{row['plan']:<56} {row['loss_rel']:>14.2e} {row['weight_abs']:>15.2e} "
                 f"{row['verdict']:>8} {row['step_ms']:>10.1f}" if row["ran"] else

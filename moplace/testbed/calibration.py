@@ -61,17 +61,14 @@ def simulate_by_latency(graph, cluster, strategy) -> list[float]:
     return [simulate(graph, with_latency(cluster, lat), strategy).makespan for lat in LATENCY_GRID]
 
 
-def run_features(graph, cluster, strategy) -> dict:
+def run_features(graph, cluster, strategy, trace=None) -> dict:
     """What the corrections read of a strategy, kept per run and per row of a report: its
     simulated step at each latency (`simulate_by_latency`), and its count of transfers between
-    devices (``messages``), of collectives (``collectives``) and the most compute tasks one
-    device runs (``tasks``), as the simulator runs it at ``cluster``'s latencies."""
-    trace = simulate(graph, cluster, strategy)
-    dev = np.asarray(trace.task_device)
-    tasks = np.bincount(dev[dev >= 0]) if np.any(dev >= 0) else np.zeros(1, int)
+    devices (``messages``) and of collectives (``collectives``), as the simulator runs it at
+    ``cluster``'s latencies (``trace``, when the caller has simulated it already)."""
+    trace = simulate(graph, cluster, strategy) if trace is None else trace
     return {"simulated_by_latency": simulate_by_latency(graph, cluster, strategy),
-            "messages": int(trace.n_transfers), "collectives": int(len(trace.collective_kind)),
-            "tasks": int(tasks.max())}
+            "messages": int(trace.n_transfers), "collectives": int(len(trace.collective_kind))}
 
 
 def _columns(runs: list[dict], terms: tuple[str, ...]) -> np.ndarray:

@@ -10,7 +10,7 @@ front end's ``run(strategy) -> ApplyResult``.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
@@ -50,7 +50,6 @@ class FidelityRow:
     simulated_by_latency: list[float] = field(default_factory=list)  # calibration.LATENCY_GRID
     messages: int = 0  # transfers between devices, as simulated (calibration.run_features)
     collectives: int = 0
-    tasks: int = 0  # the most compute tasks one device runs
 
 
 @dataclass
@@ -97,7 +96,9 @@ class FidelityReport:
     @classmethod
     def from_dict(cls, data: dict) -> "FidelityReport":
         """A report from its `as_dict` (a saved JSON report), to tabulate or log again."""
-        rows = [FidelityRow(**{**r, "spread_s": tuple(r["spread_s"]) if r.get("spread_s") else None})
+        known = {f.name for f in fields(FidelityRow)}  # a field a report had once is left
+        rows = [FidelityRow(**{**{k: v for k, v in r.items() if k in known},
+                               "spread_s": tuple(r["spread_s"]) if r.get("spread_s") else None})
                 for r in data["rows"]]
         return cls(data["model"], data["batch"], data["testbed"], data["ops"], data["steps"],
                    data["corrections"], rows, data.get("seconds", 0.0), data.get("rounds", 1))
@@ -123,7 +124,7 @@ class FidelityReport:
 def features(row: FidelityRow) -> dict:
     """A row's `moplace.testbed.calibration.run_features`, as it keeps them."""
     return {"simulated_by_latency": row.simulated_by_latency, "messages": row.messages,
-            "collectives": row.collectives, "tasks": row.tasks}
+            "collectives": row.collectives}
 
 
 def _speedup(rows) -> dict:
@@ -245,7 +246,7 @@ def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
             continue
         used = strategy.used_devices
         trace = simulate(graph, cluster, strategy)
-        features = run_features(graph, cluster, strategy)
+        features = run_features(graph, cluster, strategy, trace)
         row = FidelityRow(label, source, True, splits=len(strategy.splits), devices_used=len(used),
                           steps=steps, simulated_s=trace.makespan,
                           corrected_s=corrected(features, len(used), corrections),

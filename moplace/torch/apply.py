@@ -11,8 +11,8 @@ neither offered nor tested here.
     result.step_seconds, result.losses      # measured; simulate() gives the simulated step
 
 A strategy the testbed cannot run (a batch that does not cut into its parts, a graph traced
-for a GPU's attention kernels...) comes back ``expressible=False`` with the reason, before any process
-starts. A process that dies stops the others; the error names its rank and its last words.
+for a GPU's attention kernels...) comes back ``expressible=False`` with the reason, before any
+process starts. A process that dies stops the others; the error names its rank and its last words.
 """
 
 from __future__ import annotations

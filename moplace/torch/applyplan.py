@@ -24,10 +24,11 @@ a weight's gradient adds it up over its micro-batches, and the sums meet where t
 (`Reduction`): an all-reduce among the update's replicas (a reduce-scatter under ZeRO), or, for
 an update on one device, point-to-point sends to it; a gradient made in channel parts is
 joined where the update runs. Under ZeRO-3 each replica holds its shard of a weight between
-uses, gathered before the weight's op first runs and again before its group's first backward op
-that computes its gradient. Each reduction and each gather is an event placed in the one order just after the last task it waits for, so that
-every rank meets the collectives in the same order and no rank waits for one that waits for
-it: each rank's program is the one order, its own tasks and its collectives kept.
+uses, gathered before the weight's op first runs and again before its group's first backward
+op that computes its gradient. Each reduction and each gather is an event placed in the one
+order just after the last task it waits for, so that every rank meets the collectives in the
+same order and no rank waits for one that waits for it: each rank's program is the one order,
+its own tasks and its collectives kept.
 """
 
 from __future__ import annotations
@@ -363,9 +364,9 @@ def plan_program(nodes: list[NodeInfo], graph: OpGraph, strategy: Strategy, task
                  tensor: dict | None = None) -> list[Program]:
     """Every rank's `Program` for ``tasks`` (`moplace.torch.applyprep.ordered_tasks`) over
     the graph ``nodes`` (`NodeInfo`, in graph order); ``gradients``: gradient node -> the
-    update op it goes to;
-    ``batch``: the traced batch; ``tensor``: parts -> node -> its spec in a tensor-parallel
-    block cut so (`moplace.torch.tensorprobe`). `PlanRefused` says what cannot run."""
+    update op it goes to; ``batch``: the traced batch; ``tensor``: parts -> node -> its spec
+    in a tensor-parallel block cut so (`moplace.torch.tensorprobe`). `PlanRefused` says what
+    cannot run."""
     planner = _Planner(nodes, graph, strategy, gradients, batch, n_ranks, tensor)
     programs, events = planner.run(tasks)
     # merge: each rank's tasks (already in order) with the events placed after positions

@@ -310,14 +310,13 @@ def _layout(a, b, batch: int):
 def _tensor_specs(strategy, graph, infos, traced, source, batch) -> dict:
     """parts -> node -> its spec, for the tensor-parallel blocks ``strategy`` cuts
     (`moplace.torch.tensorprobe`), found once per model, batch, blocks and parts."""
-    from .tensorprobe import blocks_of, tensor_specs
+    from .tensorprobe import block_name, blocks_of, tensor_specs
 
     cut = {int(i): s.parts for i, s in strategy.splits.items() if s.dim == "tensor"}
     if not cut:
         return {}
-    groups = {graph.ops[i].colocation for i in cut}
-    blocks = {name: nodes for name, nodes in blocks_of(infos, graph).items()
-              if any(g is not None and g.startswith(f"tensor:{name}") for g in groups)}
+    names = {block_name(graph.ops[i].colocation) for i in cut}
+    blocks = {name: nodes for name, nodes in blocks_of(infos, graph).items() if name in names}
     out = {}
     for n in sorted(set(cut.values())):
         def probe(n=n):

@@ -115,11 +115,11 @@ class RankRunner:
                 out = self.placeholder(name, t, b, lay)
             else:
                 try:
-                    out = self.call(node, t, needs, lay)
+                    out = self.call(node, t, b, needs, lay)
                 except RuntimeError as e:  # which node of which task, for the testbed's report
                     raise RuntimeError(f"node {name} ({node.target}) of part {t.part + 1}/"
                                        f"{t.parts} of op {t.op}, micro-batch {t.mb}, reading "
-                                       f"{input_shapes(needs, self.env, t)}: {e}") from e
+                                       f"{input_shapes(needs, self.env)}: {e}") from e
             key = (name, t.mb, t.part)
             self.env[key] = out
             if t.clone or not send:
@@ -134,8 +134,7 @@ class RankRunner:
             if name == self.loss:
                 self.losses.append(float(out))
 
-    def call(self, node, t: Task, needs, lay):
-        b = self.batch // (self.m * t.cut)
+    def call(self, node, t: Task, b: int, needs, lay):
         values = {need.node: self.resolve(need, b) for need in needs}
         args, kwargs = bind(node.args, values), bind(node.kwargs, values)
         fn = self.targets[node.target]
@@ -189,7 +188,7 @@ class RankRunner:
             pieces.append(self.env[key])
         if need.combine == "cat" and need.cut_dim is not None:  # channel pieces, laid out
             value = as_traced(join_batch(pieces, need.dim, 1),  # as the kernel lays them out
-                               self.graphs[need.batch][need.source])
+                              self.row(need.batch, need.source))
         elif need.combine == "cat":
             value = join_batch(pieces, need.dim, need.outer)
         elif need.combine == "index":
@@ -284,10 +283,8 @@ class RankRunner:
             return
         if t.op in self.shard_of:  # this rank's shard (ZeRO): its own leaf and optimizer
             shard = self.shards.get(t.op)
-            k = self.shard_of[t.op]
-            if shard is None:
-                flat, size = self.padded(p.detach().reshape(-1), t.parts)
-                shard = self.shards[t.op] = flat[k * size:(k + 1) * size].clone()
+            if shard is None:  # ZeRO-1: cut from the weight at its first update
+                shard = self.cut_shard(t.op, self.shard_of[t.op], t.parts)
             shard.grad = g.to(shard.dtype)
             self.optimizer(("shard", t.op), shard).step()
             shard.grad = None
@@ -312,12 +309,18 @@ class RankRunner:
     def shard(self, update: int, ranks: tuple) -> None:
         """Keep this rank's shard of the weight ``update`` updates; free the weight."""
         p = self.weights[self.updates[update]]
-        k = ranks.index(self.rank)
-        flat, size = self.padded(p.detach().reshape(-1), len(ranks))
-        self.shards[update] = flat[k * size:(k + 1) * size].clone()
-        self.shard_of[update] = k
+        self.shard_of[update] = k = ranks.index(self.rank)
+        self.cut_shard(update, k, len(ranks))
         self.shapes[update] = p.shape
         p.data = p.data.new_empty(0)
+
+    def cut_shard(self, update: int, k: int, n: int):
+        """Shard ``k`` of ``n`` of the weight ``update`` updates (padded to equal shards), kept
+        as this rank's own leaf."""
+        p = self.weights[self.updates[update]]
+        flat, size = self.padded(p.detach().reshape(-1), n)
+        shard = self.shards[update] = flat[k * size:(k + 1) * size].clone()
+        return shard
 
     def regather(self, red: Reduction) -> None:
         """The weight gathered again for the backward, and its op's outputs made anew from it

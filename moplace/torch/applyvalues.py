@@ -51,7 +51,7 @@ def join_batch(pieces, dim: int, outer: int):
                                                                                      dim + 1)
 
 
-def input_shapes(needs, env, t) -> str:
+def input_shapes(needs, env) -> str:
     """The shapes of the inputs a task's node read (those it made or holds), for an error."""
     held = [env.get((n.source, n.mb, n.pieces[0])) for n in needs]
     return ", ".join(f"{n.node} {tuple(v.shape)}" if isinstance(v, torch.Tensor) else n.node

@@ -52,7 +52,9 @@ def run_size(runs) -> int:
 
 def run_indices(runs):
     """The indices of ``runs``, as a tensor."""
-    return torch.cat([torch.arange(a, b) for a, b in runs]) if runs else torch.zeros(0, dtype=torch.long)
+    if not runs:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat([torch.arange(a, b) for a, b in runs])
 
 
 #: kernels whose output's entries are not set
@@ -60,14 +62,21 @@ _UNSET = frozenset({"aten.empty_like.default", "aten.empty.memory_format",
                     "aten.new_empty.default", "aten.empty_strided.default"})
 
 
+def block_name(group: str | None) -> str | None:
+    """The tensor-parallel block a co-location group belongs to (``tensor:NAME``, an attention
+    core's ``tensor:NAME`` + `CORE_SUFFIX`), or None."""
+    if not group or not group.startswith("tensor:"):
+        return None
+    return group[7:].removesuffix(CORE_SUFFIX)
+
+
 def blocks_of(infos: list, graph) -> dict:
-    """Block name -> the names of its nodes (in graph order), from the graph's co-location
-    groups (``tensor:NAME``, an attention core's ``tensor:NAME`` + `CORE_SUFFIX`)."""
+    """Block name -> the names of its nodes (in graph order)."""
     out: dict = {}
     for n in infos:
-        group = graph.ops[n.op].colocation or ""
-        if group.startswith("tensor:"):
-            out.setdefault(group[7:].removesuffix(CORE_SUFFIX), []).append(n.name)
+        name = block_name(graph.ops[n.op].colocation)
+        if name is not None:
+            out.setdefault(name, []).append(n.name)
     return out
 
 

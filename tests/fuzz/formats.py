@@ -433,6 +433,7 @@ class Arguments:
         fidelity = ["fidelity", "nosuch.py", "--batch", "8", "--no-mlflow", "--json"]
         for extra in (["--testbed", "0"], ["--testbed", "65"], ["--testbed", BIG], ["--steps", "2"],
                       ["--calibration", "-1"], ["--front-points", "abc"], ["--batch", "0"],
+                      ["--rounds", "0"], ["--rounds", "x"], ["--rounds", "3"],
                       ["-o", "/proc/nope/x"], ["-o", str(wd)]):
             n.append((f"fidelity {' '.join(extra)[:30]}", fidelity + extra))
         n.append(("fidelity missing model file", fidelity))
