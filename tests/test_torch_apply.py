@@ -117,6 +117,44 @@ def test_zero3_gathers_each_weight_before_its_first_use_and_not_after_updates(gp
         assert any(s[0] == "regather" for s in prog.steps)  # the blocks' backward
 
 
+@pytest.mark.parametrize("stage", [0, 1, 3])
+@pytest.mark.parametrize("bucket", [0.0, 25 * 2**20])
+def test_replicas_reduce_gradients_in_the_simulators_buckets(gpt_graph, stage, bucket):
+    from collections import Counter
+
+    from moplace.simulator.collectives import KINDS
+    from moplace.torch.applyprep import prepare
+
+    g = gpt_graph
+    plan = base.data_parallel(g, 2).with_options(zero_stage=stage, bucket_bytes=bucket)
+    trace = simulate(g, _cluster(2), plan)
+    programs, *_ = prepare(g, plan, trace, 2)
+    kinds = Counter(KINDS[k] for k in trace.collective_kind.tolist())
+    trained = sum(op.role == "update" for op in g.ops)
+    for prog in programs:
+        reduces = [s[1] for s in prog.steps if s[0] == "reduce"]
+        how = "reducescatter" if stage else "allreduce"
+        assert {r.how for r in reduces} == {how}
+        assert len(reduces) == kinds[{"allreduce": "all-reduce",
+                                      "reducescatter": "reduce-scatter"}[how]]
+        assert (1 < len(reduces) < trained) if bucket == 0 else len(reduces) == 1
+        assert sorted(u for r in reduces for u in r.updates) == sorted(
+            i for i, op in enumerate(g.ops) if op.role == "update")
+        gathers = [s[1] for s in prog.steps if s[0] == "gather"]
+        if stage == 1:  # the updated shards gathered per bucket too
+            assert len(gathers) == kinds["all-gather"] == len(reduces)
+
+
+def test_zero_buckets_compute_the_one_device_step(gpt_graph):
+    from moplace.torch.equivalence import reference_step, run_plans
+
+    dp = base.data_parallel(gpt_graph, 2)
+    plans = [("ZeRO-1, one bucket", dp.with_options(zero_stage=1)),
+             ("ZeRO-3, one bucket", dp.with_options(zero_stage=3))]
+    rows = list(run_plans(gpt_graph, plans, 2, reference_step(gpt_graph, 2), steps=2))
+    assert [r["verdict"] for r in rows] == ["equal", "equal"], rows
+
+
 def test_tensor_parts_hold_their_heads_of_a_fused_projection_and_sum_partials(gpt_graph):
     """nn.MultiheadAttention's fused query-key-value projection: part k holds the rows of its
     heads of each of the three (three runs, not one half), its bias the same rows though the

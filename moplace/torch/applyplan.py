@@ -84,7 +84,8 @@ class _Planner:
                 updates.setdefault(t.op, []).append((pos, t))
                 continue
             self.plan_task(pos, t)
-        shared = []  # (ready position, first update, reduction): all-reduces to bucket
+        shared = []  # (ready position, first update, reduction): reductions to bucket
+        last_update = {u: max(p for p, _ in parts) for u, parts in updates.items()}
         for u, parts in sorted(updates.items()):
             first = min(p for p, _ in parts)
             ranks = tuple(dict.fromkeys(t.device for _, t in sorted(parts, key=lambda x: x[1].part)))
@@ -99,18 +100,19 @@ class _Planner:
                 if at >= first:
                     raise PlanRefused(f"update {self.graph.ops[u].name!r} runs before its "
                                       "gradient is complete")
-                if red.how == "allreduce":
-                    shared.append((at, first, red))
-                else:
+                if red.how == "send":
                     events.append((at, 2, ("reduce", red)))
+                else:
+                    shared.append((at, first, red))
             for pos, t in parts:
                 events.append((pos, 0, ("update", t)))
-            if red is not None and red.how == "reducescatter":
-                if self.strategy.zero_stage >= 3:
-                    events += self.weight_gathers(u, red)
-                else:
-                    events.append((max(p for p, _ in parts), 3, ("gather", red)))
-        events += [(at, 2, ("reduce", red)) for at, red in self.buckets(shared)]
+            if red is not None and red.how == "reducescatter" and self.strategy.zero_stage >= 3:
+                events += self.weight_gathers(u, replace(red))  # a bucket grows ``red``
+        for at, red in self.buckets(shared):
+            events.append((at, 2, ("reduce", red)))
+            if red.how == "reducescatter" and self.strategy.zero_stage < 3:
+                # ZeRO-1/2: the bucket's updated shards gathered after its last update
+                events.append((max(last_update[u] for u in red.updates), 3, ("gather", red)))
         return self.programs, events + self.events
 
     def weight_gathers(self, u: int, red: Reduction) -> list:
@@ -132,27 +134,27 @@ class _Planner:
         return out
 
     def buckets(self, shared) -> list:
-        """The all-reduces of ``shared`` grouped into buckets as DDP does: in the order their
-        gradients are complete, among the same ranks, up to the strategy's bucket size (0: each
-        on its own), a bucket closed early where an update of it would run before its last
-        gradient is complete; (position, reduction) each."""
+        """The reductions of ``shared`` in buckets, as the simulator makes them
+        (`moplace.simulator.buckets`): per ring and kind (all-reduce, or ZeRO's
+        reduce-scatter), the gradients in the order they are complete until the bucket holds
+        the strategy's bucket size (0: one gradient op's each); a bucket is also closed before
+        a gradient completed after one of its updates would run. (position, reduction) each."""
         limit = float(self.strategy.bucket_bytes)
-        out, current = [], None  # current: [at, first update, bytes, reduction]
+        out, open_ = [], {}  # (ranks, how) -> [at, first update, bytes, its index in out]
         for at, first, red in sorted(shared, key=lambda x: (x[0], x[2].update)):
-            size = self.grad_bytes(red.update)
-            if current is not None and current[3].ranks == red.ranks and \
-                    current[2] + size <= limit and at < current[1]:
-                merged = current[3]
+            size, key = self.grad_bytes(red.update), (red.ranks, red.how)
+            cur = open_.get(key)
+            # a gradient op's gradients share a bucket (the same last task makes them)
+            if cur is not None and (at == cur[0] or cur[2] < limit) and at < cur[1]:
+                merged = out[cur[3]][1]
                 merged.updates += red.updates
                 merged.contributors = tuple(sorted(set(merged.contributors)
                                                    | set(red.contributors)))
-                current[0], current[1], current[2] = at, min(current[1], first), current[2] + size
+                cur[:3] = [at, min(cur[1], first), cur[2] + size]
+                out[cur[3]] = (at, merged)
                 continue
-            if current is not None:
-                out.append((current[0], current[3]))
-            current = [at, first, size, red]
-        if current is not None:
-            out.append((current[0], current[3]))
+            open_[key] = [at, first, size, len(out)]
+            out.append((at, red))
         return out
 
     def grad_bytes(self, update: int) -> float:

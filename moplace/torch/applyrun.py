@@ -253,12 +253,16 @@ class RankRunner:
                 self.reduced[u] = flat[start:start + x.numel()].view_as(x)
                 start += x.numel()
             return
-        else:
-            flat, size = self.padded(g.reshape(-1), len(red.ranks))
-            shard = torch.empty(size, dtype=g.dtype)
-            dist.reduce_scatter_tensor(shard, flat, group=self.groups[red.ranks])
-            g = shard
-            self.shard_of[red.update] = red.ranks.index(self.rank)
+        else:  # ZeRO: a bucket reduce-scattered as one tensor, each rank left its shards
+            n, k = len(red.ranks), red.ranks.index(self.rank)
+            grads = [g] + [self.gradient(u) for u in red.updates[1:]]
+            rows = [self.padded(x.reshape(-1), n)[0].view(n, -1) for x in grads]
+            flat = torch.cat(rows, 1) if len(rows) > 1 else rows[0]
+            shard = torch.empty(flat.shape[1], dtype=g.dtype)
+            dist.reduce_scatter_tensor(shard, flat.reshape(-1), group=self.groups[red.ranks])
+            for u, piece in zip(red.updates, shard.split([r.shape[1] for r in rows])):
+                self.shard_of[u], self.reduced[u] = k, piece
+            return
         self.reduced[red.update] = g
 
     @staticmethod
@@ -297,13 +301,17 @@ class RankRunner:
         p.grad = None
 
     def gather(self, red: Reduction) -> None:
-        update, ranks = red.update, red.ranks
-        shard = self.shards[update]
-        p = self.weights[self.updates[update]]
-        shape = self.shapes.get(update, p.shape)
-        full = torch.empty(shard.numel() * len(ranks), dtype=shard.dtype)
-        dist.all_gather_into_tensor(full, shard.detach(), group=self.groups[ranks])
-        p.data = full[:shape.numel()].reshape(shape).clone()  # the old one stays for readers
+        """The shards of ``red``'s weights (a bucket under ZeRO-1/2: one all-gather) made
+        whole again on each of its ranks."""
+        shards = [self.shards[u].detach() for u in red.updates]
+        local = torch.cat(shards) if len(shards) > 1 else shards[0]
+        full = torch.empty(local.numel() * len(red.ranks), dtype=local.dtype)
+        dist.all_gather_into_tensor(full, local, group=self.groups[red.ranks])
+        rows = full.view(len(red.ranks), -1).split([s.numel() for s in shards], 1)
+        for u, row in zip(red.updates, rows):
+            p = self.weights[self.updates[u]]
+            shape = self.shapes.get(u, p.shape)
+            p.data = row.reshape(-1)[:shape.numel()].reshape(shape).clone()  # old one for readers
 
     # -- ZeRO-3: weights held in shards between uses
     def shard(self, update: int, ranks: tuple) -> None:
