@@ -56,7 +56,8 @@ def add_commands(sub) -> None:
                    "2000)")
     f.add_argument("--calibration", type=integer(0, 100),
                    help="(Keras, or PyTorch with --testbed) random strategies the "
-                   "corrections are fitted on (default 6; 0: none)")
+                   "corrections are fitted on (default 6; PyTorch 16: fewer leave its fit "
+                   "to chance; 0: none)")
     f.add_argument("--rounds", type=integer(1, 100),
                    help="(PyTorch with --testbed) each strategy's least disturbed of so many "
                    "rounds, run one after the other over all of them, for a machine other "
@@ -122,8 +123,8 @@ def _fidelity(args) -> int:
     return _testbed_report(args, Testbed, run_fidelity, {})
 
 
-def _testbed_defaults(args, steps: int) -> None:
-    for flag, value in {**KERAS_DEFAULTS, "steps": steps}.items():
+def _testbed_defaults(args, steps: int, calibration: int = 6) -> None:
+    for flag, value in {**KERAS_DEFAULTS, "steps": steps, "calibration": calibration}.items():
         setattr(args, flag, value if getattr(args, flag) is None else getattr(args, flag))
 
 
@@ -138,7 +139,7 @@ def _torch_testbed(args) -> int:
         raise MoplaceError("--testbed: the testbed's processes share this CPU (--device and "
                            "--micro-batches are for one device's report, without --testbed)")
     args.batch = args.batch[0]
-    _testbed_defaults(args, steps=10)
+    _testbed_defaults(args, steps=10, calibration=16)
     from ..torch.testbed import TorchTestbed
     from ..torch.testbedfidelity import run_testbed_fidelity
 

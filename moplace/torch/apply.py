@@ -38,8 +38,8 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
     """Run ``strategy`` on as many processes as ``cluster`` has devices (``testbed``: a
     `moplace.torch.testbed.TorchTestbed` of that size to run on; default: one started for
     this run); returns the result (``weights``: also ``result.weights``, every parameter
-    after the last step; ``time_ops``: also ``result.op_seconds``, op index -> its tasks' mean
-    wall-clock seconds on the rank running it) and the simulator's step for the same strategy
+    after the last step; ``time_ops``: also ``result.op_seconds``, op index -> the median over the timed
+    steps of its tasks' mean wall-clock seconds on the rank running it) and the simulator's step for the same strategy
     on ``cluster``."""
     from .applyprep import node_rows, prepare
     from .testbed import TorchTestbed

@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import pickle
+import statistics
 import sys
 
 
@@ -39,14 +40,16 @@ def run_job(job_dir: str, rank: int, dist) -> None:
     real = build_real(load_setup(source, batch), batch, "cpu")
     runner = RankRunner(job["programs"][rank], job["rows"], batch, job["micro_batches"], real,
                         job["parameters"], job["inputs"], job["updates"], job["loss"], groups)
-    seconds, losses = [], []
+    seconds, losses, op_steps = [], [], []
     total = job["warmup"] + job["steps"]
     for k in range(total):
-        if k == job["warmup"] and job.get("time_ops"):
+        if k >= job["warmup"] and job.get("time_ops"):
             runner.timing = {}
         s, lost = runner.step()
         if k >= job["warmup"]:
             seconds.append(s)
+            if runner.timing is not None:  # op -> its tasks' mean in this step
+                op_steps.append({op: t / n for op, (t, n) in runner.timing.items()})
         losses.append(lost)
         print(f"step {k + 1}/{total}", flush=True)
     if job.get("weights"):
@@ -56,10 +59,18 @@ def run_job(job_dir: str, rank: int, dist) -> None:
         torch.save(mine, os.path.join(job_dir, f"rank-{rank}.pt"))
     with open(os.path.join(job_dir, f"rank-{rank}.json"), "w") as f:
         json.dump({"rank": rank, "seconds": seconds, "losses": losses,
-                   "op_seconds": {str(op): t / n for op, (t, n) in (runner.timing or {}).items()}},
+                   "op_seconds": op_medians(op_steps)},
                   f)
     for group in groups.values():
         dist.destroy_process_group(group)
+
+
+def op_medians(op_steps: list[dict]) -> dict:
+    """Op -> the median over the timed steps of its tasks' mean seconds in a step (a step
+    another job disturbed moves a median less than a mean)."""
+    ops = sorted({op for step in op_steps for op in step})
+    return {str(op): statistics.median(step[op] for step in op_steps if op in step)
+            for op in ops}
 
 
 #: message sizes (bytes) the links are timed at, and round trips per size

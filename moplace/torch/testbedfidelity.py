@@ -18,7 +18,7 @@ from ..testbed.result import ApplyResult
 
 def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, warmup: int = 2,
                          profile_steps: int = 5, front_points: int = 6, budget: int = 2000,
-                         seed: int = 0, calibration: int = 6, rounds: int = 1,
+                         seed: int = 0, calibration: int = 16, rounds: int = 1,
                          seq_len: int | None = None, dtype: str | None = None,
                          progress=None) -> FidelityReport:
     """Profile ``model`` (a PyTorch model file or ``hf:NAME``) at ``batch`` for ``testbed``

@@ -1,6 +1,7 @@
 """Op times as the PyTorch testbed runs them (`testbed_op_times`): the graph's whole plan run on
 one of the testbed's processes, each task timed by the wall clock (the aten call and what the
-testbed pays around it: reading its inputs, keeping its output), at the traced batch and at
+testbed pays around it: reading its inputs, keeping its output), an op's time the median over
+10 steps (as a strategy's step is), at the traced batch and at
 each micro-batch the batch cuts into (2, 4, 8, 16: what a part split that many ways on batch,
 or a micro-batch of a pipeline, runs), kept as the ``cpu`` kind's ``compute`` and
 ``part_compute``.
@@ -25,7 +26,7 @@ from ..core.graph import OpGraph
 PART_COUNTS = (2, 4, 8, 16)
 
 
-def testbed_op_times(graph: OpGraph, testbed, *, steps: int = 3, warmup: int = 1,
+def testbed_op_times(graph: OpGraph, testbed, *, steps: int = 10, warmup: int = 1,
                      repeats: int = 1, progress=None) -> OpGraph:
     """``graph`` with its ``cpu`` op times measured on ``testbed`` (a
     `moplace.torch.testbed.TorchTestbed`) as the module docstring says; ``progress(stage,
