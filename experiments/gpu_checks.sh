@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 47, in one run on a machine with a CUDA device (under 10 minutes on
+# The GPU checks of issues 47 and 48, in one run on a machine with a CUDA device (under 10 minutes on
 # one H100 or H200): the tests marked `gpu` (tests/test_torch_gpu.py: measuring on the GPU,
 # the peak against max_memory_allocated, a model too big for it, fidelity there) and the
 # one-GPU fidelity table of three models of different sizes (`moplace fidelity`, bf16, the
@@ -62,5 +62,17 @@ for spec in "gpt2 8 512,1024" "gpt2-medium 8 512,1024" "gpt3-1.3b 8 512,1024"; d
         --force -o "$results/torch-fidelity-gpu-$1" 2>&1 | tee -a "$log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
+# issue 48: the PyTorch testbed of one process on the GPU (NCCL) runs the one-device plans,
+# recomputation among them, against the simulator on the kernel times measured there
+remaining=$(left)
+if [ "$remaining" -ge 30 ]; then
+    say "== testbed fidelity hf:gpt2 on the GPU (at most ${remaining} s; $(date -u +%H:%M:%S))"
+    timeout "$remaining" python3 -m moplace.cli fidelity hf:gpt2 --batch 8 --seq-len 512 \
+        --dtype bf16 --testbed 1 --device cuda --steps 10 --front-points 0 --calibration 0 \
+        --no-mlflow --quiet --force -o "$results/torch-testbed-gpu-gpt2" 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+else
+    say "testbed fidelity on the GPU: skipped, the run's ${budget} s are spent"; status=1
+fi
 say "done in $(( SECONDS - start )) s: tests exit $tests, fidelity exit $status; results in $results"
 [ "$tests" -eq 0 ] && [ "$status" -eq 0 ]

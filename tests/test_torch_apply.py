@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 from moplace.core import baselines as base  # noqa: E402
 from moplace.simulator.engine import simulate  # noqa: E402
@@ -258,6 +258,18 @@ def test_profile_on_a_testbed_then_apply_from_the_command_line(tmp_path, monkeyp
     save_strategy(plan, g, baselines.data_parallel(g, 2).with_options(micro_batches=4))
     assert main(["apply", str(graph), "--strategy", str(plan), "--steps", "2"]) == 2
     assert "does not cut into 4 micro-batches" in capsys.readouterr().err
+    if torch.cuda.device_count() < 2:  # a GPU each, before any work
+        assert main(["apply", str(graph), "--baseline", "single", "--steps", "2", "--device",
+                     "cuda"]) == 2
+        assert "a testbed of 2 processes needs 2 GPUs, one each" in capsys.readouterr().err
+
+
+def test_device_is_refused_for_a_graph_not_profiled_from_pytorch(capsys):
+    from moplace.cli import main
+
+    assert main(["apply", "pipedream:resnet50", "--baseline", "single", "--steps", "1",
+                 "--device", "cpu"]) == 2
+    assert "not profiled from a PyTorch model" in capsys.readouterr().err
 
 
 def _random_plans(graph, count: int, seed: int = 1, tries: int = 200):

@@ -115,7 +115,7 @@ def test_a_saved_report_is_logged_to_mlflow_with_its_table_and_figure(tmp_path, 
     (["--front-points", "2"], "--front-points: hf:"),  # a testbed's option, not one device's
     (["--rounds", "3"], "--rounds: hf:"),
     (["--testbed", "2", "--batch", "4,8"], "--testbed: one --batch size"),
-    (["--testbed", "2", "--device", "cuda"], "--testbed: the testbed's processes share"),
+    (["--testbed", "2", "--device", "cuda"], "a testbed of 2 processes needs 2 GPUs, one each"),
     (["--device", "cuda"], "--device cuda: no CUDA device is visible"),
 ])
 def test_options_a_pytorch_model_cannot_take_are_one_line(tmp_path, capsys, argv, says):

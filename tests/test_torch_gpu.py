@@ -7,7 +7,8 @@ What they hold: the measured kind is the GPU's; the traced graph runs there with
 ops moved; the simulator's one-device step on the measured kernel times is within 25% of the
 real step, and its peak within 5% of ``max_memory_allocated`` with the optimizer state as torch
 keeps it (``--optimizer adam``: AdamW on bf16 weights, bf16 moments, no master copy); a model
-that does not fit is one line; ``moplace fidelity`` runs its plans there.
+that does not fit is one line; ``moplace fidelity`` runs its plans there, and the PyTorch
+testbed of one process on the GPU (NCCL) runs the one-device plans, recomputation among them.
 """
 
 from __future__ import annotations
@@ -107,6 +108,36 @@ def test_fidelity_runs_the_plans_on_the_gpu(tmp_path, capsys):
     assert all(rows[k]["measured_s"] > 0 and rows[k]["measured_peak_bytes"] > 0 for k in rows)
     assert rows[4]["measured_peak_bytes"] < rows[1]["measured_peak_bytes"]
     assert data["summary"]["runs"] == 3
+
+
+def test_the_testbed_runs_the_recomputed_plans_on_the_gpu(tmp_path, capsys):
+    """The PyTorch testbed on one GPU (NCCL): the one-device plans, recomputation among them,
+    run for real beside the simulator on the kernel times measured there."""
+    stem = tmp_path / "testbed"
+    assert main(["fidelity", "hf:gpt2", "--batch", "8", "--seq-len", "256", "--dtype", "bf16",
+                 "--testbed", "1", "--device", "cuda", "--steps", "5", "--front-points", "0",
+                 "--calibration", "0", "--no-mlflow", "-o", str(stem), "--json",
+                 "--quiet"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    print(stem.with_suffix(".txt").read_text())
+    rows = {r["strategy"]: r for r in data["rows"] if r["measured_s"]}
+    single, again = rows["single"], rows["single, every other group recomputed"]
+    assert again["measured_s"] > single["measured_s"] > 0
+    assert 0 < again["measured_peak_bytes"][0] < single["measured_peak_bytes"][0]
+    for row in rows.values():  # the simulator on the measured kernel times
+        assert abs(row["corrected_s"] / row["measured_s"] - 1) < 0.5, row
+
+
+def test_apply_on_the_gpu_prints_its_peak(tmp_path, capsys):
+    out = tmp_path / "gpt2.json"
+    assert main(["profile", "hf:gpt2", "--batch", "4", "--seq-len", "256", "--dtype", "bf16",
+                 "--measure", "--steps", "2", "-o", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["apply", str(out), "--baseline", "single", "--steps", "3", "--device",
+                 "cuda", "--json", "--quiet"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["expressible"] and data["trained"] and data["device"] == "cuda"
+    assert list(data["peak_memory_bytes"].values())[0] > 0
 
 
 def _run_plainly() -> int:

@@ -38,7 +38,8 @@ def add_commands(sub) -> None:
                         "torch_dtype, else fp32)")
     f.add_argument("--device", choices=("cuda", "cpu"),
                    help="(PyTorch only) the GPU (default where one is visible) or "
-                        "this CPU")
+                        "this CPU; with --testbed K, where its processes run (default cpu; "
+                        "cuda: a GPU each, NCCL)")
     f.add_argument("--micro-batches", type=integers(1, 1024), default=[1, 2, 4, 8],
                    metavar="K,...", help="(PyTorch only) the one-device plans, as "
                    "micro-batches accumulating their gradients (default 1,2,4,8; 1: single)")
@@ -135,17 +136,20 @@ def _torch_testbed(args) -> int:
         raise MoplaceError("--testbed: one --batch size (the plans run at it)")
     if args.seq_len is not None and len(args.seq_len) > 1:
         raise MoplaceError("--testbed: one --seq-len (the plans run at it)")
-    if args.device not in (None, "cpu") or args.micro_batches != [1, 2, 4, 8]:
-        raise MoplaceError("--testbed: the testbed's processes share this CPU (--device and "
-                           "--micro-batches are for one device's report, without --testbed)")
+    if args.micro_batches != [1, 2, 4, 8]:
+        raise MoplaceError("--testbed: --micro-batches is for one device's report, without "
+                           "--testbed (the testbed's plans choose their micro-batches)")
     args.batch = args.batch[0]
     _testbed_defaults(args, steps=10, calibration=16)
     from ..torch.testbed import TorchTestbed
     from ..torch.testbedfidelity import run_testbed_fidelity
 
+    device = args.device or "cpu"
+    TorchTestbed.check_device(device, args.testbed)  # before any work
     extra = {"seq_len": args.seq_len[0] if args.seq_len else None, "dtype": args.dtype,
              "rounds": args.rounds or 1}
-    return _testbed_report(args, TorchTestbed, run_testbed_fidelity, extra)
+    return _testbed_report(args, lambda k: TorchTestbed(k, device=device),
+                           run_testbed_fidelity, extra)
 
 
 def _testbed_report(args, make_testbed, run, extra: dict) -> int:

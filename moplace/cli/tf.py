@@ -115,6 +115,9 @@ def add_commands(sub) -> None:
                        help="run on a testbed of K worker processes (default: the testbed the "
                        "graph was profiled on, if any; a PyTorch graph: K processes joined by "
                        "torch.distributed, gloo)")
+    a.add_argument("--device", choices=("cpu", "cuda"),
+                   help="(PyTorch graphs) where the testbed's processes run: cpu (default; "
+                   "gloo) or cuda (a GPU each, NCCL)")
     a.add_argument("--cluster", type=file_arg, help="cluster for the simulated runtime (default: the measured one)")
     a.add_argument("--steps", type=integer(1, 10**6), required=True, help="timed steps (after 2 warm-up steps)")
     a.add_argument("--json", action="store_true", help="print exactly one JSON object")
@@ -236,6 +239,9 @@ def _apply(args) -> int:
 
     if is_torch_graph(graph):
         return apply_torch_graph(args, graph, cluster)
+    if args.device is not None:
+        raise MoplaceError(f"--device: graph {graph.name!r} was not profiled from a PyTorch "
+                           "model; the option is for a PyTorch graph's testbed")
     _require_tensorflow("apply")
     from ..tf.source import profiled_source
 

@@ -36,6 +36,13 @@ def apply_torch_graph(args, graph, cluster) -> int:
     from ..io.strategies import load_strategy
     from ..torch.testbed import TorchTestbed
 
+    device = args.device or "cpu"
+    TorchTestbed.check_device(device, count)  # before any work
+
+    if cluster is None and device == "cuda":  # the GPUs it runs on
+        from ..torch.device import device_info
+
+        cluster = TorchTestbed.gpu_cluster(count, device_info("cuda"))
     plan_cluster = cluster or _recorded_cluster(graph, count)
     strategy = (load_strategy(args.strategy, graph, plan_cluster, point=args.point)
                 if args.strategy else baseline(args.baseline, graph, count))
@@ -45,12 +52,14 @@ def apply_torch_graph(args, graph, cluster) -> int:
 
     label = strategy_label(args.strategy, args.point) if args.strategy else args.baseline
     with Display("quiet" if args.json or args.quiet else "auto") as display:
-        job = display.job(f"apply to {graph.name} ({count} PyTorch processes)")
+        job = display.job(f"apply to {graph.name} ({count} PyTorch processes"
+                          f"{', a GPU each' if device == 'cuda' else ''})")
         result, simulated = apply_torch(graph, strategy, plan_cluster, steps=args.steps,
-                                        progress=job)
+                                        progress=job, device=device)
     measured_s = result.measured_step_s
     ranks = [statistics.median(r) for r in result.rank_seconds] if result.rank_seconds else []
-    out = {"graph": graph.name, "testbed": count, "strategy": label, "point": args.point,
+    out = {"graph": graph.name, "testbed": count, "device": device, "strategy": label,
+           "point": args.point, "peak_memory_bytes": result.peak_memory_bytes,
            "expressible": result.expressible, "reason": result.reason,
            "measured_step_s": measured_s, "runtime_s": simulated,
            "relative_error": (simulated - measured_s) / measured_s if measured_s else None,
@@ -64,6 +73,11 @@ def apply_torch_graph(args, graph, cluster) -> int:
           f"of {args.steps}, the slowest rank's each step), simulated {simulated * 1e3:.3f} ms "
           f"({out['relative_error']:+.1%}); per rank (ms): {per_rank}; loss "
           f"{result.losses[0]:.4f} -> {result.losses[-1]:.4f}")
+    if result.peak_memory_bytes:
+        from ..review.units import fmt
+
+        print("peak memory per GPU: " + ", ".join(
+            f"{name} {fmt(v, 'bytes')}" for name, v in result.peak_memory_bytes.items()))
     for note in result.notes:
         print(f"note: {note}")
     return 0

@@ -3,9 +3,10 @@
 step in the simulator's order (`moplace.torch.applyplan`, `moplace.torch.applyrun`).
 
 On CPUs the processes talk over gloo, each pinned to its share of the cores
-(`moplace.testbed.procs`); this is what the tests run. NCCL, one GPU per process, is what
-the same code would use on a machine with several GPUs; our GPU machines have one, so it is
-neither offered nor tested here.
+(`moplace.testbed.procs`); this is what the tests run. With ``device="cuda"`` each process
+runs on a GPU of its own and they talk over NCCL (the same programs; the peak memory of each
+measured): a testbed of one runs on a machine with one GPU; several need as many GPUs, which
+our GPU machines do not have, so that is written for and not tested.
 
     result = apply_torch(graph, strategy, cluster, steps=10)
     result.step_seconds, result.losses      # measured; simulate() gives the simulated step
@@ -29,18 +30,18 @@ from ..simulator.engine import simulate
 from ..testbed.result import ApplyResult
 from .applyplan import PlanRefused
 
-KIND = "cpu"
-
 
 def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: int = 2,
                 progress=None, timeout: float = 600.0, seed: int = 0, weights: bool = False,
-                testbed=None, time_ops: bool = False) -> tuple[ApplyResult, float]:
+                testbed=None, time_ops: bool = False,
+                device: str = "cpu") -> tuple[ApplyResult, float]:
     """Run ``strategy`` on as many processes as ``cluster`` has devices (``testbed``: a
     `moplace.torch.testbed.TorchTestbed` of that size to run on; default: one started for
-    this run); returns the result (``weights``: also ``result.weights``, every parameter
-    after the last step; ``time_ops``: also ``result.op_seconds``, op index -> the median over the timed
-    steps of its tasks' mean wall-clock seconds on the rank running it) and the simulator's step for the same strategy
-    on ``cluster``."""
+    this run on ``device``, ``cpu`` or ``cuda``: a GPU each, NCCL); returns the result
+    (``weights``: also ``result.weights``, every parameter after the last step;
+    ``time_ops``: also ``result.op_seconds``, op index -> the median over the timed steps of
+    its tasks' mean wall-clock seconds on the rank running it; on GPUs the peak memory of
+    each) and the simulator's step for the same strategy on ``cluster``."""
     from .applyprep import node_rows, prepare
     from .testbed import TorchTestbed
 
@@ -50,12 +51,16 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
     if testbed is not None and testbed.count != n:
         raise MoplaceError(f"the cluster has {n} devices but the testbed {testbed.count} "
                            "processes")
+    device = testbed.device if testbed is not None else device
+    if testbed is None:
+        TorchTestbed.check_device(device, n)
     strategy.validate(graph, n)
     trace = simulate(graph, cluster, strategy)
     ticker = Ticker(progress, warmup + steps + 2)
     ticker.stage("planning each rank's part (tracing the model at each batch it runs at)")
     try:
-        programs, source, _, updates, traced = prepare(graph, strategy, trace, n, KIND)
+        programs, source, _, updates, traced = prepare(graph, strategy, trace, n,
+                                                       TorchTestbed.trace_kind(device))
     except PlanRefused as exc:
         return ApplyResult(False, str(exc)), trace.makespan
     ticker.tick()
@@ -73,7 +78,7 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
     job = {"programs": programs, "source": source, "batch": int(source["batch_size"]),
            "micro_batches": int(strategy.micro_batches), "updates": updates, "groups": groups,
            "owned": owned, "seed": seed, "steps": steps, "warmup": warmup, "weights": weights,
-           "time_ops": time_ops,
+           "time_ops": time_ops, "device": device,
            "rows": {b: node_rows(t) for b, t in traced.items()},
            "parameters": main.parameters, "inputs": list(main.inputs), "loss": main.loss}
 
@@ -88,19 +93,20 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
             pickle.dump(job, f)
         own = testbed is None
         if own:
-            ticker.stage(f"starting {n} PyTorch processes (gloo)")
-            testbed = TorchTestbed(n)
+            ticker.stage(f"starting {n} PyTorch processes "
+                         f"({'NCCL' if device == 'cuda' else 'gloo'})")
+            testbed = TorchTestbed(n, device=device)
         try:
             testbed.run(job_dir, on_line=heard, timeout=timeout)
         finally:
             if own:
                 testbed.close()
-        result = _collect(job_dir, n, weights)
+        result = _collect(job_dir, n, weights, cluster.device_names)
     ticker.tick()
     return result, trace.makespan
 
 
-def _collect(job_dir: str, n: int, weights: bool) -> ApplyResult:
+def _collect(job_dir: str, n: int, weights: bool, names: list) -> ApplyResult:
     reports = []
     for k in range(n):
         with open(os.path.join(job_dir, f"rank-{k}.json")) as f:
@@ -113,6 +119,8 @@ def _collect(job_dir: str, n: int, weights: bool) -> ApplyResult:
         losses.append(sum(found) / len(found) if found else float("nan"))
     result = ApplyResult(True, step_seconds=steps, losses=losses, rank_seconds=per_rank)
     result.op_seconds = {int(op): t for r in reports for op, t in r.get("op_seconds", {}).items()}
+    result.peak_memory_bytes = {names[k]: int(r["peak_bytes"]) for k, r in enumerate(reports)
+                                if r.get("peak_bytes")}  # measured on GPUs only
     if weights:
         import torch
 

@@ -16,7 +16,8 @@ import time
 
 from ._torch import torch
 from .applytypes import Program, Reduction, Task
-from .applyvalues import as_traced, bind, cut_batch, input_shapes, join_batch, resolve_target
+from .applyvalues import (as_traced, bind, cut_batch, input_shapes, join_batch, resolve_target,
+                          rows_on_device)
 from .channelsplit import channel_part, piece_sizes
 from .tensorparts import TensorShards, join_shards, local_args
 from .tensorprobe import run_indices, run_size
@@ -30,10 +31,15 @@ class RankRunner:
     optimizer and batch built for real, `moplace.torch.realstep.RealStep`), ``params``
     (placeholder name -> parameter name), ``inputs`` (the batch's placeholder names),
     ``updates`` (update op index -> parameter name), ``loss`` (the loss node's name),
-    ``groups`` (ranks -> process group)."""
+    ``groups`` (ranks -> process group), ``device`` (``cpu``, or this rank's GPU: the traced
+    nodes' device arguments pointed at it, `rows_on_device`)."""
 
     def __init__(self, program: Program, graphs: dict, batch: int, micro_batches: int, real,
-                 params: dict, inputs: list, updates: dict, loss: str, groups: dict):
+                 params: dict, inputs: list, updates: dict, loss: str, groups: dict,
+                 device: str = "cpu"):
+        self.device, self.cuda = torch.device(device), device.startswith("cuda")
+        if self.cuda:
+            graphs = {b: rows_on_device(rows, device) for b, rows in graphs.items()}
         self.program, self.graphs, self.batch, self.m = program, graphs, batch, micro_batches
         self.real, self.params, self.updates, self.loss = real, params, updates, loss
         self.groups = groups
@@ -75,11 +81,16 @@ class RankRunner:
         self.acc: dict = {}  # update op -> this rank's gradient sum
         self.reduced: dict = {}
         self.losses: list[float] = []
+        if self.cuda:
+            torch.cuda.synchronize()
         dist.barrier()
         t0 = time.perf_counter()
+        timed = self.timing is not None
         with torch.no_grad():
             for step in self.program.steps:
                 kind = step[0]
+                if timed and self.cuda:
+                    torch.cuda.synchronize()
                 started = time.perf_counter()
                 if kind == "task":
                     self.run_task(step[1], step[2])
@@ -95,13 +106,17 @@ class RankRunner:
                     self.collect(step[1], step[2])
                 elif kind == "tpsum":
                     self.tensor_sum(*step[1:])
-                if self.timing is not None and kind in ("task", "update"):
+                if timed and kind in ("task", "update"):
+                    if self.cuda:
+                        torch.cuda.synchronize()
                     held = self.timing.setdefault(step[1].op, [0.0, 0])
                     held[0] += time.perf_counter() - started
                     held[1] += 1
             for work, _ in self.pending:
                 work.wait()
             self.release()
+        if self.cuda:
+            torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
         self.env = self.pending = None
         return seconds, self.losses
@@ -162,7 +177,8 @@ class RankRunner:
         that batch has it (`as_traced`)."""
         value = as_traced(self._resolve(need), self.graphs[b].get(need.node))
         if need.select is not None:  # a tensor part's shard of the whole
-            value = value.index_select(need.select_dim, run_indices(need.select))
+            value = value.index_select(need.select_dim,
+                                       run_indices(need.select).to(value.device))
         return value
 
     def row(self, b: int, name: str):
@@ -182,7 +198,7 @@ class RankRunner:
                     shape[need.cut_dim] = run_size(need.runs[q])
                 elif need.cut_dim is not None:  # a channel piece
                     shape[need.cut_dim] = piece_sizes(shape[need.cut_dim], need.parts)[q]
-                buf = torch.empty(shape, dtype=row.dtype)
+                buf = torch.empty(shape, dtype=row.dtype, device=self.device)
                 dist.recv(buf, src, tag=tag)
                 self.env[key] = buf
             pieces.append(self.env[key])
@@ -258,7 +274,7 @@ class RankRunner:
             grads = [g] + [self.gradient(u) for u in red.updates[1:]]
             rows = [self.padded(x.reshape(-1), n)[0].view(n, -1) for x in grads]
             flat = torch.cat(rows, 1) if len(rows) > 1 else rows[0]
-            shard = torch.empty(flat.shape[1], dtype=g.dtype)
+            shard = torch.empty(flat.shape[1], dtype=g.dtype, device=g.device)
             dist.reduce_scatter_tensor(shard, flat.reshape(-1), group=self.groups[red.ranks])
             for u, piece in zip(red.updates, shard.split([r.shape[1] for r in rows])):
                 self.shard_of[u], self.reduced[u] = k, piece
@@ -305,7 +321,7 @@ class RankRunner:
         whole again on each of its ranks."""
         shards = [self.shards[u].detach() for u in red.updates]
         local = torch.cat(shards) if len(shards) > 1 else shards[0]
-        full = torch.empty(local.numel() * len(red.ranks), dtype=local.dtype)
+        full = torch.empty(local.numel() * len(red.ranks), dtype=local.dtype, device=local.device)
         dist.all_gather_into_tensor(full, local, group=self.groups[red.ranks])
         rows = full.view(len(red.ranks), -1).split([s.numel() for s in shards], 1)
         for u, row in zip(red.updates, rows):

@@ -67,3 +67,25 @@ def as_traced(value, row):
             0 in row.stride:
         return value
     return torch.empty_strided(row.shape, row.stride, dtype=value.dtype).copy_(value)
+
+
+def rows_on_device(rows: dict, device: str) -> dict:
+    """``rows`` (name -> `moplace.torch.applyprep.Row`) with every ``torch.device`` among their
+    arguments pointed at ``device``: the tracer records factory ops (a causal mask's
+    ``arange``, a loss's ``full``) with ``device=cpu`` (as `moplace.torch.device.on_device`
+    rewrites a traced module)."""
+    import dataclasses
+
+    target = torch.device(device)
+
+    def swap(a):
+        if isinstance(a, torch.device):
+            return target
+        if isinstance(a, (list, tuple)) and not isinstance(a, Ref):
+            return type(a)(swap(x) for x in a)
+        if isinstance(a, dict):
+            return {k: swap(v) for k, v in a.items()}
+        return a
+
+    return {name: dataclasses.replace(row, args=swap(row.args), kwargs=swap(row.kwargs))
+            for name, row in rows.items()}

@@ -1,14 +1,13 @@
 """One rank of the PyTorch testbed: ``python -m moplace.torch.applyworker RANK WORLD PORT
-CORES``.
+CORES [DEVICE]``.
 
 Pins itself to its cores (one thread per core), joins the others with ``torch.distributed``
-(gloo on CPUs; NCCL, a GPU each, is what a machine with several GPUs would use) and says
-``ready``. Then each line of its standard input names a job's folder (`moplace.torch.apply`
+(DEVICE ``cpu``, the default: gloo; ``cuda``: GPU RANK, NCCL) and says ``ready``. Then each line of its standard input names a job's folder (`moplace.torch.apply`
 writes ``job.pkl`` there: every rank's program, the traced step's nodes at every batch its
 tasks run at, the model's source, the steps to run): it builds the model for real (the same
 seed on every rank: the same weights and batch), runs the warm-up and timed steps
 (`moplace.torch.applyrun`), writes ``rank-K.json`` (seconds per step, the losses it computed)
-(and with ``time_ops`` each op's mean seconds per run) and ``rank-K.pt`` (the weights whose
+(and with ``time_ops`` each op's median seconds per step; on a GPU, the peak memory) and ``rank-K.pt`` (the weights whose
 update it ran first) there and says ``done``. Progress
 goes to stdout as ``step I/N`` lines. It exits when its standard input closes.
 """
@@ -36,15 +35,19 @@ def run_job(job_dir: str, rank: int, dist) -> None:
     for ranks in job["groups"]:  # every rank makes every group, in the same order
         groups[ranks] = dist.new_group(list(ranks))
     source, batch = job["source"], job["batch"]
+    device = f"cuda:{torch.cuda.current_device()}" if job.get("device") == "cuda" else "cpu"
     torch.manual_seed(job["seed"])
-    real = build_real(load_setup(source, batch), batch, "cpu")
+    real = build_real(load_setup(source, batch), batch, device)
     runner = RankRunner(job["programs"][rank], job["rows"], batch, job["micro_batches"], real,
-                        job["parameters"], job["inputs"], job["updates"], job["loss"], groups)
+                        job["parameters"], job["inputs"], job["updates"], job["loss"], groups,
+                        device=device)
     seconds, losses, op_steps = [], [], []
     total = job["warmup"] + job["steps"]
     for k in range(total):
         if k >= job["warmup"] and job.get("time_ops"):
             runner.timing = {}
+        if k == job["warmup"] and runner.cuda:
+            torch.cuda.reset_peak_memory_stats()
         s, lost = runner.step()
         if k >= job["warmup"]:
             seconds.append(s)
@@ -59,7 +62,8 @@ def run_job(job_dir: str, rank: int, dist) -> None:
         torch.save(mine, os.path.join(job_dir, f"rank-{rank}.pt"))
     with open(os.path.join(job_dir, f"rank-{rank}.json"), "w") as f:
         json.dump({"rank": rank, "seconds": seconds, "losses": losses,
-                   "op_seconds": op_medians(op_steps)},
+                   "op_seconds": op_medians(op_steps),
+                   "peak_bytes": int(torch.cuda.max_memory_allocated()) if runner.cuda else 0},
                   f)
     for group in groups.values():
         dist.destroy_process_group(group)
@@ -78,18 +82,18 @@ LINK_SIZES, LINK_TRIPS = (4 << 10, 256 << 10, 4 << 20, 16 << 20), 20
 
 
 def ping_pong(out_dir: str, rank: int, world: int, dist) -> None:
-    """Rank 0 and rank 1 send each size back and forth; rank 0 writes ``links.json``: per
-    size, the median one-way seconds (half a round trip)."""
-    import statistics
+    """Rank 0 and rank 1 send each size back and forth (on their GPUs under NCCL); rank 0
+    writes ``links.json``: per size, the median one-way seconds (half a round trip)."""
     import time
 
     import torch
 
     times = {}
+    cuda = dist.get_backend() == "nccl"
     if rank < 2 and world > 1:
         peer = 1 - rank
         for size in LINK_SIZES:
-            buf = torch.zeros(size // 4)
+            buf = torch.zeros(size // 4, device="cuda" if cuda else "cpu")
             trips = []
             for k in range(LINK_TRIPS + 1):
                 t0 = time.perf_counter()
@@ -99,6 +103,8 @@ def ping_pong(out_dir: str, rank: int, world: int, dist) -> None:
                 else:
                     dist.recv(buf, peer)
                     dist.send(buf, peer)
+                if cuda:
+                    torch.cuda.synchronize()
                 if k:  # the first trip sets up the connection
                     trips.append((time.perf_counter() - t0) / 2)
             times[size] = statistics.median(trips)
@@ -108,7 +114,9 @@ def ping_pong(out_dir: str, rank: int, world: int, dist) -> None:
 
 
 def main(argv=None) -> int:
-    rank, world, port, cores = (argv or sys.argv[1:])[:4]
+    args = (argv or sys.argv[1:])
+    rank, world, port, cores = args[:4]
+    device = args[4] if len(args) > 4 else "cpu"
     rank, world = int(rank), int(world)
     cores = [int(c) for c in cores.split(",")]
     os.sched_setaffinity(0, cores)
@@ -117,8 +125,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(len(cores))
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=600))
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo",
+                            init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=600))
     print("ready", flush=True)
     for line in sys.stdin:
         job_dir = line.strip()

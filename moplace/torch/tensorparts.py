@@ -54,9 +54,9 @@ def local_args(target: str, args, kwargs, row, lay, part: int, rows: dict):
 def join_shards(pieces, dim: int, runs, shape, dtype):
     """The whole value of ``shape`` from the parts' ``pieces`` (part q holding ``runs[q]``
     along ``dim``)."""
-    out = torch.empty(shape, dtype=dtype)
+    out = torch.empty(shape, dtype=dtype, device=pieces[0].device)
     for piece, r in zip(pieces, runs):
-        out.index_copy_(dim, run_indices(r), piece)
+        out.index_copy_(dim, run_indices(r).to(out.device), piece)
     return out
 
 
@@ -73,7 +73,8 @@ class TensorShards:
         held = self.held.get(param)
         if held is None:
             whole = self.weights[param].detach()
-            leaf = whole.index_select(lay.dim, run_indices(lay.runs[part])).clone()
+            leaf = whole.index_select(lay.dim,
+                                      run_indices(lay.runs[part]).to(whole.device)).clone()
             held = self.held[param] = [leaf, lay.dim, lay.runs, part, lay.devices]
         return held[0].detach()
 
@@ -90,7 +91,7 @@ class TensorShards:
             most = max(torch.Size(s).numel() for s in shapes)
             mine = leaf.detach().reshape(-1)
             mine = torch.cat([mine, mine.new_zeros(most - mine.numel())])
-            flat = torch.empty(most * len(devices), dtype=leaf.dtype)
+            flat = torch.empty(most * len(devices), dtype=leaf.dtype, device=leaf.device)
             dist.all_gather_into_tensor(flat, mine, group=groups[tuple(order)])
             pieces = []
             for q, d in enumerate(devices):

@@ -2,10 +2,11 @@
 one per device of a cluster, kept for as many strategies as are run on them.
 
 Without GPUs each process is a device of its own: pinned to its share of the cores
-(`moplace.testbed.procs.core_shares`), one thread per core, gloo between them. (NCCL, one GPU
-per process, is what the same design takes on a machine with several GPUs; our GPU machines
-have one, so it is not offered.) A job is a folder holding ``job.pkl``; every worker runs its
-rank's part and says ``done``.
+(`moplace.testbed.procs.core_shares`), one thread per core, gloo between them. With
+``device="cuda"`` process K runs on GPU K and they talk over NCCL: one process on a machine
+with one GPU (what our GPU machines have); several, on as many GPUs, written for and not
+tested. A job is a folder holding ``job.pkl``; every worker runs its rank's part and says
+``done``.
 
     with TorchTestbed(2) as bed:
         result, simulated = apply_torch(graph, strategy, bed.cluster(), testbed=bed)
@@ -30,10 +31,11 @@ class TorchTestbed:
     """``count`` PyTorch worker processes (see the module docstring); ``start_timeout``:
     seconds for all of them to start and join."""
 
-    def __init__(self, count: int, *, start_timeout: float = 300.0):
+    def __init__(self, count: int, *, device: str = "cpu", start_timeout: float = 300.0):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RANKS:
             raise MoplaceError(f"a testbed has 1 to {MAX_RANKS} processes, got {count!r}")
-        self.count, self.start_timeout = count, start_timeout
+        self.check_device(device, count)
+        self.count, self.start_timeout, self.device = count, start_timeout, device
         self.cores = core_shares(count)
         self.shared_cores = len({c for share in self.cores for c in share}) < count
         self._start()
@@ -44,7 +46,8 @@ class TorchTestbed:
             port = free_port()
             self.workers = Workers(
                 [[sys.executable, "-m", "moplace.torch.applyworker", str(k), str(count),
-                  str(port), ",".join(map(str, self.cores[k]))] for k in range(count)],
+                  str(port), ",".join(map(str, self.cores[k])), self.device]
+                 for k in range(count)],
                 names=[f"rank {k}" for k in range(count)],
                 env={"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
             try:
@@ -86,6 +89,33 @@ class TorchTestbed:
         fit = fit_link(sorted(times.items()), relative=True)
         return fit.latency_s, fit.bandwidth_Bps
 
+    @staticmethod
+    def check_device(device: str, count: int) -> None:
+        """A `MoplaceError` (one line) unless ``count`` processes can run on ``device``:
+        ``cpu``, or ``cuda`` with a visible GPU for each."""
+        if device == "cpu":
+            return
+        if device != "cuda":
+            raise MoplaceError(f"--device {device}: a testbed runs on cpu or cuda")
+        from ._torch import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < count:
+            many = "es" if count > 1 else ""
+            raise MoplaceError(f"--device cuda: a testbed of {count} process{many} needs "
+                               f"{count} GPU{'s' if count > 1 else ''}, one each; torch "
+                               f"{torch.__version__} sees {have}")
+
+    @staticmethod
+    def trace_kind(device: str) -> str:
+        """The kind whose attention kernels a plan is traced with on ``device``: ``cpu``, or
+        the GPU's (`moplace.torch.device.device_info`)."""
+        if device == "cpu":
+            return "cpu"
+        from .device import device_info
+
+        return device_info("cuda").kind
+
     @property
     def alive(self) -> bool:
         return self.workers.alive()
@@ -103,8 +133,22 @@ class TorchTestbed:
                                memory_bytes=mem, bandwidth=PLACEHOLDER_BANDWIDTH,
                                latency=PLACEHOLDER_LATENCY, name=f"testbed-{count}xcpu")
 
+    @staticmethod
+    def gpu_cluster(count: int, info) -> Cluster:
+        """``count`` GPUs like ``info`` (`moplace.torch.device.DeviceInfo`), their links
+        placeholders until measured."""
+        return Cluster.uniform([f"rank{k}" for k in range(count)], kind=info.kind,
+                               memory_bytes=info.memory_bytes,
+                               bandwidth=PLACEHOLDER_BANDWIDTH, latency=PLACEHOLDER_LATENCY,
+                               name=f"testbed-{count}x{info.kind}")
+
     def describe(self) -> str:
-        """One line: how many processes, on which cores."""
+        """One line: how many processes, on which cores (or GPUs)."""
+        if self.device == "cuda":
+            from .device import device_info
+
+            return (f"{self.count} PyTorch process(es) (NCCL), a GPU each "
+                    f"({device_info('cuda').name})")
         cores = "; ".join(",".join(map(str, c)) for c in self.cores)
         shared = " (fewer cores than processes: they share)" if self.shared_cores else ""
         return f"{self.count} PyTorch processes (gloo) pinned to cores {cores}{shared}"

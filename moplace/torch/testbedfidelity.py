@@ -1,6 +1,6 @@
 """How well the simulator predicts real steps on the PyTorch testbed: a model profiled with one
 testbed process's threads and its ops timed as the testbed runs them
-(`moplace.torch.testbedtimes`), its strategies (`moplace.testbed.fidelity.candidate_strategies`:
+(`moplace.torch.testbedtimes`; on a testbed of GPUs, profiled on the GPU: its kernels' times), its strategies (`moplace.testbed.fidelity.candidate_strategies`:
 baselines, recomputation, micro-batches, the list schedulers, NSGA-II points) applied for real
 on the testbed's processes (`moplace.torch.apply`) against the simulator, as measured and
 corrected on calibration strategies never judged (`moplace.testbed.calibration`), exactly as
@@ -35,22 +35,35 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
 
     t0 = time.perf_counter()
     say = progress or (lambda *a: None)
-    say("profiling on this CPU with one process's threads", 0, 1)
-    before = torch.get_num_threads()
-    torch.set_num_threads(len(testbed.cores[0]))
-    try:
-        traced = profile_torch_model(model, batch, [], seq_len=seq_len, dtype=dtype or "fp32",
-                                     measure_steps=profile_steps, device="cpu",
-                                     target_kind="cpu", cache=False)
-    finally:
-        torch.set_num_threads(before)
-    say("timing each op on the testbed", 0, 1)
-    graph = testbed_op_times(traced.graph, testbed, repeats=rounds, progress=say)
-    say("measuring the links", 0, 1)
-    latency, bandwidth = testbed.measure_links()
     n = testbed.count
-    cluster = TorchTestbed.placeholder_cluster(n).with_links(
-        {(i, j): (latency, bandwidth) for i in range(n) for j in range(n) if i != j})
+    if testbed.device == "cuda":  # op times: the kernels' device time, measured there
+        from .device import device_info
+
+        info = device_info("cuda")
+        say(f"profiling on {info.name}", 0, 1)
+        traced = profile_torch_model(model, batch, [], seq_len=seq_len, dtype=dtype,
+                                     measure_steps=max(profile_steps, 1), device="cuda",
+                                     target_kind=info.kind, cache=False)
+        graph = traced.graph
+        cluster = TorchTestbed.gpu_cluster(n, info)
+    else:
+        say("profiling on this CPU with one process's threads", 0, 1)
+        before = torch.get_num_threads()
+        torch.set_num_threads(len(testbed.cores[0]))
+        try:
+            traced = profile_torch_model(model, batch, [], seq_len=seq_len,
+                                         dtype=dtype or "fp32", measure_steps=profile_steps,
+                                         device="cpu", target_kind="cpu", cache=False)
+        finally:
+            torch.set_num_threads(before)
+        say("timing each op on the testbed", 0, 1)
+        graph = testbed_op_times(traced.graph, testbed, repeats=rounds, progress=say)
+        cluster = TorchTestbed.placeholder_cluster(n)
+    if n > 1:
+        say("measuring the links", 0, 1)
+        latency, bandwidth = testbed.measure_links()
+        cluster = cluster.with_links(
+            {(i, j): (latency, bandwidth) for i in range(n) for j in range(n) if i != j})
 
     def run(strategy):
         try:
