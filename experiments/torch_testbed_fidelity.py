@@ -1,7 +1,7 @@
 """The simulator against real steps on the PyTorch testbed (2 gloo processes on this CPU).
 
     python3 experiments/torch_testbed_fidelity.py [--models gpt hf-llama] [--batch 16]
-        [--steps 10] [--calibration 16] [--front-points 6] [--rounds 3] [--out FILE]
+        [--steps 10] [--calibration 16] [--front-points 8] [--rounds 3] [--out FILE]
 
 Per model: at least 20 strategies (baselines, recomputation, micro-batches, list schedulers,
 NSGA-II points) each run for real for ``--steps`` timed steps (`moplace.torch.testbedfidelity`)
@@ -35,7 +35,9 @@ def main(argv=None) -> int:
     p.add_argument("--calibration", type=int, default=16,
                    help="random strategies the corrections are fitted on (8 left the fit "
                    "to chance: run to run, the tiny GPT's median 10-22%%)")
-    p.add_argument("--front-points", type=int, default=6)
+    p.add_argument("--front-points", type=int, default=8,
+                   help="NSGA-II points run (8: the list schedulers often find the one-device "
+                   "plan on so small a model, and at least 20 strategies are judged)")
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3,
                    help="each strategy's least disturbed of so many rounds (and the op times')")

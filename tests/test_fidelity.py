@@ -108,6 +108,19 @@ def test_calibration_strategies_grow_from_few_moves_to_many(alexnet):
     assert strategies == calibration_strategies(alexnet, 2, 6, seed=3)  # same seed, same set
 
 
+def test_calibration_strategies_that_split_take_the_zero_stages_in_turn(alexnet):
+    from moplace.testbed.calibration import calibration_strategies
+
+    plain = calibration_strategies(alexnet, 2, 12, seed=3)
+    assert {s.zero_stage for s in plain} == {0}  # a testbed that runs no ZeRO: none
+    zero = calibration_strategies(alexnet, 2, 12, seed=3, zero_stages=(0, 1, 3))
+    # every second strategy splits, under stage 0, 1, 3, 0, ... (one that split nothing: 0)
+    assert [s.zero_stage for s in zero] == [(0, 1, 3)[k // 2 % 3] if s.splits else 0
+                                            for k, s in enumerate(zero)]
+    assert {1, 3} <= {s.zero_stage for s in zero}
+    assert [s.placement.tolist() for s in zero] == [s.placement.tolist() for s in plain]
+
+
 def test_corrected_peaks_add_the_largest_scratch_of_the_device():
     from moplace.core.graph import OpGraph
     from moplace.core.synthetic import random_dag

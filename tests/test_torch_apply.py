@@ -380,4 +380,8 @@ def test_fidelity_on_the_pytorch_testbed_from_the_command_line(tmp_path, monkeyp
     ran = [r for r in data["rows"] if r["measured_s"]]
     assert len(ran) >= 10 and data["corrections"]["calibration_strategies"] == 2
     assert "PyTorch processes (gloo)" in data["testbed"]
-    assert "corrected: median |err|" in capsys.readouterr().out
+    for r in ran:  # each at the machine's speed when the ops were timed (a probe's ratio)
+        assert r["machine_speed"] > 0 and r["measured_s"] * r["machine_speed"] == \
+            pytest.approx(r["raw_measured_s"])
+    out = capsys.readouterr().out
+    assert "corrected: median |err|" in out and "measured steps scaled to the machine's" in out

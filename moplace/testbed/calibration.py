@@ -167,10 +167,13 @@ def corrected_peaks(graph, strategy, trace, used: list[int]) -> list[float]:
     return [float(trace.peak_memory[d]) + extra[d] for d in used]
 
 
-def calibration_strategies(graph, n_devices: int, count: int, seed: int) -> list:
+def calibration_strategies(graph, n_devices: int, count: int, seed: int,
+                           zero_stages: tuple[int, ...] = (0,)) -> list:
     """``count`` random strategies from few to many transfers: each moves a growing share of
     the co-location groups (3% to 60%) from device 0 to random other devices, and every
-    second one also splits as large a share of the batch-splittable groups on batch."""
+    second one also splits as large a share of the batch-splittable groups on batch, under
+    the ZeRO stages of ``zero_stages`` in turn (a testbed that runs ZeRO-3: its weights'
+    gathers put a price on collectives that gradient buckets alone leave to chance)."""
     from ..core.baselines import topological_priority
     from ..core.strategy import Split, spread_groups
 
@@ -189,5 +192,7 @@ def calibration_strategies(graph, n_devices: int, count: int, seed: int) -> list
                 if rng.random() < share:
                     first = int(devices[g])
                     splits[g] = Split("batch", tuple((first + d) % n_devices for d in range(n_devices)))
-        out.append(spread_groups(graph, devices, splits, priority))
+        plan = spread_groups(graph, devices, splits, priority)
+        stage = zero_stages[(k // 2) % len(zero_stages)] if splits else 0
+        out.append(plan.with_options(zero_stage=stage) if stage else plan)
     return out

@@ -9,6 +9,7 @@ front end's ``run(strategy) -> ApplyResult``.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
@@ -50,6 +51,11 @@ class FidelityRow:
     simulated_by_latency: list[float] = field(default_factory=list)  # calibration.LATENCY_GRID
     messages: int = 0  # transfers between devices, as simulated (calibration.run_features)
     collectives: int = 0
+    #: how much slower the machine ran than when the ops were timed (a probe's ratio; the
+    #: steps above are scaled by its inverse, ``raw_measured_s`` is the clock's median; 1:
+    #: not probed), see `moplace.testbed.result.ApplyResult.at_speed`
+    machine_speed: float = 1.0
+    raw_measured_s: float | None = None
 
 
 @dataclass
@@ -142,14 +148,15 @@ def _speedup(rows) -> dict:
 
 
 def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int = 2000,
-                         seed: int = 0) -> list[tuple[str, str, object]]:
+                         seed: int = 0, runnable=None) -> list[tuple[str, str, object]]:
     """``(label, source, strategy)``: every baseline, data parallelism with the optimizer state
     partitioned over the devices (`partition_optimizer_state`), single and layer-split with
     every other group recomputed (when any can be), single with `MICRO_BATCHES` micro-batches,
     data parallelism with as many (a hybrid pipeline), layer-split with as many under 1F1B
     and GPipe and under 1F1B with every other group recomputed, each list scheduler's result,
     and up to ``front_points`` points spread along an NSGA-II front (fastest to least
-    memory) among those its testbed runs (`_runnable`)."""
+    memory) among those its testbed runs (``runnable(strategy)``, its front end's word;
+    default `_runnable`)."""
     from ..optimize.driver import search
     from ..optimize.plugins import make_searcher
     from ..optimize.problem import Problem
@@ -189,7 +196,8 @@ def candidate_strategies(graph, cluster, *, front_points: int = 6, budget: int =
             out.append((name, "heuristic", best.strategy))
     if front_points > 0:
         result = search(problem, make_searcher("nsga2"), budget=budget, seed=seed)
-        front = sorted((p for p in result.front if _runnable(graph, p.strategy)),
+        runs = runnable or (lambda strategy: _runnable(graph, strategy))
+        front = sorted((p for p in result.front if runs(p.strategy)),
                        key=lambda p: tuple(p.values))
         picks = sorted({round(x) for x in np.linspace(0, len(front) - 1, min(front_points, len(front)))})
         out += [(f"nsga2-{k}", "nsga2", front[i].strategy) for k, i in enumerate(picks)]
@@ -207,22 +215,25 @@ def _runnable(graph, strategy) -> bool:
 def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
                    device_names: list, steps: int, step_s: float, calibration: int = 6,
                    front_points: int = 6, budget: int = 2000, seed: int = 0, rounds: int = 1,
-                   say=None, t0: float | None = None) -> FidelityReport:
+                   zero_stages: tuple[int, ...] = (0,), runnable=None, say=None,
+                   t0: float | None = None) -> FidelityReport:
     """Run ``calibration`` calibration strategies (`calibration_strategies`) and every
     candidate strategy (`candidate_strategies`) through ``run`` (a strategy ->
     `moplace.testbed.result.ApplyResult` of ``steps`` timed steps), fit the corrections on the
     calibration runs (``step_s``: the step's fixed cost measured when profiling) and simulate
-    every candidate; ``testbed`` says what ran them, ``device_names`` name the devices as the
+    every candidate (``zero_stages``: the ZeRO stages the calibration strategies that split
+    take in turn, `calibration_strategies`; ``runnable``: `candidate_strategies`');
+    ``testbed`` says what ran them, ``device_names`` name the devices as the
     results' peaks do, ``say(stage, done, total)`` hears of each. With ``rounds`` > 1 every
     strategy runs once per round, the rounds one after the other over all of them, and keeps
     its least disturbed round (the least median step): on a shared machine a burst of another
     job's load then falls on one round of many strategies, not on all of one's steps."""
     t0 = time.perf_counter() if t0 is None else t0
     say = say or (lambda *a: None)
-    calib = calibration_strategies(graph, cluster.n_devices, calibration, seed)
+    calib = calibration_strategies(graph, cluster.n_devices, calibration, seed, zero_stages)
     say("searching", 0, 1)
     candidates = candidate_strategies(graph, cluster, front_points=front_points, budget=budget,
-                                      seed=seed)
+                                      seed=seed, runnable=runnable)
     todo = [("calibration runs", s) for s in calib]
     keys: dict[bytes, int] = {}
     for label, _, strategy in candidates:  # the same strategy under another name runs once
@@ -258,6 +269,9 @@ def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
             row.expressible, row.reason = False, result.reason
         else:
             row.measured_s, row.spread_s = result.measured_step_s, result.spread_s
+            row.machine_speed = result.machine_speed
+            row.raw_measured_s = (statistics.median(result.raw_step_seconds)
+                                  if result.raw_step_seconds else row.measured_s)
             row.measured_peak_bytes = [result.peak_memory_bytes.get(device_names[d], 0)
                                        for d in used]
             row.scratch_bytes = [result.scratch_bytes.get(device_names[d], 0) for d in used]
@@ -324,6 +338,12 @@ def report_table(report: FidelityReport) -> str:
                  f"ms, each collective {k.get('collectives_s', 0) * 1e3:.2f} ms, each step "
                  f"{k['step_s'] * 1e3:.2f} ms; median "
                  f"p10-p90 spread of the measured steps {s['median_spread']:.1%}")
+    speeds = [r.machine_speed for r in report.measured if r.machine_speed != 1.0]
+    if speeds:
+        lines.append(f"measured steps scaled to the machine's speed when the ops were timed (a "
+                     f"probe, the one-device plan, run just before each strategy): the machine "
+                     f"ran {np.median(speeds):.2f}x as slow at the median, {min(speeds):.2f}x "
+                     f"to {max(speeds):.2f}x; the clock's medians are the rows' raw_measured_s")
     return "\n".join(lines)
 
 

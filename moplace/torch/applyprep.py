@@ -69,6 +69,37 @@ def ordered_tasks(graph, strategy, trace) -> list[Task]:
     return out
 
 
+def same_steps(traced: dict, batch: int) -> None:
+    """`PlanRefused` unless every step of ``traced`` (batch -> trace) is the one traced at
+    ``batch`` with other sizes: the same nodes calling the same ops."""
+    mine = [(n.name, str(n.target)) for n in traced[batch].graph.nodes]
+    for b, t in traced.items():
+        names = [(n.name, str(n.target)) for n in t.graph.nodes]
+        if names != mine:
+            bad = next((a for a, b2 in zip(mine, names) if a != b2), mine[len(names):][:1])
+            raise PlanRefused(f"the step traced at batch {b} is not the step traced at batch "
+                              f"{batch} with other sizes (node {bad!r}): its parts cannot run")
+
+
+def plan_refusal(graph, strategy, kind: str = "cpu") -> str | None:
+    """Why the testbed cannot run ``strategy`` on ``graph``, found without planning it
+    (`moplace.core.runners.pytorch_refusal`, and the model traced at each batch its tasks
+    would run at: another graph at one of them is refused); None when nothing says so."""
+    why = pytorch_refusal(graph, strategy)
+    if why:
+        return why
+    source = model_source(graph)
+    batch, m = int(source["batch_size"]), int(strategy.micro_batches)
+    cuts = {s.parts for s in strategy.splits.values() if s.dim == "batch"} | {1}
+    batches = sorted({batch} | {batch // (m * c) for c in cuts if batch % (m * c) == 0},
+                     key=lambda b: (b != batch, b))
+    try:
+        same_steps(trace_batches(source, batches, kind), batch)
+    except PlanRefused as exc:
+        return str(exc)
+    return None
+
+
 def batches_of(tasks: list[Task], batch: int, micro_batches: int) -> list[int]:
     """The batches the tasks run at, the traced one first."""
     out = {batch}
@@ -122,13 +153,7 @@ def node_infos(traced: dict, graph, batch: int, layouts: dict | None = None,
             val = n.meta.get("val")
             if isinstance(val, torch.Tensor):
                 shapes[n.name] = tuple(val.shape)
-    for b, t in traced.items():
-        names = [(n.name, str(n.target)) for n in t.graph.nodes]
-        mine = [(n.name, str(n.target)) for n in main.graph.nodes]
-        if names != mine:
-            bad = next((a for a, b2 in zip(mine, names) if a != b2), mine[len(names):][:1])
-            raise PlanRefused(f"the step traced at batch {b} is not the step traced at batch "
-                              f"{batch} with other sizes (node {bad!r}): its parts cannot run")
+    same_steps(traced, batch)
     index = graph.index
     out = []
     for n in nodes:

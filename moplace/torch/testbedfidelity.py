@@ -5,6 +5,17 @@ baselines, recomputation, micro-batches, the list schedulers, NSGA-II points) ap
 on the testbed's processes (`moplace.torch.apply`) against the simulator, as measured and
 corrected on calibration strategies never judged (`moplace.testbed.calibration`), exactly as
 the Keras testbed's report (`moplace.tf.fidelity`) is made.
+
+On CPUs a machine other jobs share runs the same steps about 1.5 times slower from one
+ten-second stretch to the next (measured here: the one-device plan's step went 28, 41, 39,
+37, 31 ms over a minute and a half). The op times are taken running the one-device plan,
+whose step then is the machine's reference speed; that plan runs a few steps again (the
+probe) just before each strategy runs, and each strategy's steps are scaled by the
+reference over the probe's
+(`ApplyResult.at_speed`: the clock's own steps kept, and the factor, in the report), so
+every strategy is measured at the speed the op times were. The one-device plan's own row is
+then its probe's ratio to the reference: it says how steady the machine was, not how well
+the simulator does.
 """
 
 from __future__ import annotations
@@ -12,6 +23,9 @@ from __future__ import annotations
 import time
 
 from ..errors import MoplaceError
+
+#: the steps of the probe run before each strategy on a CPU testbed (after one warm-up)
+PROBE_STEPS = 3
 from ..testbed.fidelity import FidelityReport, run_strategies
 from ..testbed.result import ApplyResult
 
@@ -25,17 +39,23 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
     (a `moplace.torch.testbed.TorchTestbed`) and run its strategies there (see the module
     docstring); each strategy keeps its least disturbed of ``rounds`` rounds
     (`moplace.testbed.fidelity.run_strategies`), the op times their least disturbed of as many
-    (`testbed_op_times`); ``progress(stage, done, total)`` hears of each."""
+    repeats (`testbed_op_times`); on CPUs each strategy's steps are scaled to the machine's
+    speed when the ops were timed (module docstring); ``progress(stage, done, total)`` hears
+    of each."""
     import torch
 
+    from ..core.baselines import single
     from .apply import apply_torch
+    from .applyprep import plan_refusal
     from .frontend import profile_torch_model
     from .testbed import TorchTestbed
-    from .testbedtimes import testbed_op_times
+    from .testbedtimes import op_timer
 
     t0 = time.perf_counter()
     say = progress or (lambda *a: None)
     n = testbed.count
+    probe = reference = None
+    kind = TorchTestbed.trace_kind(testbed.device)
     if testbed.device == "cuda":  # op times: the kernels' device time, measured there
         from .device import device_info
 
@@ -57,23 +77,34 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
         finally:
             torch.set_num_threads(before)
         say("timing each op on the testbed", 0, 1)
-        graph = testbed_op_times(traced.graph, testbed, repeats=rounds, progress=say)
+        timer = op_timer(traced.graph, testbed, repeats=rounds, progress=say)
+        graph = timer.graph()
         cluster = TorchTestbed.placeholder_cluster(n)
+        probe = single(graph, n)  # the machine's speed: the one-device plan, a few steps
+        reference = timer.step_s.get(1)  # its step as the ops were timed
     if n > 1:
         say("measuring the links", 0, 1)
         latency, bandwidth = testbed.measure_links()
         cluster = cluster.with_links(
             {(i, j): (latency, bandwidth) for i in range(n) for j in range(n) if i != j})
 
+    def probed() -> float:
+        return apply_torch(graph, probe, cluster, steps=PROBE_STEPS, warmup=1,
+                           testbed=testbed)[0].measured_step_s
+
     def run(strategy):
         try:
-            return apply_torch(graph, strategy, cluster, steps=steps, warmup=warmup,
-                               testbed=testbed)[0]
+            slower = probed() / reference if probe is not None and reference else 1.0
+            result = apply_torch(graph, strategy, cluster, steps=steps, warmup=warmup,
+                                 testbed=testbed)[0]
         except MoplaceError as exc:
             return ApplyResult(False, str(exc))
+        return result.at_speed(slower) if result.expressible and slower != 1.0 else result
 
     return run_strategies(graph, cluster, run, model=str(model), batch=batch,
                           testbed=testbed.describe(), device_names=[d.name for d in
                                                                     cluster.devices],
                           steps=steps, step_s=0.0, calibration=calibration, rounds=rounds,
-                          front_points=front_points, budget=budget, seed=seed, say=say, t0=t0)
+                          front_points=front_points, budget=budget, seed=seed,
+                          zero_stages=(0, 1, 3), say=say, t0=t0,
+                          runnable=lambda s: plan_refusal(graph, s, kind) is None)
