@@ -40,10 +40,10 @@ EOF
 
 say "== tests marked gpu ($(date -u +%H:%M:%S))"
 if python3 -c "import pytest" 2>/dev/null; then
-    timeout 300 python3 -m pytest -o addopts="" -p no:cacheprovider -m gpu -q -rA \
+    timeout 420 python3 -m pytest -o addopts="" -p no:cacheprovider -m gpu -q -rA \
         tests/test_torch_gpu.py 2>&1 | tee "$results/gpu-tests.txt"
 else  # no pytest on the machine: the test functions run as a plain script
-    timeout 300 python3 tests/test_torch_gpu.py 2>&1 | tee "$results/gpu-tests.txt"
+    timeout 420 python3 tests/test_torch_gpu.py 2>&1 | tee "$results/gpu-tests.txt"
 fi
 tests=${PIPESTATUS[0]}
 say "gpu tests exit status $tests ($(( SECONDS - start )) s so far)"
