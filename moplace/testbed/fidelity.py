@@ -9,7 +9,6 @@ front end's ``run(strategy) -> ApplyResult``.
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
@@ -52,10 +51,9 @@ class FidelityRow:
     messages: int = 0  # transfers between devices, as simulated (calibration.run_features)
     collectives: int = 0
     #: how much slower the machine ran than when the ops were timed (a probe's ratio; the
-    #: steps above are scaled by its inverse, ``raw_measured_s`` is the clock's median; 1:
-    #: not probed), see `moplace.testbed.result.ApplyResult.at_speed`
+    #: steps above are scaled by its inverse: the clock's median is ``measured_s`` times it;
+    #: 1: not probed), see `moplace.testbed.result.ApplyResult.at_speed`
     machine_speed: float = 1.0
-    raw_measured_s: float | None = None
 
 
 @dataclass
@@ -270,8 +268,6 @@ def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
         else:
             row.measured_s, row.spread_s = result.measured_step_s, result.spread_s
             row.machine_speed = result.machine_speed
-            row.raw_measured_s = (statistics.median(result.raw_step_seconds)
-                                  if result.raw_step_seconds else row.measured_s)
             row.measured_peak_bytes = [result.peak_memory_bytes.get(device_names[d], 0)
                                        for d in used]
             row.scratch_bytes = [result.scratch_bytes.get(device_names[d], 0) for d in used]
@@ -343,7 +339,7 @@ def report_table(report: FidelityReport) -> str:
         lines.append(f"measured steps scaled to the machine's speed when the ops were timed (a "
                      f"probe, the one-device plan, run just before each strategy): the machine "
                      f"ran {np.median(speeds):.2f}x as slow at the median, {min(speeds):.2f}x "
-                     f"to {max(speeds):.2f}x; the clock's medians are the rows' raw_measured_s")
+                     f"to {max(speeds):.2f}x (a row's clock: its measured_s times its machine_speed)")
     return "\n".join(lines)
 
 

@@ -27,16 +27,16 @@ class ApplyResult:
     scratch_bytes: dict[str, int] = field(default_factory=dict)  # largest kernel scratch
     rank_seconds: list[list[float]] = field(default_factory=list)  # per rank, per timed step
     machine_speed: float = 1.0  # `at_speed`'s factor (1: as the clock said)
-    raw_step_seconds: list[float] = field(default_factory=list)  # the clock's, when scaled
 
     def at_speed(self, slower: float) -> "ApplyResult":
         """This result with its steps scaled to another speed of the machine: ``slower`` is
         how much slower the machine ran them than at the reference (a probe's ratio, on a
-        machine other jobs share); the clock's own steps kept in ``raw_step_seconds``."""
+        machine other jobs share); the clock's steps are ``step_seconds`` times
+        ``machine_speed``, and ``rank_seconds`` stay as it said."""
         from dataclasses import replace
 
         return replace(self, step_seconds=[s / slower for s in self.step_seconds],
-                       raw_step_seconds=list(self.step_seconds), machine_speed=slower)
+                       machine_speed=slower)
 
     @property
     def spread_s(self) -> tuple[float, float] | None:

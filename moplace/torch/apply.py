@@ -78,7 +78,7 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
     job = {"programs": programs, "source": source, "batch": int(source["batch_size"]),
            "micro_batches": int(strategy.micro_batches), "updates": updates, "groups": groups,
            "owned": owned, "seed": seed, "steps": steps, "warmup": warmup, "weights": weights,
-           "time_ops": time_ops, "device": device,
+           "time_ops": time_ops,
            "rows": {b: node_rows(t) for b, t in traced.items()},
            "parameters": main.parameters, "inputs": list(main.inputs), "loss": main.loss}
 

@@ -79,13 +79,8 @@ def rows_on_device(rows: dict, device: str) -> dict:
     target = torch.device(device)
 
     def swap(a):
-        if isinstance(a, torch.device):
-            return target
-        if isinstance(a, (list, tuple)) and not isinstance(a, Ref):
-            return type(a)(swap(x) for x in a)
-        if isinstance(a, dict):
-            return {k: swap(v) for k, v in a.items()}
-        return a
+        return torch.fx.node.map_aggregate(
+            a, lambda v: target if isinstance(v, torch.device) else v)
 
     return {name: dataclasses.replace(row, args=swap(row.args), kwargs=swap(row.kwargs))
             for name, row in rows.items()}

@@ -2,14 +2,15 @@
 CORES [DEVICE]``.
 
 Pins itself to its cores (one thread per core), joins the others with ``torch.distributed``
-(DEVICE ``cpu``, the default: gloo; ``cuda``: GPU RANK, NCCL) and says ``ready``. Then each line of its standard input names a job's folder (`moplace.torch.apply`
-writes ``job.pkl`` there: every rank's program, the traced step's nodes at every batch its
-tasks run at, the model's source, the steps to run): it builds the model for real (the same
-seed on every rank: the same weights and batch), runs the warm-up and timed steps
-(`moplace.torch.applyrun`), writes ``rank-K.json`` (seconds per step, the losses it computed)
-(and with ``time_ops`` each op's median seconds per step; on a GPU, the peak memory) and ``rank-K.pt`` (the weights whose
-update it ran first) there and says ``done``. Progress
-goes to stdout as ``step I/N`` lines. It exits when its standard input closes.
+(DEVICE ``cpu``, the default: gloo; ``cuda``: GPU RANK, NCCL) and says ``ready``. Then each
+line of its standard input names a job's folder (`moplace.torch.apply` writes ``job.pkl``
+there: every rank's program, the traced step's nodes at every batch its tasks run at, the
+model's source, the steps to run): it builds the model for real (the same seed on every rank:
+the same weights and batch), runs the warm-up and timed steps (`moplace.torch.applyrun`),
+writes ``rank-K.json`` (seconds per step, the losses it computed; with ``time_ops`` each op's
+median seconds per step; on a GPU, the peak memory) and ``rank-K.pt`` (the weights whose
+update it ran first) there and says ``done``. Progress goes to stdout as ``step I/N`` lines.
+It exits when its standard input closes.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def run_job(job_dir: str, rank: int, dist) -> None:
     for ranks in job["groups"]:  # every rank makes every group, in the same order
         groups[ranks] = dist.new_group(list(ranks))
     source, batch = job["source"], job["batch"]
-    device = f"cuda:{torch.cuda.current_device()}" if job.get("device") == "cuda" else "cpu"
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
     torch.manual_seed(job["seed"])
     real = build_real(load_setup(source, batch), batch, device)
     runner = RankRunner(job["programs"][rank], job["rows"], batch, job["micro_batches"], real,

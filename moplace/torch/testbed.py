@@ -125,22 +125,15 @@ class TorchTestbed:
         return self.placeholder_cluster(self.count, memory_bytes)
 
     @staticmethod
-    def placeholder_cluster(count: int, memory_bytes: int | None = None) -> Cluster:
-        """``count`` ``cpu`` devices sharing this machine's memory, their links placeholders
-        (1 GB/s, 50 us) until measured."""
+    def placeholder_cluster(count: int, memory_bytes: int | None = None,
+                            kind: str = "cpu") -> Cluster:
+        """``count`` devices of ``kind`` (``cpu``: sharing this machine's memory, unless
+        ``memory_bytes`` says each one's), their links placeholders (1 GB/s, 50 us) until
+        measured."""
         mem = memory_bytes or host_memory_bytes() // count
-        return Cluster.uniform([f"rank{k}" for k in range(count)], kind="cpu",
+        return Cluster.uniform([f"rank{k}" for k in range(count)], kind=kind,
                                memory_bytes=mem, bandwidth=PLACEHOLDER_BANDWIDTH,
-                               latency=PLACEHOLDER_LATENCY, name=f"testbed-{count}xcpu")
-
-    @staticmethod
-    def gpu_cluster(count: int, info) -> Cluster:
-        """``count`` GPUs like ``info`` (`moplace.torch.device.DeviceInfo`), their links
-        placeholders until measured."""
-        return Cluster.uniform([f"rank{k}" for k in range(count)], kind=info.kind,
-                               memory_bytes=info.memory_bytes,
-                               bandwidth=PLACEHOLDER_BANDWIDTH, latency=PLACEHOLDER_LATENCY,
-                               name=f"testbed-{count}x{info.kind}")
+                               latency=PLACEHOLDER_LATENCY, name=f"testbed-{count}x{kind}")
 
     def describe(self) -> str:
         """One line: how many processes, on which cores (or GPUs)."""

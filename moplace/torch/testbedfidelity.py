@@ -23,11 +23,11 @@ from __future__ import annotations
 import time
 
 from ..errors import MoplaceError
+from ..testbed.fidelity import FidelityReport, run_strategies
+from ..testbed.result import ApplyResult
 
 #: the steps of the probe run before each strategy on a CPU testbed (after one warm-up)
 PROBE_STEPS = 3
-from ..testbed.fidelity import FidelityReport, run_strategies
-from ..testbed.result import ApplyResult
 
 
 def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, warmup: int = 2,
@@ -49,12 +49,12 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
     from .applyprep import plan_refusal
     from .frontend import profile_torch_model
     from .testbed import TorchTestbed
-    from .testbedtimes import op_timer
+    from .testbedtimes import timed_ops
 
     t0 = time.perf_counter()
     say = progress or (lambda *a: None)
     n = testbed.count
-    probe = reference = None
+    reference = None  # the one-device step as the ops were timed (CPUs)
     kind = TorchTestbed.trace_kind(testbed.device)
     if testbed.device == "cuda":  # op times: the kernels' device time, measured there
         from .device import device_info
@@ -65,7 +65,7 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
                                      measure_steps=max(profile_steps, 1), device="cuda",
                                      target_kind=info.kind, cache=False)
         graph = traced.graph
-        cluster = TorchTestbed.gpu_cluster(n, info)
+        cluster = TorchTestbed.placeholder_cluster(n, info.memory_bytes, kind=info.kind)
     else:
         say("profiling on this CPU with one process's threads", 0, 1)
         before = torch.get_num_threads()
@@ -77,24 +77,22 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
         finally:
             torch.set_num_threads(before)
         say("timing each op on the testbed", 0, 1)
-        timer = op_timer(traced.graph, testbed, repeats=rounds, progress=say)
-        graph = timer.graph()
+        # the op times, and the one-device step they were taken in: the reference speed
+        graph, reference = timed_ops(traced.graph, testbed, repeats=rounds, progress=say)
         cluster = TorchTestbed.placeholder_cluster(n)
-        probe = single(graph, n)  # the machine's speed: the one-device plan, a few steps
-        reference = timer.step_s.get(1)  # its step as the ops were timed
     if n > 1:
         say("measuring the links", 0, 1)
         latency, bandwidth = testbed.measure_links()
         cluster = cluster.with_links(
             {(i, j): (latency, bandwidth) for i in range(n) for j in range(n) if i != j})
 
-    def probed() -> float:
-        return apply_torch(graph, probe, cluster, steps=PROBE_STEPS, warmup=1,
-                           testbed=testbed)[0].measured_step_s
+    probe = single(graph, n)  # the machine's speed: the one-device plan, a few steps
 
     def run(strategy):
         try:
-            slower = probed() / reference if probe is not None and reference else 1.0
+            slower = apply_torch(graph, probe, cluster, steps=PROBE_STEPS, warmup=1,
+                                 testbed=testbed)[0].measured_step_s / reference \
+                if reference else 1.0
             result = apply_torch(graph, strategy, cluster, steps=steps, warmup=warmup,
                                  testbed=testbed)[0]
         except MoplaceError as exc:

@@ -31,70 +31,47 @@ def testbed_op_times(graph: OpGraph, testbed, *, steps: int = 10, warmup: int = 
     """``graph`` with its ``cpu`` op times measured on ``testbed`` (a
     `moplace.torch.testbed.TorchTestbed`) as the module docstring says; ``progress(stage,
     done, total)`` hears of each batch timed."""
-    return op_timer(graph, testbed, steps=steps, warmup=warmup, repeats=repeats,
-                    progress=progress).graph()
+    return timed_ops(graph, testbed, steps=steps, warmup=warmup, repeats=repeats,
+                     progress=progress)[0]
 
 
-def op_timer(graph: OpGraph, testbed, *, steps: int = 10, warmup: int = 1, repeats: int = 1,
-             progress=None) -> "OpTimer":
-    """An `OpTimer` that has timed the ops ``repeats`` times, one after the other."""
-    timer = OpTimer(graph, testbed, steps=steps, warmup=warmup, progress=progress)
+def timed_ops(graph: OpGraph, testbed, *, steps: int = 10, warmup: int = 1, repeats: int = 1,
+              progress=None) -> tuple[OpGraph, float | None]:
+    """`testbed_op_times`, and the one-device step the op times kept at the traced batch were
+    measured in (the machine's speed when they were taken; None if that batch did not run)."""
+    from ..core.baselines import single
+    from .apply import apply_torch
+    from .testbed import TorchTestbed
+
+    say = progress or (lambda *a: None)
+    source = graph.metadata.get("source")
+    batch = int(source["batch_size"]) if isinstance(source, dict) else 1
+    counts = [1] + [k for k in PART_COUNTS if batch % k == 0]
+    cluster = TorchTestbed.placeholder_cluster(testbed.count)
+    times, step_s = {}, None
     for r in range(max(repeats, 1)):
-        timer.repeat(f" (repeat {r + 1} of {repeats})" if repeats > 1 else "")
-    return timer
-
-
-class OpTimer:
-    """The op times of ``graph`` on ``testbed`` (`testbed_op_times`), one `repeat` at a time:
-    each batch keeps its least disturbed repeat so far (`graph`), and the one-device step
-    that repeat measured (``step_s``: batch parts -> seconds; at 1, the machine's speed when
-    its op times were taken)."""
-
-    def __init__(self, graph: OpGraph, testbed, *, steps: int = 10, warmup: int = 1,
-                 progress=None):
-        source = graph.metadata.get("source")
-        self.batch = int(source["batch_size"]) if isinstance(source, dict) else 1
-        self.counts = [1] + [k for k in PART_COUNTS if self.batch % k == 0]
-        self.graph0, self.testbed, self.steps, self.warmup = graph, testbed, steps, warmup
-        self.say = progress or (lambda *a: None)
-        self.times: dict = {}  # parts -> op index -> seconds
-        self.step_s: dict = {}  # parts -> the measured step of the repeat kept
-        self.repeats = 0
-
-    def repeat(self, label: str = "") -> None:
-        """Time every op once more at each batch; keep each batch's least sum of op times."""
-        from ..core.baselines import single
-        from .apply import apply_torch
-        from .testbed import TorchTestbed
-
-        cluster = TorchTestbed.placeholder_cluster(self.testbed.count)
-        for done, k in enumerate(self.counts):
-            self.say(f"timing each op on the testbed at batch {self.batch // k}{label}", done,
-                     len(self.counts))
-            plan = single(self.graph0, self.testbed.count).with_options(micro_batches=k)
-            result, _ = apply_torch(self.graph0, plan, cluster, steps=self.steps,
-                                    warmup=self.warmup, testbed=self.testbed, time_ops=True)
-            if result.expressible and (k not in self.times or sum(result.op_seconds.values())
-                                       < sum(self.times[k].values())):
-                self.times[k] = result.op_seconds
-                self.step_s[k] = result.measured_step_s
-        self.repeats += 1
-
-    def graph(self) -> OpGraph:
-        """The graph with the least disturbed op times so far."""
-        graph, times = self.graph0, self.times
-        whole = times.get(1, {})
-        ops = []
-        for i, op in enumerate(graph.ops):
-            compute = {**op.compute, "cpu": float(whole.get(i, 0.0))}
-            parts = {k: {"cpu": float(t[i])} for k, t in times.items()
-                     if k > 1 and i in t and op.role in ("forward", "backward")}
-            ops.append(dataclasses.replace(op, compute=compute,
-                                           part_compute={**op.part_compute, **parts}))
-        measured = {**(graph.metadata.get("measured") or {}),
-                    "testbed_op_times": {"batches": [self.batch // k for k in times],
-                                         "steps": self.steps, "repeats": self.repeats,
-                                         "how": "each task's wall clock on one testbed "
-                                                "process"}}
-        return OpGraph(ops, graph.edges, name=graph.name,
-                       metadata={**graph.metadata, "measured": measured})
+        for done, k in enumerate(counts):
+            say(f"timing each op on the testbed at batch {batch // k}"
+                + (f" (repeat {r + 1} of {repeats})" if repeats > 1 else ""), done, len(counts))
+            plan = single(graph, testbed.count).with_options(micro_batches=k)
+            result, _ = apply_torch(graph, plan, cluster, steps=steps, warmup=warmup,
+                                    testbed=testbed, time_ops=True)
+            if result.expressible and (k not in times or sum(result.op_seconds.values())
+                                       < sum(times[k].values())):
+                times[k] = result.op_seconds
+                if k == 1:
+                    step_s = result.measured_step_s
+    said = [batch // k for k in times]
+    whole = times.get(1, {})
+    ops = []
+    for i, op in enumerate(graph.ops):
+        compute = {**op.compute, "cpu": float(whole.get(i, 0.0))}
+        parts = {k: {"cpu": float(t[i])} for k, t in times.items()
+                 if k > 1 and i in t and op.role in ("forward", "backward")}
+        ops.append(dataclasses.replace(op, compute=compute,
+                                       part_compute={**op.part_compute, **parts}))
+    measured = {**(graph.metadata.get("measured") or {}),
+                "testbed_op_times": {"batches": said, "steps": steps, "repeats": repeats,
+                                     "how": "each task's wall clock on one testbed process"}}
+    return OpGraph(ops, graph.edges, name=graph.name,
+                   metadata={**graph.metadata, "measured": measured}), step_s
