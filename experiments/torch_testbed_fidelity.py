@@ -40,7 +40,8 @@ def main(argv=None) -> int:
                    "plan on so small a model, and at least 20 strategies are judged)")
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3,
-                   help="each strategy's least disturbed of so many rounds (and the op times')")
+                   help="each strategy's median of so many rounds (the op times: their least "
+                   "disturbed)")
     p.add_argument("--out", default=None, help="write the tables here (and FILE.json)")
     args = p.parse_args(argv)
     os.environ.setdefault("GPT_DIMS", "64,4,2,32,256")

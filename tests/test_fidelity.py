@@ -86,6 +86,27 @@ def test_runs_kept_before_messages_were_counted_fit_as_they_did():
     assert k["messages_s"] == 0.0 and k["collectives_s"] == 0.0
 
 
+def test_enough_runs_price_the_collectives_a_minority_pays():
+    from moplace.testbed.calibration import RUNS_PER_PRICE, TERMS, fit
+
+    def runs(count):  # every run pays messages, one in four collectives too (ZeRO runs)
+        out = []
+        for k in range(count):
+            messages, collectives = 4 + 3 * k, (6 + k if k % 4 == 3 else 0)
+            out.append({"measured_s": 0.02 + 3e-4 * messages + 2e-3 * collectives,
+                        "devices_used": 2, "messages": messages, "collectives": collectives,
+                        "simulated_by_latency": [0.02] * 15})
+        return out
+
+    assert RUNS_PER_PRICE * len(TERMS) <= 16
+    k = fit(runs(16), step_s=0.0)
+    assert k["terms"] == ["worker", "messages", "collectives"]
+    assert k["collectives_s"] == pytest.approx(2e-3, rel=1e-6)
+    assert k["messages_s"] == pytest.approx(3e-4, rel=1e-6)
+    few = fit(runs(8), step_s=0.0)  # the median of 8 cannot see the two that pay: not priced
+    assert few["terms"] == ["messages"] and few["collectives_s"] == 0.0
+
+
 def test_a_saved_report_is_fitted_again_from_its_runs(alexnet):
     from moplace.testbed.calibration import corrected
 
@@ -238,3 +259,62 @@ def test_a_result_at_another_speed_of_the_machine_keeps_the_factor_and_the_ranks
     assert slow.machine_speed == 2.0 and slow.rank_seconds == raw.rank_seconds
     assert slow.measured_step_s * slow.machine_speed == pytest.approx(raw.measured_step_s)
     assert raw.machine_speed == 1.0
+
+
+def test_rounds_keep_the_least_step_or_the_median_round():
+    from moplace.testbed.fidelity import _run_rounds
+    from moplace.testbed.result import ApplyResult
+
+    steps = {"a": iter([[3.0], [1.0], [2.0]]), "b": iter([[5.0], [4.0], [6.0], [7.0]])}
+    fails = iter([ApplyResult(True, step_seconds=[9.0]), ApplyResult(False, "died"),
+                  ApplyResult(True, step_seconds=[8.0])])
+
+    def run(name):
+        return next(fails) if name == "c" else ApplyResult(True, step_seconds=next(steps[name]))
+
+    said = []
+    least = _run_rounds([("a", "a"), ("c", "c")], run, 3, lambda *a: said.append(a))
+    assert least[0].measured_step_s == 1.0
+    assert least[1].measured_step_s == 8.0  # a round that fails does not undo the others
+    assert said[0] == ("a (round 1 of 3)", 0, 2)
+    median = _run_rounds([("b", "b")], run, 4, lambda *a: None, "median")
+    assert median[0].measured_step_s == 5.0  # the lower middle of 4, 5, 6, 7
+    refused = _run_rounds([("c", "c")], lambda s: ApplyResult(False, "no"), 3, lambda *a: None,
+                          "median")
+    assert not refused[0].expressible
+    with pytest.raises(ValueError, match="'least' or 'median'"):
+        _run_rounds([], run, 1, lambda *a: None, "mean")
+
+
+def test_probes_scale_each_strategy_to_the_machines_speed_at_the_reference():
+    from moplace.errors import MoplaceError
+    from moplace.testbed.probe import PROBE_STEPS, probed
+    from moplace.testbed.result import ApplyResult
+
+    speeds = iter([1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 1.5, 1.5])  # the machine, call after call
+    true = {"probe": 0.01, "a": 0.05, "b": 0.02}
+    calls = []
+
+    def apply(plan, steps, warmup):
+        calls.append((plan, steps, warmup))
+        if plan == "refused":
+            raise MoplaceError("cannot run this")
+        speed = next(speeds)
+        return ApplyResult(True, step_seconds=[true[plan] * speed] * steps)
+
+    run = probed(apply, "probe", steps=10, warmup=2)
+    a = run("a")  # probes at 1.0 (the reference: the first) and 2.0 around a step at 2.0
+    assert calls[:3] == [("probe", PROBE_STEPS, 1), ("a", 10, 2), ("probe", PROBE_STEPS, 1)]
+    assert a.machine_speed == pytest.approx(2 ** 0.5)
+    assert a.measured_step_s * a.machine_speed == pytest.approx(0.1)  # the clock's step kept
+    b = run("b")  # the probe after a is b's before: 2.0, b at 3.0, then 3.0
+    assert calls[3:] == [("b", 10, 2), ("probe", PROBE_STEPS, 1)]
+    assert b.machine_speed == pytest.approx(6 ** 0.5)
+    refused = run("refused")
+    assert not refused.expressible and "cannot run this" in refused.reason
+    again = run("b")  # no probe after a refusal: a new one before (3.0), b at 1.5, then 1.5
+    assert calls[-3:] == [("probe", PROBE_STEPS, 1), ("b", 10, 2), ("probe", PROBE_STEPS, 1)]
+    assert again.measured_step_s == pytest.approx(0.02 * 1.5 / (3.0 * 1.5) ** 0.5)
+    given = probed(lambda plan, s, w: ApplyResult(True, step_seconds=[0.03] * s), "probe",
+                   steps=3, warmup=1, reference=0.015)
+    assert given("a").machine_speed == pytest.approx(2.0)  # probes at twice the reference

@@ -60,9 +60,9 @@ def add_commands(sub) -> None:
                    "corrections are fitted on (default 6; PyTorch 16: fewer leave its fit "
                    "to chance; 0: none)")
     f.add_argument("--rounds", type=integer(1, 100),
-                   help="(PyTorch with --testbed) each strategy's least disturbed of so many "
-                   "rounds, run one after the other over all of them, for a machine other "
-                   "jobs share (default 1)")
+                   help="(PyTorch with --testbed) each strategy's median of so many rounds "
+                   "(on GPUs its least disturbed), run one after the other over all of "
+                   "them, for a machine other jobs share (default 1)")
     f.add_argument("--seed", type=integer(0, 2**32 - 1),
                    help="(Keras, or PyTorch with --testbed) random seed of the searches "
                    "and calibration (default 0)")

@@ -66,7 +66,7 @@ class FidelityReport:
     corrections: dict
     rows: list[FidelityRow]
     seconds: float = 0.0
-    rounds: int = 1  # each strategy's least disturbed of as many rounds (`run_strategies`)
+    rounds: int = 1  # each strategy ran as many rounds (`run_strategies`)
 
     @property
     def measured(self) -> list[FidelityRow]:
@@ -214,7 +214,7 @@ def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
                    device_names: list, steps: int, step_s: float, calibration: int = 6,
                    front_points: int = 6, budget: int = 2000, seed: int = 0, rounds: int = 1,
                    zero_stages: tuple[int, ...] = (0,), runnable=None, say=None,
-                   t0: float | None = None) -> FidelityReport:
+                   t0: float | None = None, round_pick: str = "least") -> FidelityReport:
     """Run ``calibration`` calibration strategies (`calibration_strategies`) and every
     candidate strategy (`candidate_strategies`) through ``run`` (a strategy ->
     `moplace.testbed.result.ApplyResult` of ``steps`` timed steps), fit the corrections on the
@@ -224,8 +224,10 @@ def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
     ``testbed`` says what ran them, ``device_names`` name the devices as the
     results' peaks do, ``say(stage, done, total)`` hears of each. With ``rounds`` > 1 every
     strategy runs once per round, the rounds one after the other over all of them, and keeps
-    its least disturbed round (the least median step): on a shared machine a burst of another
-    job's load then falls on one round of many strategies, not on all of one's steps."""
+    its least disturbed round (the least median step; ``round_pick="median"``: its median
+    round, for steps scaled to the machine's speed, which are off either way): on a shared
+    machine a burst of another job's load then falls on one round of many strategies, not on
+    all of one's steps."""
     t0 = time.perf_counter() if t0 is None else t0
     say = say or (lambda *a: None)
     calib = calibration_strategies(graph, cluster.n_devices, calibration, seed, zero_stages)
@@ -238,7 +240,7 @@ def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
         keys.setdefault(strategy.simulation_key, len(todo))
         if keys[strategy.simulation_key] == len(todo):
             todo.append((f"running {label}", strategy))
-    results = _run_rounds(todo, run, rounds, say)
+    results = _run_rounds(todo, run, rounds, say, round_pick)
     runs = [{"measured_s": results[k].measured_step_s, "devices_used": len(s.used_devices),
              **run_features(graph, cluster, s)}
             for k, (_, s) in enumerate(todo[:len(calib)]) if results[k].expressible]
@@ -278,21 +280,28 @@ def run_strategies(graph, cluster, run, *, model: str, batch: int, testbed: str,
                           time.perf_counter() - t0, rounds)
 
 
-def _run_rounds(todo, run, rounds: int, say) -> list:
+def _run_rounds(todo, run, rounds: int, say, pick: str = "least") -> list:
     """Each strategy of ``todo`` (``(stage, strategy)``) run ``rounds`` times, round after round
-    over all of them; per strategy the result of its least median step (one that cannot run
-    runs no more)."""
-    best: list = [None] * len(todo)
+    over all of them; per strategy the result of its least median step (``pick="median"``:
+    its median round, the lower of the middle two of an even count); one that cannot run runs
+    no more."""
+    if pick not in ("least", "median"):
+        raise ValueError(f"pick is 'least' or 'median', got {pick!r}")
+    kept: list[list] = [[] for _ in todo]
     for r in range(max(rounds, 1)):
         for k, (stage, strategy) in enumerate(todo):
-            if best[k] is not None and not best[k].expressible:
+            if kept[k] and not kept[k][0].expressible:
                 continue
             say(stage + (f" (round {r + 1} of {rounds})" if rounds > 1 else ""), k, len(todo))
             result = run(strategy)
-            if best[k] is None or (result.expressible and
-                                   result.measured_step_s < best[k].measured_step_s):
-                best[k] = result
-    return best
+            if result.expressible or not kept[k]:  # a round that fails later keeps the others
+                kept[k].append(result)
+    out = []
+    for results in kept:
+        ranked = sorted(results, key=lambda x: x.measured_step_s)
+        out.append(ranked[0] if pick == "least" or not ranked[0].expressible
+                   else ranked[(len(ranked) - 1) // 2])
+    return out
 
 
 def report_table(report: FidelityReport) -> str:
@@ -337,7 +346,8 @@ def report_table(report: FidelityReport) -> str:
     speeds = [r.machine_speed for r in report.measured if r.machine_speed != 1.0]
     if speeds:
         lines.append(f"measured steps scaled to the machine's speed when the ops were timed (a "
-                     f"probe, the one-device plan, run just before each strategy): the machine "
+                     f"probe, the one-device plan, run between strategies; each scaled by the two "
+                     f"around it): the machine "
                      f"ran {np.median(speeds):.2f}x as slow at the median, {min(speeds):.2f}x "
                      f"to {max(speeds):.2f}x (a row's clock: its measured_s times its machine_speed)")
     return "\n".join(lines)

@@ -16,16 +16,18 @@ Two predictions are kept side by side:
   *calibration* strategies run on the testbed for this purpose and never among the strategies
   judged (`moplace.testbed.calibration`). The corrected memory peak adds the largest scratch buffer
   (measured per op while profiling) of the ops on the device to the simulated liveness peak.
+
+Every strategy's steps are scaled to the machine's speed just after profiling: the one-device
+plan runs a few steps between one strategy and the next (`moplace.testbed.probe`).
 """
 
 from __future__ import annotations
 
 import time
 
-from ..errors import MoplaceError
 from ..progress import Report
 from ..testbed.fidelity import MICRO_BATCHES, FidelityReport, run_strategies
-from ..testbed.result import ApplyResult
+from ..testbed.probe import probed
 
 
 def run_fidelity(model: str, batch: int, testbed, *, steps: int = 20, warmup: int = 3,
@@ -33,6 +35,7 @@ def run_fidelity(model: str, batch: int, testbed, *, steps: int = 20, warmup: in
                  calibration: int = 6, progress: Report | None = None) -> FidelityReport:
     """Profile ``model`` at ``batch`` on ``testbed``, then run and simulate its candidate
     strategies (see the module docstring). ``progress(stage, done, total)`` hears of each."""
+    from ..core.baselines import single
     from .frontend import apply_to_model, profile_model
 
     t0 = time.perf_counter()
@@ -44,15 +47,14 @@ def run_fidelity(model: str, batch: int, testbed, *, steps: int = 20, warmup: in
     pm = profile_model(model, batch, testbed=testbed, steps=profile_steps, part_counts=parts)
     graph, cluster = pm.graph, pm.cluster
 
-    def run(strategy):
-        try:
-            return apply_to_model(graph, strategy, cluster, steps=steps, warmup=warmup,
-                                  traced=pm.traced, testbed=testbed)[0]
-        except MoplaceError as exc:
-            return ApplyResult(False, str(exc))
+    def apply(strategy, n_steps, n_warmup):
+        return apply_to_model(graph, strategy, cluster, steps=n_steps, warmup=n_warmup,
+                              traced=pm.traced, testbed=testbed)[0]
 
+    # every strategy at the machine's speed just after profiling (`moplace.testbed.probe`)
+    run = probed(apply, single(graph, k), steps, warmup, probe_warmup=2)
     return run_strategies(graph, cluster, run, model=model, batch=batch,
                           testbed=testbed.describe(), device_names=testbed.devices, steps=steps,
                           step_s=float(graph.metadata["measured"]["step_overhead_s"]),
                           calibration=calibration, front_points=front_points, budget=budget,
-                          seed=seed, say=say, t0=t0)
+                          seed=seed, say=say, t0=t0, round_pick="median")

@@ -6,16 +6,11 @@ on the testbed's processes (`moplace.torch.apply`) against the simulator, as mea
 corrected on calibration strategies never judged (`moplace.testbed.calibration`), exactly as
 the Keras testbed's report (`moplace.tf.fidelity`) is made.
 
-On CPUs a machine other jobs share runs the same steps about 1.5 times slower from one
-ten-second stretch to the next (measured here: the one-device plan's step went 28, 41, 39,
-37, 31 ms over a minute and a half). The op times are taken running the one-device plan,
-whose step then is the machine's reference speed; that plan runs a few steps again (the
-probe) just before each strategy runs, and each strategy's steps are scaled by the
-reference over the probe's
-(`ApplyResult.at_speed`: the clock's own steps kept, and the factor, in the report), so
-every strategy is measured at the speed the op times were. The one-device plan's own row is
-then its probe's ratio to the reference: it says how steady the machine was, not how well
-the simulator does.
+On CPUs the machine's speed is probed between strategies (`moplace.testbed.probe`): the op
+times are taken running the one-device plan, whose step then is the reference speed, and
+every strategy's steps are scaled to it; of several rounds each keeps its median. The
+one-device plan's own row is its ratio to its probes: it says how steady the machine was, not
+how well the simulator does.
 """
 
 from __future__ import annotations
@@ -24,10 +19,8 @@ import time
 
 from ..errors import MoplaceError
 from ..testbed.fidelity import FidelityReport, run_strategies
+from ..testbed.probe import probed
 from ..testbed.result import ApplyResult
-
-#: the steps of the probe run before each strategy on a CPU testbed (after one warm-up)
-PROBE_STEPS = 3
 
 
 def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, warmup: int = 2,
@@ -37,11 +30,11 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
                          progress=None) -> FidelityReport:
     """Profile ``model`` (a PyTorch model file or ``hf:NAME``) at ``batch`` for ``testbed``
     (a `moplace.torch.testbed.TorchTestbed`) and run its strategies there (see the module
-    docstring); each strategy keeps its least disturbed of ``rounds`` rounds
-    (`moplace.testbed.fidelity.run_strategies`), the op times their least disturbed of as many
-    repeats (`testbed_op_times`); on CPUs each strategy's steps are scaled to the machine's
-    speed when the ops were timed (module docstring); ``progress(stage, done, total)`` hears
-    of each."""
+    docstring); each strategy runs ``rounds`` rounds (`moplace.testbed.fidelity.run_strategies`)
+    and the op times take their least disturbed of as many repeats (`testbed_op_times`); on
+    CPUs each strategy's steps are scaled to the machine's speed when the ops were timed and
+    keep their median round (module docstring), on GPUs their least disturbed;
+    ``progress(stage, done, total)`` hears of each."""
     import torch
 
     from ..core.baselines import single
@@ -86,18 +79,18 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
         cluster = cluster.with_links(
             {(i, j): (latency, bandwidth) for i in range(n) for j in range(n) if i != j})
 
-    probe = single(graph, n)  # the machine's speed: the one-device plan, a few steps
+    def apply(strategy, n_steps, n_warmup):
+        return apply_torch(graph, strategy, cluster, steps=n_steps, warmup=n_warmup,
+                           testbed=testbed)[0]
 
-    def run(strategy):
-        try:
-            slower = apply_torch(graph, probe, cluster, steps=PROBE_STEPS, warmup=1,
-                                 testbed=testbed)[0].measured_step_s / reference \
-                if reference else 1.0
-            result = apply_torch(graph, strategy, cluster, steps=steps, warmup=warmup,
-                                 testbed=testbed)[0]
-        except MoplaceError as exc:
-            return ApplyResult(False, str(exc))
-        return result.at_speed(slower) if result.expressible and slower != 1.0 else result
+    if reference:  # CPUs: each strategy at the machine's speed when the ops were timed
+        run = probed(apply, single(graph, n), steps, warmup, reference)
+    else:
+        def run(strategy):
+            try:
+                return apply(strategy, steps, warmup)
+            except MoplaceError as exc:
+                return ApplyResult(False, str(exc))
 
     return run_strategies(graph, cluster, run, model=str(model), batch=batch,
                           testbed=testbed.describe(), device_names=[d.name for d in
@@ -105,4 +98,5 @@ def run_testbed_fidelity(model: str, batch: int, testbed, *, steps: int = 10, wa
                           steps=steps, step_s=0.0, calibration=calibration, rounds=rounds,
                           front_points=front_points, budget=budget, seed=seed,
                           zero_stages=(0, 1, 3), say=say, t0=t0,
+                          round_pick="median" if reference else "least",
                           runnable=lambda s: plan_refusal(graph, s, kind) is None)
