@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     start = time.perf_counter()
     if args.write:
-        data = {"cluster": CLUSTER, "traces": record(args.graphs)}
+        data = {"cluster": CLUSTER, "traces": record(args.graphs, **TODAY)}  # as --check
         args.write.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.write}: {len(data['traces'])} graphs in "
               f"{time.perf_counter() - start:.1f} s")

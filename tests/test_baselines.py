@@ -173,6 +173,22 @@ def test_group_order_and_topological_priority():
     assert group_order(g).tolist() == [1, 0, 2]
 
 
+def test_a_weight_sorts_its_group_where_it_is_read_not_where_sources_sit():
+    # a traced step: the weights (sources) head the topological order; each is in the group
+    # of the matmul that reads it, the norms between them in groups of their own
+    ops = [Op("w0", colocation="L0"), Op("w1", colocation="L1"), Op("x"),
+           Op("norm0", compute={"V100": 1.0}), Op("mm0", colocation="L0", compute={"V100": 1.0}),
+           Op("norm1", compute={"V100": 1.0}), Op("mm1", colocation="L1", compute={"V100": 1.0})]
+    g = OpGraph(ops, [("x", "norm0"), ("norm0", "mm0"), ("w0", "mm0"), ("mm0", "norm1"),
+                      ("norm1", "mm1"), ("w1", "mm1")])
+    assert g.arrays.topo.tolist()[:3] == [0, 1, 2]  # the sources first
+    heads = [g.groups[k][0] for k in group_order(g)]
+    assert [g.ops[i].name for i in heads] == ["x", "norm0", "w0", "norm1", "w1"]
+    placement = baseline("layer-split", g, 2).placement  # contiguous: layer 0, then layer 1
+    assert {g.ops[i].name: int(d) for i, d in enumerate(placement)} == {
+        "x": 0, "norm0": 0, "w0": 0, "mm0": 0, "norm1": 1, "w1": 1, "mm1": 1}
+
+
 def test_unknown_baseline_lists_known_ones():
     with pytest.raises(MoplaceError, match="unknown baseline 'magic'; known: single, data-"
                                            "parallel, tensor-parallel, round-robin, layer-split"):

@@ -104,9 +104,20 @@ def _reads(a, j: int, i: int) -> int:
 
 
 def group_order(graph: OpGraph) -> np.ndarray:
-    """Co-location groups sorted by the topological position of their first op."""
-    first = np.full(graph.arrays.n_groups, len(graph.ops))
-    np.minimum.at(first, graph.arrays.group[graph.arrays.topo], np.arange(len(graph.ops)))
+    """Co-location groups sorted by the topological position of their first op, a source (an
+    op read by others that reads none: a weight, an input) counted just before its first
+    reader: sources head a traced graph's order, and a group holding a weight would otherwise
+    sort before every group without one (a layer split of a traced Llama put every weighted
+    block on the first device and every norm and residual add on the last)."""
+    a = graph.arrays
+    n = len(graph.ops)
+    position = np.empty(n, np.int64)
+    position[a.topo] = 2 * np.arange(n)  # even; a source's place: odd, before its reader
+    reader = np.full(n, 2 * n, np.int64)
+    np.minimum.at(reader, a.src, position[a.dst])
+    source = (np.diff(a.in_ptr) == 0) & (reader < 2 * n)
+    first = np.full(a.n_groups, 2 * n)
+    np.minimum.at(first, a.group, np.where(source, reader - 1, position))
     return np.argsort(first, kind="stable")
 
 
