@@ -318,3 +318,23 @@ def test_probes_scale_each_strategy_to_the_machines_speed_at_the_reference():
     given = probed(lambda plan, s, w: ApplyResult(True, step_seconds=[0.03] * s), "probe",
                    steps=3, warmup=1, reference=0.015)
     assert given("a").machine_speed == pytest.approx(2.0)  # probes at twice the reference
+
+
+def test_without_a_probe_a_strategy_runs_as_the_clock_says():
+    from moplace.errors import MoplaceError
+    from moplace.testbed.probe import probed
+    from moplace.testbed.result import ApplyResult
+
+    calls = []
+
+    def apply(plan, steps, warmup):
+        calls.append(plan)
+        if plan == "refused":
+            raise MoplaceError("cannot run this")
+        return ApplyResult(True, step_seconds=[0.02] * steps)
+
+    run = probed(apply, None, steps=5, warmup=1)
+    ran = run("a")
+    assert ran.measured_step_s == 0.02 and ran.machine_speed == 1.0 and calls == ["a"]
+    refused = run("refused")
+    assert not refused.expressible and "cannot run this" in refused.reason

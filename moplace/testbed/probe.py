@@ -34,7 +34,8 @@ def probed(apply, probe, steps: int, warmup: int, reference: float | None = None
     warmup)`` (an `ApplyResult` of so many timed steps after so many warm-up steps; a
     `MoplaceError` it raises is the strategy's refusal) with its steps scaled to the machine's
     speed at ``reference`` (seconds of the one-device step; None: the first probe's) by the
-    probes of ``probe`` (the one-device plan) around it (see the module docstring)."""
+    probes of ``probe`` (the one-device plan) around it (see the module docstring); with
+    ``probe`` None, as the clock said (a GPU's steps: no other job shares it)."""
     last: list = [None]  # the probe run after the previous strategy: this one's probe before
     ref: list = [reference]
 
@@ -48,6 +49,8 @@ def probed(apply, probe, steps: int, warmup: int, reference: float | None = None
 
     def run(strategy) -> ApplyResult:
         try:
+            if probe is None:
+                return apply(strategy, steps, warmup)
             before = last[0] if last[0] is not None else speed()
             last[0] = None
             result = apply(strategy, steps, warmup)
