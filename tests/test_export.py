@@ -82,7 +82,8 @@ def test_data_parallel_front_exports_dp4_flags(capsys, fronts, tmp_path):
     code, out, err = run(capsys, "export", fronts["data-parallel"], "--point", 0, "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["regular"] and doc["degrees"] == {"data": 4, "tensor": 1, "pipeline": 1}
+    assert doc["regular"] and doc["degrees"] == {"data": 4, "tensor": 1, "pipeline": 1,
+                                                     "virtual": 1}
     assert doc["megatron"]["args"][:4] == ["--tensor-model-parallel-size", "1",
                                           "--pipeline-model-parallel-size", "1"]
     assert "--global-batch-size" in doc["megatron"]["args"]  # VGG-16's profile names batch 128
@@ -222,7 +223,8 @@ def test_megatron_core_transformer_config_takes_the_exported_values(tiny):
 
     for d in (Degrees(4, 2, "data", 4, "1f1b", "full", 0), Degrees(4, 4, "data", 1, "1f1b",
                                                                    "none", 0),
-              Degrees(8, 2, "data", 1, "1f1b", "none", 1)):
+              Degrees(8, 2, "data", 1, "1f1b", "none", 1),
+              Degrees(4, 2, "data", 4, "interleaved", "none", 0, 2)):
         flags = megatron_flags(plan_shape(tiny, regular_plan(tiny, d)), tiny)
         config = flags["config"]
         pp = config["pipeline_model_parallel_size"]
@@ -232,6 +234,8 @@ def test_megatron_core_transformer_config_takes_the_exported_values(tiny):
         assert made.pipeline_model_parallel_size == pp
         assert made.tensor_model_parallel_size == config["tensor_model_parallel_size"]
         assert made.recompute_granularity == config.get("recompute_granularity")
+        assert made.virtual_pipeline_model_parallel_size == config.get(
+            "virtual_pipeline_model_parallel_size")
 
 
 def _torchtitan_config_manager():

@@ -187,7 +187,7 @@ def test_options_are_checked():
     s = _pipeline(g, 2, 0)
     for bad, match in [(dict(micro_batches=0), "micro_batches"),
                        (dict(micro_batches=2.5), "micro_batches"),
-                       (dict(schedule=2), "schedule"),
+                       (dict(schedule=4), "schedule"),
                        (dict(zero_stage=3), "zero_stage 3")]:
         with pytest.raises(StrategyError, match=match):
             s.with_options(**bad).validate(g, 2)

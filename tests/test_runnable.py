@@ -25,7 +25,7 @@ from moplace.core.baselines import baseline
 from moplace.core.degrees import DegreeSpace, Degrees, regular_plan
 from moplace.core.planshape import plan_shape
 from moplace.core.runners import misfit, runners
-from moplace.io.export import plan_document, torchtitan_toml
+from moplace.io.export import megatron_flags, plan_document, torchtitan_toml
 
 TINY = Path(__file__).parent / "data" / "tiny-llama.json"
 
@@ -250,6 +250,32 @@ def test_show_against_says_what_the_other_front_buys(capsys, tmp_path):
     assert code == 0, err
     assert "the best unconstrained plan" in out and "the best torchtitan one" in out
     assert len(out.splitlines()) == 3
+
+
+def test_virtual_stages_export_as_each_framework_names_them(tiny):
+    """Interleaved 1F1B over 2 stages of 2 virtual stages (the tiny Llama's 4 layers, one
+    each): Megatron's --num-layers-per-virtual-pipeline-stage, torchtitan's Interleaved1F1B
+    with a layer a stage; zero-bubble is torchtitan's only; one stage per device under an
+    interleaved schedule, or virtual stages under 1F1B, run on neither."""
+    inter = plan_shape(tiny, regular_plan(tiny, Degrees(4, 2, "data", 4, "interleaved", "none",
+                                                        0, 2)))
+    assert inter.regular and (inter.pp, inter.vp, len(inter.chunks)) == (2, 2, 4)
+    args = megatron_flags(inter, tiny)["args"]
+    assert args[args.index("--num-layers-per-virtual-pipeline-stage") + 1] == "1"
+    par = torchtitan_toml(inter, tiny)["tables"]["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_layers_per_stage"] == 1
+    zb = plan_shape(tiny, regular_plan(tiny, Degrees(4, 2, "data", 4, "zero-bubble", "none",
+                                                     0, 2)))
+    assert misfit(tiny, zb, "megatron") == ("megatron runs no zero-bubble pipeline schedule",)
+    assert torchtitan_toml(zb, tiny)["tables"]["parallelism"][
+        "pipeline_parallel_schedule"] == "InterleavedZeroBubble"
+    one = plan_shape(tiny, regular_plan(tiny, Degrees(4, 2, "data", 4, "zero-bubble", "none",
+                                                      0)))
+    assert "one stage per device" in misfit(tiny, one, "torchtitan")[0]
+    v_1f1b = plan_shape(tiny, regular_plan(tiny, Degrees(4, 2, "data", 4, "1f1b", "none", 0,
+                                                         2)))
+    assert "need the interleaved or zero-bubble schedule" in misfit(tiny, v_1f1b, "megatron")[0]
 
 
 def test_torchtitan_toml_follows_the_rule(tiny):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError
-from ..core.strategy import MAX_MICRO_BATCHES, SCHEDULES
+from ..core.strategy import MAX_MICRO_BATCHES, SCHEDULE_LABELS, SCHEDULES
 from .args import file_arg, integer
 from .problem import cluster_arg, from_front, graph_arg, model_options
 
@@ -42,7 +42,9 @@ def add_commands(sub) -> None:
                     help="run the strategy (or baselines) as M micro-batches (a pipeline; "
                          "on one stage, gradient accumulation)")
     ev.add_argument("--schedule", choices=SCHEDULES,
-                    help="the micro-batches' schedule: 1f1b (PipeDream-Flush) or gpipe")
+                    help="the micro-batches' schedule: 1f1b (PipeDream-Flush), gpipe, interleaved "
+                         "(Megatron's virtual stages: the stages laid round-robin) or "
+                         "zero-bubble (PyTorch's ScheduleInterleavedZeroBubble)")
     model_options(ev)
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object")
     ev.set_defaults(run=_evaluate)
@@ -103,7 +105,7 @@ def read_strategy(args, graph, cluster):
 
 def _pipeline_text(strategy) -> str:
     m = int(strategy.micro_batches)
-    return (f"{m} micro-batches {strategy.schedule_name.upper().replace('PIPE', 'Pipe')}"
+    return (f"{m} micro-batches {SCHEDULE_LABELS[strategy.schedule_name]}"
             if m > 1 else "1 micro-batch")
 
 

@@ -5,7 +5,8 @@ A point of the space is a `Degrees`: the devices used (a power of two, or every 
 pipeline degree ``pp`` (equal stages by the model's layers), each stage's width over its
 devices, data parallel (every group split on ``batch``) or tensor parallel (Megatron's blocks
 split on ``tensor``, the ops between them on ``batch``: sequence parallelism), the
-micro-batches and their schedule, the recomputation (none, each layer checkpointed: ``full``,
+micro-batches and their schedule (with ``vp`` virtual stages per device under the interleaved
+and zero-bubble schedules: ``pp * vp`` stages laid round-robin), the recomputation (none, each layer checkpointed: ``full``,
 or each attention's core: ``selective``) and the ZeRO stage, as the framework names each
 (`moplace.core.runners`). Its genome is one integer gene per degree, in `GENES` order; a gene
 picks among the values left by the genes before it (a value past their count wraps round), so
@@ -13,8 +14,8 @@ every genome decodes to a plan of the space and each plan has exactly one genome
 within their counts (`encode`). `regular_plan` builds the strategy: every point of a space
 runs on its framework by `moplace.core.runners.misfit` (tests/test_runnable.py checks each).
 
-Later degrees (context and expert parallelism, virtual stages, device sets beyond a power of
-two) are new genes appended to `GENES` with their choices in `_choices`.
+Later degrees (context and expert parallelism, device sets beyond a power of two) are new
+genes appended to `GENES` with their choices in `_choices`.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from .baselines import DDP_BUCKET_BYTES, reduces_gradients, shards_updates, topo
 from .graph import OpGraph
 from .planshape import plan_shape
 from .recompute import attention_cores, layer_checkpoints
-from .runners import FRAMEWORKS, RECOMPUTE, SCHEDULES, misfit, stage_of_groups
+from .runners import FRAMEWORKS, RECOMPUTE, SCHEDULES, VIRTUAL_SCHEDULES, misfit, stage_of_groups
 from .strategy import SCHEDULES as STRATEGY_SCHEDULES
 from .strategy import Split, Strategy
 
 #: the genes, in genome order
-GENES = ("devices", "pipeline", "mode", "micro_batches", "schedule", "recompute", "zero")
+GENES = ("devices", "pipeline", "mode", "micro_batches", "schedule", "recompute", "zero",
+         "virtual")
 #: the micro-batch counts the space offers
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 #: the ZeRO stages the space offers per framework (ZeRO-2 runs as ZeRO-1 in the simulator)
@@ -45,7 +47,9 @@ ZERO = {"torchtitan": (0, 1, 3), "megatron": (0, 1)}
 class Degrees:
     """One plan of a space: ``devices`` used, ``pp`` stages, ``mode`` ("data" or "tensor")
     over each stage's ``devices // pp`` devices, ``micro_batches`` under ``schedule``
-    ("1f1b"/"gpipe"), ``recompute`` ("none"/"full"/"selective") and ``zero`` (0, 1, 3)."""
+    (`moplace.core.strategy.SCHEDULES`), ``recompute`` ("none"/"full"/"selective"), ``zero``
+    (0, 1, 3) and ``vp``, the virtual stages per device (1 but under the interleaved and
+    zero-bubble schedules)."""
 
     devices: int
     pp: int
@@ -54,6 +58,7 @@ class Degrees:
     schedule: str
     recompute: str
     zero: int
+    vp: int = 1
 
     @property
     def width(self) -> int:
@@ -61,7 +66,8 @@ class Degrees:
 
     def text(self) -> str:
         what = "tensor" if self.mode == "tensor" else "data"
-        return (f"{self.devices} devices: pp {self.pp} x {what} {self.width}, "
+        virtual = f" ({self.vp} virtual stages each)" if self.vp > 1 else ""
+        return (f"{self.devices} devices: pp {self.pp}{virtual} x {what} {self.width}, "
                 f"{self.micro_batches} micro-batches {self.schedule}, recompute "
                 f"{self.recompute}, ZeRO-{self.zero}")
 
@@ -127,12 +133,29 @@ class DegreeSpace:
             return tuple(m for m in MICRO_BATCHES
                          if self.batch is None or self.batch % (dp * m) == 0) or (1,)
         if k == 4:
-            return SCHEDULES[self.framework] if pp > 1 and partial[3] > 1 else ("1f1b",)
-        if k == 5:
-            return self.recompute_modes
+            if not (pp > 1 and partial[3] > 1):
+                return ("1f1b",)
+            return tuple(s for s in SCHEDULES[self.framework] if s not in VIRTUAL_SCHEDULES
+                         or self._virtual(pp, partial[3], s))
+        if k == 5:  # the interleaved schedules with recomputation: not modelled yet
+            return ("none",) if partial[4] in VIRTUAL_SCHEDULES else self.recompute_modes
+        if k == 7:
+            return self._virtual(pp, partial[3], partial[4]) or (1,)
         shardable = dp > 1 and reduces_gradients(self.graph) and shards_updates(self.graph)
         return tuple(z for z in ZERO[self.framework] if z == 0 or shardable
                      and not (z == 3 and partial[3] > 1))
+
+    def _virtual(self, pp: int, m: int, schedule: str) -> tuple[int, ...]:
+        """The virtual stages per device ``schedule`` may run with ``pp`` stages and ``m``
+        micro-batches: none but under the interleaved schedules, which the frameworks run
+        with 2 or more (each of equal whole layers; interleaved 1F1B: ``m`` a multiple of
+        ``pp``, Megatron's rule; both: ``m`` in rounds of equal size, PyTorch's)."""
+        if schedule not in VIRTUAL_SCHEDULES or not self.layers:
+            return ()
+        if (schedule == "interleaved" and m % pp) or m % max(1, m // pp):
+            return ()
+        per = self.layers["count"] // pp
+        return tuple(v for v in range(2, per + 1) if per % v == 0)
 
     @property
     def size(self) -> int:
@@ -175,7 +198,7 @@ class DegreeSpace:
     def encode_degrees(self, d: Degrees) -> np.ndarray:
         """The genome of plan ``d``; `StrategyError` when the space has no such plan."""
         values, partial, x = (d.devices, d.pp, d.mode, d.micro_batches, d.schedule,
-                              d.recompute, d.zero), (), []
+                              d.recompute, d.zero, d.vp), (), []
         for name, v in zip(GENES, values):
             choices = self._choices(partial)
             if v not in choices:
@@ -207,7 +230,7 @@ class DegreeSpace:
         rec = shape.recompute_mode if shape.recompute_mode != "partial" else "partial"
         return Degrees(len(shape.devices), shape.pp, mode, shape.micro_batches,
                        shape.schedule if shape.micro_batches > 1 and shape.pp > 1 else "1f1b",
-                       rec, shape.zero_stage)
+                       rec, shape.zero_stage, shape.vp)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` genomes, each gene uniform over its bounds."""
@@ -217,9 +240,9 @@ class DegreeSpace:
 
 
 def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None) -> Strategy:
-    """The strategy of plan ``d`` on devices 0..d.devices-1: ``d.pp`` stages cut at the
-    layer boundaries (`moplace.core.runners.stage_of_groups`), stage k on devices
-    ``k * width ..``; in each stage every group split on ``batch`` over them (data parallel),
+    """The strategy of plan ``d`` on devices 0..d.devices-1: ``d.pp * d.vp`` stages cut at
+    the layer boundaries (`moplace.core.runners.stage_of_groups`), stage k on devices
+    ``(k mod pp) * width ..``; in each stage every group split on ``batch`` over them (data parallel),
     or (tensor parallel) on ``tensor`` where it may and on ``batch`` elsewhere; a group that
     may not split runs on the stage's first device. Ops run in topological order; gradients
     go in DDP's buckets where replicas reduce them."""
@@ -228,12 +251,13 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
                            "selective": attention_cores(graph)}
     w = d.width
     if d.pp > 1:
-        layers = graph.metadata["layers"]
-        names, period, per = layers["boundaries"], layers["period"], layers["count"] // d.pp
+        layers, n_stages = graph.metadata["layers"], d.pp * d.vp
+        names, period = layers["boundaries"], layers["period"]
+        per = layers["count"] // n_stages
         depth = graph.depth
-        cuts = np.array([depth[graph.index[names[k * per * period]]] for k in range(1, d.pp)],
-                        np.float64)
-        stage = stage_of_groups(graph, cuts)
+        cuts = np.array([depth[graph.index[names[k * per * period]]]
+                         for k in range(1, n_stages)], np.float64)
+        stage = stage_of_groups(graph, cuts) % d.pp
     else:
         stage = np.zeros(graph.arrays.n_groups, np.int64)
     device = stage * w

@@ -83,7 +83,10 @@ class GenomeSpace(WindowMoves):
         role = graph.arrays.role
         batched = bool(np.any(role[:, None] == [ROLES.index("forward"), ROLES.index("backward")]))
         self.micro_batch_choices: tuple[float, ...] = MICRO_BATCH_CHOICES if batched else (1.0,)
-        self.schedule_choices = SCHEDULES if batched else SCHEDULES[:1]
+        # 1F1B and GPipe: the schedules of fixed per-rank actions (interleaved, zero-bubble)
+        # need stages laid round-robin, which a per-op placement rarely is; regular plans
+        # (`moplace.core.degrees`, the pipeline partitioner) search them
+        self.schedule_choices = SCHEDULES[:2] if batched else SCHEDULES[:1]
         self.micro_batch_gene = self.zero_gene + 1
         self.schedule_gene = self.zero_gene + 2
         #: the groups a recompute gene stands for (by first op), and those genes
@@ -207,8 +210,9 @@ class GenomeSpace(WindowMoves):
                                 + ", ".join(f"{m:g}" for m in self.micro_batch_choices))
         x[self.micro_batch_gene] = self.micro_batch_choices.index(strategy.micro_batches)
         if strategy.schedule >= len(self.schedule_choices):
-            raise StrategyError(f"schedule {strategy.schedule_name} has no genome: the graph has "
-                                "no forward or backward op to micro-batch")
+            why = ("the per-op genome holds 1F1B and GPipe only" if len(self.schedule_choices) > 1
+                   else "the graph has no forward or backward op to micro-batch")
+            raise StrategyError(f"schedule {strategy.schedule_name} has no genome: {why}")
         x[self.schedule_gene] = strategy.schedule
         x[self.recompute_genes] = np.isin(self.recompute_heads, strategy.recompute)
         return x

@@ -20,6 +20,7 @@ from ._topo import lexicographic_topo_order
 from .baselines import group_order
 from .graph import ROLES, OpGraph
 from .recompute import attention_cores, layer_checkpoints, recomputable_heads
+from .virtual import stage_depths
 from .strategy import Strategy
 
 #: roles whose edges give the direction data flows between stages (backward edges run back)
@@ -57,7 +58,10 @@ class PlanShape:
     ``"selective"`` (each attention's core: Megatron-LM's selective recomputation) or
     ``"partial"``; ``sequence_parallel``: tensor-parallel blocks with the ops between them
     split on batch over the same devices; ``batch_size`` is the graph's (its metadata), when
-    it says."""
+    it says; ``vp``, the virtual stages (chunks) of each stage, and ``chunks``, when ``vp > 1``,
+    the heads of the groups with forward ops of each of the ``pp * vp`` virtual stages in
+    data-flow order (virtual stage j on stage ``j mod pp``: Megatron's interleaved layout,
+    `_virtual`)."""
 
     devices: tuple[int, ...]
     stages: tuple[Stage, ...]
@@ -75,6 +79,8 @@ class PlanShape:
     why: tuple[str, ...]
     groups: int
     sequence_parallel: bool = False
+    vp: int = 1
+    chunks: tuple[tuple[int, ...], ...] = ()
 
     @property
     def regular(self) -> bool:
@@ -104,6 +110,10 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
     keys = sorted(set(sets), key=sets.index)
     why: list[str] = []
     ordered = _stage_order(graph, strategy, keys, sets, why)
+    chunks = _virtual(graph, strategy, order, sets, len(keys)) if why else []
+    if chunks:  # stages laid round-robin: the device sets in the order of the first chunks
+        why.clear()
+        ordered = [sets[chunks[k][0]] for k in range(len(keys))]
     sizes = np.bincount(graph.arrays.group, minlength=graph.arrays.n_groups)
 
     def stage(key, where) -> Stage:
@@ -144,7 +154,38 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         sequence_parallel=regular and any(set(st.dims) == {"tensor", "batch"} for st in stages),
         batch_size=batch if isinstance(batch, int) and not isinstance(batch, bool)
         and batch > 0 else None,
-        why=tuple(why), groups=len(heads))
+        why=tuple(why), groups=len(heads),
+        vp=len(chunks) // len(stages) if regular and chunks else 1,
+        chunks=tuple(tuple(int(heads[i]) for i in c) for c in chunks) if regular else ())
+
+
+def _virtual(graph, strategy, order, sets, n_sets: int) -> list[list[int]]:
+    """The positions (in ``order``) of the groups with forward ops (that read something) cut
+    into virtual stages, when the forward runs through ``v * n_sets`` stages for some v > 1
+    (`stage_depths`: a group's stage is its forward ops' deepest), stage j's groups on the device set of stage
+    ``j mod n_sets`` (distinct for the first ``n_sets``): Megatron's interleaved layout; else
+    empty."""
+    a = graph.arrays
+    # forward ops that read something (a weight sits with its reader, wherever it is)
+    fwd = (a.role == ROLES.index("forward")) & (np.diff(a.in_ptr) > 0)
+    fst, _ = stage_depths(graph, strategy.placement)
+    stage_of = np.full(a.n_groups, -1, np.int64)
+    np.maximum.at(stage_of, a.group[fwd], fst[fwd])
+    S = int(stage_of.max()) + 1
+    if n_sets < 1 or S <= n_sets or S % n_sets:
+        return []
+    chunks: list[list[int]] = [[] for _ in range(S)]
+    for i, g in enumerate(order.tolist()):
+        if stage_of[g] >= 0:
+            chunks[stage_of[g]].append(i)
+    held = [{sets[i] for i in c} for c in chunks]
+    if any(len(h) != 1 for h in held):
+        return []
+    first = [next(iter(h)) for h in held[:n_sets]]
+    if len(set(first)) != n_sets or any(next(iter(h)) != first[j % n_sets]
+                                        for j, h in enumerate(held)):
+        return []
+    return chunks
 
 
 def _runs(sets) -> list[list[int]]:

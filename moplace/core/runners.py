@@ -17,7 +17,12 @@ framework's configuration names:
   the weights after the forward, ZeRO-1/2 keeps them, ``fsdp_reshard_after_forward =
   "never"``, which is ZeRO-2 and what the simulator runs for ZeRO-1); Megatron's distributed
   optimizer (ZeRO-1/2, ``use_distributed_optimizer``), no ZeRO-3;
-- the schedule: torchtitan runs 1F1B and GPipe; Megatron only 1F1B;
+- the schedule: torchtitan runs 1F1B, GPipe, interleaved 1F1B and zero-bubble (its
+  ``Interleaved1F1B`` and ``InterleavedZeroBubble``, both with at least two virtual stages
+  per rank, as torchtitan requires of a multi-stage schedule); Megatron 1F1B and interleaved
+  1F1B (virtual stages, the micro-batches a multiple of ``pp``), no zero-bubble; virtual
+  stages (`PlanShape.vp`) need one of the interleaved schedules, each holding the same whole
+  layers;
 - micro-batches: the graph's batch (when it names it) must divide into ``dp`` replicas of
   ``micro_batches`` micro-batches;
 - tensor parallelism: its degree must divide the attention heads (where the graph's cost
@@ -47,7 +52,10 @@ APPLY_FORMATS = ("tensorflow", "pytorch")
 #: the ZeRO stages each framework names (see the module docstring)
 ZERO_STAGES = {"torchtitan": (0, 1, 2, 3), "megatron": (0, 1, 2)}
 #: the pipeline schedules each framework runs
-SCHEDULES = {"torchtitan": ("1f1b", "gpipe"), "megatron": ("1f1b",)}
+SCHEDULES = {"torchtitan": ("1f1b", "gpipe", "interleaved", "zero-bubble"),
+             "megatron": ("1f1b", "interleaved")}
+#: the schedules that run virtual stages (several per device, `PlanShape.vp`)
+VIRTUAL_SCHEDULES = ("interleaved", "zero-bubble")
 #: the recomputation modes each framework names
 RECOMPUTE = {"torchtitan": ("none", "selective", "full"),
              "megatron": ("none", "selective", "full")}
@@ -98,9 +106,12 @@ def stage_layers(graph: OpGraph, shape: PlanShape) -> list[int] | None:
     if not (isinstance(names, list) and isinstance(period, int) and isinstance(count, int)
             and period >= 1 and count >= 1 and len(names) > period * count):
         return None
-    stage_of = {h: k for k, st in enumerate(shape.stages) for h in st.heads}
+    if shape.vp > 1:  # per virtual stage
+        stage_of = {h: j for j, heads in enumerate(shape.chunks) for h in heads}
+    else:
+        stage_of = {h: k for k, st in enumerate(shape.stages) for h in st.heads}
     head = graph.group_head
-    out = [0] * len(shape.stages)
+    out = [0] * (len(shape.chunks) if shape.vp > 1 else len(shape.stages))
     for j in range(count):
         at = {stage_of.get(int(head[graph.index[n]])) if n in graph.index else None
               for n in names[j * period + 1:(j + 1) * period + 1]}
@@ -142,8 +153,7 @@ def misfit(graph: OpGraph, shape: PlanShape, framework: str) -> tuple[str, ...]:
     if shape.zero_stage not in ZERO_STAGES[framework]:
         why.append(f"ZeRO-{shape.zero_stage}: {framework} names ZeRO "
                    + "/".join(map(str, ZERO_STAGES[framework][1:])) + " only")
-    if shape.pp > 1 and shape.micro_batches > 1 and shape.schedule not in SCHEDULES[framework]:
-        why.append(f"{framework} runs no {shape.schedule} pipeline schedule")
+    why += _schedule_misfit(shape, framework)
     if shape.recompute_mode not in RECOMPUTE[framework]:
         why.append(f"{len(shape.recompute)} of {shape.recomputable} groups recomputed: no "
                    f"{framework} option names that set")
@@ -156,6 +166,27 @@ def misfit(graph: OpGraph, shape: PlanShape, framework: str) -> tuple[str, ...]:
         why.append(f"batch {sizes['global']} does not divide into {shape.dp} replicas x "
                    f"{shape.micro_batches} micro-batches")
     return tuple(why)
+
+
+def _schedule_misfit(shape: PlanShape, framework: str) -> list[str]:
+    """Why ``framework`` cannot run the schedule and virtual stages of ``shape``."""
+    if shape.pp <= 1 or shape.micro_batches <= 1:
+        return []
+    name, vp = shape.schedule, shape.vp
+    if name not in SCHEDULES[framework]:
+        return [f"{framework} runs no {name} pipeline schedule"]
+    if vp > 1 and name not in VIRTUAL_SCHEDULES:
+        return [f"{vp} virtual stages per device need the interleaved or zero-bubble schedule, "
+                f"not {name}"]
+    if name in VIRTUAL_SCHEDULES and vp < 2:
+        what = ("a multi-stage schedule (Interleaved1F1B, InterleavedZeroBubble) with at least "
+                "2 virtual stages per rank" if framework == "torchtitan" else
+                "virtual stages (--num-layers-per-virtual-pipeline-stage)")
+        return [f"{framework} runs {name} as {what}; this plan has one stage per device"]
+    if framework == "megatron" and name == "interleaved" and shape.micro_batches % shape.pp:
+        return [f"Megatron's interleaved schedule needs the micro-batches a multiple of "
+                f"pp {shape.pp}, got {shape.micro_batches}"]
+    return []
 
 
 def runners(graph: OpGraph, strategy, shape: PlanShape | None = None) -> list[str]:

@@ -15,7 +15,7 @@
   the whole batch at once; m: every forward and backward op runs once per micro-batch, where
   it is placed, its weight gradients accumulate and the updates run once, after the last) and
   ``schedule``, the order of the micro-batches' tasks on each device (`SCHEDULES`: 0, 1F1B as
-  PipeDream-Flush runs it; 1, GPipe);
+  PipeDream-Flush runs it; 1, GPipe; 2, interleaved 1F1B; 3, zero-bubble);
 - recompute: the co-location groups whose forward outputs are freed after their forward
   readers and recomputed before the backward needs them, each named by its first op (its
   group head; `moplace.core.recompute.recomputable_heads` lists the groups that can be).
@@ -65,8 +65,16 @@ STRATEGY_OPTIONS: Mapping[str, float] = MappingProxyType({"bucket_bytes": 0.0,
 ZERO_STAGES = (0, 1, 2, 3)
 #: the pipeline schedules, by their ``schedule`` number: 1F1B (PipeDream-Flush: one forward,
 #: one backward in the steady state, stage k of S keeping at most S - k + 1 micro-batches in
-#: flight) and GPipe (every forward, then every backward)
-SCHEDULES = ("1f1b", "gpipe")
+#: flight), GPipe (every forward, then every backward), interleaved 1F1B (Megatron-LM's
+#: virtual stages: stage j of p * v on the device of stage j mod p) and zero-bubble (the
+#: backward cut into input and weight gradients, the latter filling the bubble: PyTorch's
+#: ScheduleInterleavedZeroBubble); the last two run each device's actions in a fixed order
+#: (`moplace.simulator.pipeorder`)
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zero-bubble")
+#: how each schedule reads in tables and text
+SCHEDULE_LABELS = MappingProxyType({"1f1b": "1F1B", "gpipe": "GPipe",
+                                    "interleaved": "interleaved 1F1B",
+                                    "zero-bubble": "zero-bubble"})
 #: the most micro-batches a strategy may name
 MAX_MICRO_BATCHES = 1024
 #: the largest gradient bucket a strategy may name (1 TiB: past any model's gradients)
@@ -318,8 +326,8 @@ def _check_options(strategy: Strategy) -> None:
         raise StrategyError(f"micro_batches must be a whole number from 1 to "
                             f"{MAX_MICRO_BATCHES}, got {m!r}")
     if strategy.schedule not in range(len(SCHEDULES)):
-        raise StrategyError(f"schedule must be one of 0 ({SCHEDULES[0]}) or 1 ({SCHEDULES[1]}), "
-                            f"got {strategy.schedule!r}")
+        known = ", ".join(f"{k} ({name})" for k, name in enumerate(SCHEDULES))
+        raise StrategyError(f"schedule must be one of {known}, got {strategy.schedule!r}")
     if m > 1 and strategy.zero_stage == 3:
         raise StrategyError("zero_stage 3 with micro-batches is not modelled: ZeRO-3 would "
                             "gather the weights again for every micro-batch; use stage 1")

@@ -62,3 +62,44 @@ def training_chain(n_layers: int, *, kind: str = "V100", seed: int = 0) -> OpGra
                       Edge(f"{g}/b", f"L{k - 1}/b", int(out[k - 1]))]
     return OpGraph(ops, edges, name=f"training-chain-{n_layers}-s{seed}",
                    metadata={"format": "synthetic", "profiled_on": kind})
+
+
+def pipeline_chain(n_layers: int, micro_batches: int, *, forward_s: float = 1e-3,
+                   backward_s: float = 1e-3, weight_s: float = 1e-3, kind: str = "V100",
+                   edge_bytes: int = 8) -> OpGraph:
+    """A chain of ``n_layers`` equal layers, each a forward op, an input-gradient op, a
+    weight-gradient op and an update (free), with a free loss: the balanced pipeline the
+    schedules' bubble formulas are stated for. Each layer's ops take ``forward_s``,
+    ``backward_s`` and ``weight_s`` per micro-batch of ``micro_batches`` (the graph's times
+    are the whole batch's). Op names: ``f{i}``, ``b{i}``, ``w{i}``, ``u{i}``, ``x`` (the
+    input) and ``loss``; `pipeline_chain_placement` lays them out."""
+    m, ops, edges = micro_batches, [Op("x", "Input", {kind: 0.0}, edge_bytes, role="other")], []
+    for i in range(n_layers):
+        ops.append(Op(f"f{i}", "MatMul", {kind: m * forward_s}, edge_bytes, edge_bytes,
+                      role="forward"))
+        edges.append(Edge("x" if i == 0 else f"f{i - 1}", f"f{i}", edge_bytes))
+    ops.append(Op("loss", "Loss", {kind: 0.0}, edge_bytes, role="forward"))
+    edges.append(Edge(f"f{n_layers - 1}", "loss", edge_bytes))
+    for i in reversed(range(n_layers)):
+        grad, before = ("loss" if i == n_layers - 1 else f"b{i + 1}"), ("x" if i == 0
+                                                                         else f"f{i - 1}")
+        ops += [Op(f"b{i}", "MatMulGrad", {kind: m * backward_s}, edge_bytes, role="backward"),
+                Op(f"w{i}", "MatMulGradWeight", {kind: m * weight_s}, edge_bytes,
+                   grad_bytes=edge_bytes, role="backward"),
+                Op(f"u{i}", "Apply", {kind: 0.0}, role="update")]
+        edges += [Edge(grad, f"b{i}", edge_bytes), Edge(f"f{i}", f"b{i}", edge_bytes),
+                  Edge(grad, f"w{i}", edge_bytes), Edge(before, f"w{i}", edge_bytes),
+                  Edge(f"w{i}", f"u{i}", edge_bytes)]
+    return OpGraph(ops, edges, name=f"pipeline-chain-{n_layers}",
+                   metadata={"format": "synthetic", "profiled_on": kind})
+
+
+def pipeline_chain_placement(graph: OpGraph, devices: int) -> np.ndarray:
+    """Layer i of `pipeline_chain`'s ``graph`` (and the loss with the last) on device
+    ``i mod devices``: stage i of an interleaved pipeline, one layer a stage."""
+    last = sum(1 for op in graph.ops if op.name.startswith("f")) - 1
+
+    def layer(name):
+        return 0 if name == "x" else last if name == "loss" else int(name[1:])
+
+    return np.array([layer(op.name) % devices for op in graph.ops], np.int64)

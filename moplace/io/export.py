@@ -13,12 +13,13 @@ from ..core.coarsen import expand_names
 from ..core.graph import OpGraph
 from ..core.planshape import PlanShape
 from ..core.runners import FRAMEWORKS, batch_sizes, misfit, runners, stage_layers
-from ..core.strategy import Strategy
+from ..core.strategy import SCHEDULE_LABELS, Strategy
 
 PLAN_FORMAT = "moplace-plan"
 PLAN_VERSION = 1
 #: torchtitan's names of moplace's schedules (torch.distributed.pipelining's schedule names)
-TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B",
+                        "zero-bubble": "InterleavedZeroBubble"}
 
 
 def megatron_flags(shape: PlanShape, graph: OpGraph) -> dict | None:
@@ -48,6 +49,12 @@ def megatron_flags(shape: PlanShape, graph: OpGraph) -> dict | None:
     if shape.sequence_parallel:
         args.append("--sequence-parallel")
         config["sequence_parallel"] = True
+    if shape.vp > 1:
+        per = stage_layers(graph, shape)[0]
+        args += ["--num-layers-per-virtual-pipeline-stage", str(per)]
+        config["virtual_pipeline_model_parallel_size"] = shape.vp
+        notes.append(f"interleaved 1F1B: {shape.vp} virtual stages of {per} layers per "
+                     f"pipeline rank")
     if shape.recompute_mode == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform",
                  "--recompute-num-layers", "1"]
@@ -86,6 +93,9 @@ def torchtitan_toml(shape: PlanShape, graph: OpGraph) -> dict | None:
                      f"between forward and backward (reshard never: ZeRO-2)")
     if shape.pp > 1:
         par["pipeline_parallel_layers_per_stage"] = stage_layers(graph, shape)[0]
+    if shape.vp > 1:
+        notes.append(f"{shape.vp} virtual stages per pipeline rank "
+                     f"({TORCHTITAN_SCHEDULES[shape.schedule]})")
     sizes = batch_sizes(shape)
     tables = {"parallelism": par}
     if sizes["micro"] and shape.pp > 1:
@@ -135,8 +145,8 @@ def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_n
         "devices": [names[d] for d in shape.devices],
         "ranks": {names[d]: r for r, d in enumerate(shape.devices)},
         "regular": shape.regular,
-        "degrees": ({"data": shape.dp, "tensor": shape.tp, "pipeline": shape.pp}
-                    if shape.regular else None),
+        "degrees": ({"data": shape.dp, "tensor": shape.tp, "pipeline": shape.pp,
+                     "virtual": shape.vp} if shape.regular else None),
         "stages": _stages(graph, shape, names),
         "groups": shape.groups,
         "micro_batches": shape.micro_batches, "schedule": shape.schedule,
@@ -164,11 +174,14 @@ def _stages(graph: OpGraph, shape: PlanShape, names: list) -> list[dict]:
     disjoint = all(b[0] > a[1] for a, b in zip(spans, spans[1:]))
     counts = stage_layers(graph, shape) if shape.regular else None
     firsts = [sum(counts[:k]) + 1 for k in range(len(counts))] if counts else None
+    spans = [[firsts[j], firsts[j] + counts[j] - 1] for j in range(len(counts))] if counts else None
+    pp = len(stages)
     return [{"devices": [names[d] for d in s.devices], "data": s.dp, "tensor": s.tp,
              "first_op": s.first, "last_op": s.last,
              "groups": [s.first_group + 1, s.last_group + 1] if disjoint else None,
              "group_count": len(s.heads), "ops": s.ops,
-             "layers": [firsts[k], firsts[k] + counts[k] - 1] if counts else None}
+             "layers": spans[k] if spans and shape.vp == 1 else None,
+             "virtual_layers": spans[k::pp] if spans and shape.vp > 1 else None}
             for k, s in enumerate(stages)]
 
 
@@ -177,8 +190,11 @@ def plan_text(doc: dict, *, title: str) -> str:
     devices = doc["devices"]
     lines = [title, f"devices: {len(devices)} ({_listed(devices)})"]
     deg = doc["degrees"]
+    virtual = (f" ({deg['virtual']} virtual stages each)" if deg and deg.get("virtual", 1) > 1
+               else "")
     lines.append(f"shape: data {deg['data']} x tensor {deg['tensor']} x pipeline "
-                 f"{deg['pipeline']}" if deg else "shape: irregular (per-op placement only)")
+                 f"{deg['pipeline']}{virtual}" if deg else
+                 "shape: irregular (per-op placement only)")
     stages = doc["stages"]
     what = "stages" if deg else "runs of groups on one device set"
     lines.append(f"{what} ({len(stages)}, in data-flow order, of {doc['groups']} groups):")
@@ -186,8 +202,11 @@ def plan_text(doc: dict, *, title: str) -> str:
         width = (f"{s['tensor']}-way tensor parallel" if (s["tensor"] or 1) > 1 else
                  f"{s['data']} replica{'s' if s['data'] != 1 else ''}" if s["data"] else
                  "batch and channel splits")
+        chunks = s.get("virtual_layers")
         held = (f"layers {s['layers'][0]}-{s['layers'][1]}, {s['group_count']} groups"
-                if s["layers"] else f"groups {s['groups'][0]}-{s['groups'][1]} "
+                if s["layers"] else
+                "layers " + ", ".join(f"{a}-{b}" for a, b in chunks)
+                + f" ({len(chunks)} virtual stages), {s['group_count']} groups" if chunks else f"groups {s['groups'][0]}-{s['groups'][1]} "
                 f"({s['group_count']}), {s['first_op']} .. {s['last_op']}" if s["groups"]
                 else f"{s['group_count']} groups")
         lines.append(f"  {k}: {held}, {s['ops']} ops on {_listed(s['devices'])}: {width}")
@@ -195,7 +214,7 @@ def plan_text(doc: dict, *, title: str) -> str:
         lines.append(f"  ... {len(stages) - 8} more (--format json lists them)")
     m = doc["micro_batches"]
     rec = doc["recompute"]
-    lever = [f"{m} micro-batches {doc['schedule'].upper().replace('PIPE', 'Pipe')}"
+    lever = [f"{m} micro-batches {SCHEDULE_LABELS.get(doc['schedule'], doc['schedule'])}"
              if m > 1 else "1 micro-batch", f"ZeRO-{doc['zero_stage']}",
              f"{doc['bucket_bytes'] / 2**20:.2f} MiB buckets" if doc["bucket_bytes"]
              else "no gradient buckets",

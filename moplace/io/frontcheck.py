@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 
 from ..core.runners import RUNNERS
+from ..core.strategy import SCHEDULES
 from ..errors import FormatError, shown
 from .strategies import FRONT_VERSION, StrategyError, check_version
 
 #: a point's plan at a glance (`moplace.core.levers.plan_of`): the whole-number fields
 PLAN_COUNTS = ("devices", "split_groups", "tensor_groups", "zero_stage", "recomputed_groups",
                "micro_batches")
-SCHEDULES = ("1f1b", "gpipe")
 
 
 def check_front(data, path) -> dict:

@@ -17,8 +17,8 @@ it on another cluster works where the devices exist, and `moplace evaluate` says
 (`moplace.core.strategy.STRATEGY_OPTIONS`): ``bucket_bytes``, the gradient bucket size in bytes
 (0: each gradient reduced on its own), ``zero_stage`` (0 to 3: the ZeRO stage; a file
 before it has none, 0), and (version 4) ``micro_batches`` (how many micro-batches the batch is
-cut into; files before it run 1) and ``schedule`` (``"1f1b"`` or ``"gpipe"``; before it,
-1F1B). A version-1 file has none: every option takes its default. ``recompute`` (optional;
+cut into; files before it run 1) and ``schedule`` (``"1f1b"``, ``"gpipe"``, ``"interleaved"``
+or ``"zero-bubble"``; before it, 1F1B). A version-1 file has none: every option takes its default. ``recompute`` (optional;
 version 3) names ops whose co-location groups are recomputed
 (`moplace.core.strategy.Strategy.recompute`); files before it recompute nothing. A file of a
 version newer than this moplace reads (`VERSION`) is refused by name.

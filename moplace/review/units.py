@@ -15,6 +15,8 @@ import math
 
 from objectives import OBJECTIVES
 
+from ..core.strategy import SCHEDULE_LABELS
+
 TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
 BYTE_UNITS = (("TiB", 2.0 ** 40), ("GiB", 2.0 ** 30), ("MiB", 2.0 ** 20), ("KiB", 2.0 ** 10),
               ("B", 1.0))
@@ -167,4 +169,4 @@ def _degrees_text(degrees: dict) -> str | None:
 
 
 #: how a schedule reads in tables
-SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe"}
+SCHEDULE_NAMES = SCHEDULE_LABELS

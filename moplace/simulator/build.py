@@ -37,7 +37,8 @@ from ._fill import fill_instance
 from .delta import SimulationBase, patched_task_graph
 from .microbatch import microbatch_plan
 from .schedule import ScheduleShape
-from .taskgraph import TaskGraph, build_split_task_graph, pipeline_order, unsplit_task_graph
+from .ordering import pipeline_order
+from .taskgraph import TaskGraph, build_split_task_graph, unsplit_task_graph
 
 #: skeletons kept per cost model, and their arrays' bytes in all (the oldest go first)
 MAX_SKELETONS = 16

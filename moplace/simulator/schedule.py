@@ -84,7 +84,7 @@ def one_f_one_b_waits(dev, limit, shape: ScheduleShape, n_dev: int
     entry = (shape.phase == FORWARD) & (np.bincount(fed, minlength=nc) == 0)
     # the last backward task of each (device, micro-batch), in topological order
     back = shape.back
-    sink = _last_of(dev[back] * m + mb[back], shape.back_position, back, n_dev * m)
+    sink = last_of(dev[back] * m + mb[back], shape.back_position, back, n_dev * m)
     t = np.flatnonzero(entry)
     waits_for = mb[t] - limit[dev[t]]
     ok = (waits_for >= 0) & (limit[dev[t]] > 0)
@@ -110,7 +110,7 @@ def with_waits(edges: dict, dev: np.ndarray, src: np.ndarray, dst: np.ndarray,
 
 
 @njit(cache=True)
-def _last_of(key, position, task, n_keys):
+def last_of(key, position, task, n_keys):
     """Per key (0..n_keys-1), the task of the greatest position among those of that key
     (-1: none)."""
     best = np.full(n_keys, -1, np.int64)

@@ -23,7 +23,7 @@ rings, not over ops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -39,9 +39,8 @@ from .gathers import held_while_gathered
 from .holdings import (_BATCH, _CHANNEL, _DIM_CODE, _HELD, _NEED, _OWN, _PARTIAL, _REPLICA,
                        _TENSOR, _UPDATE, held_codes, task_memory, task_scratch)
 from .microbatch import microbatch_plan
+from .ordering import pipeline_order
 from .recompute import recompute_plan
-from .schedule import (ScheduleShape, one_f_one_b_waits, stage_limits, task_priorities,
-                       with_waits)
 
 
 
@@ -166,44 +165,6 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel,
         if ordered:
             tg, moved_bytes = pipeline_order(tg, moved_bytes, graph, strategy, costs)
     return tg, moved_bytes
-
-
-def pipeline_order(tg: TaskGraph, moved_bytes: np.ndarray, graph: OpGraph, strategy: Strategy,
-                   costs: CostModel, shape: ScheduleShape | None = None
-                   ) -> tuple[TaskGraph, np.ndarray]:
-    """A micro-batched task graph (``tg``, filled in for ``strategy``'s placement) ordered by
-    its schedule (`moplace.simulator.schedule`): its compute tasks' priorities by slot and,
-    under 1F1B, the waits (the in-place sources made again where a wait leaves a buffer
-    another task writes into); and the bytes each edge moves (``moved_bytes``, as
-    `build_split_task_graph` gives them) with the waits'. ``shape``: `ScheduleShape` of
-    ``tg``'s skeleton, when kept."""
-    plan = microbatch_plan(graph, strategy.recompute, int(strategy.micro_batches))
-    shape = ScheduleShape(tg, plan) if shape is None else shape
-    nc, n_dev = tg.n_compute, costs.cluster.n_devices
-    task_op, dev = tg.task_op[:nc], tg.dev[:nc]
-    gpipe = strategy.schedule_name == "gpipe"
-    limit = stage_limits(dev, tg.dur[:nc], task_op, shape.phase, graph.depth, n_dev)
-    prio = task_priorities(strategy.priority, task_op, shape.phase, shape.mb, plan.m, dev,
-                           None if gpipe else limit, tg.n_tasks)
-    changes = {"prio": prio, "stage": np.where(limit > 0, limit.max() + 1 - limit, 0)}
-    if not gpipe:
-        src, dst = one_f_one_b_waits(dev, limit, shape, n_dev)
-        if src.size:
-            edges = with_waits({name: getattr(tg, name) for name in _EDGE_FIELDS} |
-                               {"moved_bytes": moved_bytes}, tg.dev, src, dst, tg.n_tasks)
-            moved_bytes = edges.pop("moved_bytes")
-            changes.update(edges)
-            if np.isin(src, tg.ip_src).any():  # a buffer written into gains a reader
-                capable = np.concatenate([plan.arrays.inplace[shape.vop] & costs.inplace,
-                                          np.zeros(tg.n_tasks - nc, bool)])
-                changes["ip_src"] = inplace_sources(
-                    edges["e_src"], edges["e_dst"], edges["e_bytes"], edges["out_ptr"],
-                    edges["in_edge"], capable, nc)
-    return replace(tg, **changes), moved_bytes
-
-
-_EDGE_FIELDS = ("e_src", "e_dst", "e_bytes", "e_srcdev", "e_local", "out_ptr", "in_ptr",
-                "in_edge")
 
 
 def _split_arrays(strategy: Strategy, orig: np.ndarray):
