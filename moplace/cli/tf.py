@@ -68,6 +68,19 @@ def add_commands(sub) -> None:
                    help="(hf:NAME only) sdpa (the GPU's flash or memory-efficient kernels) or "
                         "eager (matmuls and a softmax); default: the configuration's "
                         "attn_implementation, else sdpa")
+    p.add_argument("--routing", choices=("balanced", "skewed"),
+                   help="(PyTorch only, mixtures of experts) the tokens each expert is assumed "
+                        "to get, never taken from data: balanced (default: the mean, "
+                        "tokens x top-k / experts) or skewed (the hottest expert --imbalance "
+                        "times the mean, 2 by default)")
+    p.add_argument("--capacity-factor", type=float, metavar="X",
+                   help="(PyTorch only, mixtures of experts) every expert's buffer holds "
+                        "ceil(X x the mean) tokens, those beyond dropped (Switch, GShard); "
+                        "default: the busiest expert's tokens, none dropped")
+    p.add_argument("--imbalance", type=float, metavar="X",
+                   help="(PyTorch only, mixtures of experts) skewed routing: the hottest "
+                        "expert gets X times the mean (X > 1, at most experts / top-k), the "
+                        "others share the rest")
     from ..core.optimizer import OPTIMIZERS
 
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
@@ -155,7 +168,8 @@ def _profile(args) -> int:
     if args.no_cache:
         raise MoplaceError(f"--no-cache: {args.model} is a Keras model, whose ops are measured "
                            f"each time, never cached (the flag is for PyTorch and hf: models)")
-    for flag in ("attention", "optimizer", "calibration", "dtype", "seq_len"):
+    for flag in ("attention", "optimizer", "calibration", "dtype", "seq_len", "routing",
+                 "capacity_factor", "imbalance"):
         if getattr(args, flag, None) is not None:
             raise MoplaceError(f"--{flag.replace('_', '-')}: {args.model} is a Keras model, "
                                f"profiled as it is built (the flag is for PyTorch and hf: "

@@ -53,12 +53,14 @@ def profile_torch(args, path) -> int:
     calibrations = _calibrations(getattr(args, "calibration", None) or [], kinds,
                                  named=bool(args.estimate))
     dtype, precision = args.dtype, None
+    routing = _routing(args)
     if hf:  # a mistyped name or a bad config.json is refused before the output is checked
-        from ..torch.hf import check_seq_len, hf_config, resolve_dtype
+        from ..torch.hf import check_routing, check_seq_len, hf_config, resolve_dtype
 
         config, _ = hf_config(str(path)[3:], getattr(args, "attention", None))
-        check_seq_len(str(path)[3:], config, args.seq_len)
+        seq_len = check_seq_len(str(path)[3:], config, args.seq_len)
         dtype, precision = resolve_dtype(str(path)[3:], args.dtype)
+        check_routing(str(path)[3:], config, routing, args.batch * seq_len)
     from .output import check_output
 
     out_dir = Path(args.output).resolve().parent
@@ -88,7 +90,7 @@ def profile_torch(args, path) -> int:
                                      progress=display.job(f"trace {getattr(path, 'name', path)}"),
                                      cache=not args.no_cache,
                                      attention=getattr(args, "attention", None),
-                                     calibrations=calibrations,
+                                     calibrations=calibrations, routing=routing,
                                      **({"device": info.device, "target_kind": info.kind}
                                         if info is not None else {}))
     g = traced.graph
@@ -160,6 +162,17 @@ def profile_torch(args, path) -> int:
     else:
         print("\n".join(lines))
     return 0
+
+
+def _routing(args):
+    """The routing assumption of ``--routing``, ``--capacity-factor`` and ``--imbalance``
+    (`moplace.torch.routing`), checked; None when none is given (balanced)."""
+    given = [getattr(args, k, None) for k in ("routing", "capacity_factor", "imbalance")]
+    if all(v is None for v in given):
+        return None
+    from ..torch.routing import routing_of
+
+    return routing_of(*given)
 
 
 def _testbed_threads(count):

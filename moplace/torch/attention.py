@@ -10,8 +10,9 @@ that calls the aten op the GPU would run, whose meta kernel gives the real shape
 
 - **flash** (``_scaled_dot_product_flash_attention``) on Ampere and newer (A100, H100, H200,
   B200; compute capability 8.0+) for fp16 and bf16, a head size that is a multiple of 8 up to
-  256 and no attention mask (``is_causal`` is no mask); key and value with fewer heads (GQA)
-  as they are, which the kernel takes;
+  256, the same for query, key and value (not MLA's 192 and 128), and no attention mask
+  (``is_causal`` is no mask); key and value with fewer heads (GQA) as they are, which the
+  kernel takes;
 - **memory-efficient** (``_scaled_dot_product_efficient_attention``) otherwise where it runs:
   compute capability 5.0+, with an attention mask, fp32 (bf16 on 8.0+ only), no GQA;
 - **math** otherwise (``_scaled_dot_product_attention_math``: matmuls and a softmax, as eager
@@ -58,18 +59,24 @@ KERNEL_OF = {op: (CPU if "for_cpu" in op.name() else FLASH if "flash" in op.name
                   else EFFICIENT) for op in FUSED}
 
 
-def choose_kernel(kind: str, dtype, head_dim: int, *, masked: bool, gqa: bool) -> str:
+def choose_kernel(kind: str, dtype, head_dim: int, *, masked: bool, gqa: bool,
+                  value_dim: int | None = None) -> str:
     """The SDPA kernel PyTorch runs on a GPU of ``kind`` (`FLASH`, `EFFICIENT` or `MATH`;
-    `CPU` for kind ``cpu``) for ``dtype`` (a torch dtype), a head size, whether an attention
-    mask is given and whether key and value have fewer heads than the query (GQA)."""
+    `CPU` for kind ``cpu``) for ``dtype`` (a torch dtype), a head size (the query's and key's;
+    the value's ``value_dim`` when another, as MLA attention has it: flash takes one size for
+    all three), whether an attention mask is given and whether key and value have fewer heads
+    than the query (GQA)."""
     if str(kind).lower() == "cpu":
         return CPU
     cc = CAPABILITY.get(kind, UNKNOWN_CAPABILITY)
     half = dtype in (torch.float16, torch.bfloat16)
-    if cc >= 8.0 and half and head_dim % 8 == 0 and head_dim <= 256 and not masked:
+    value_dim = head_dim if value_dim is None else value_dim
+    if cc >= 8.0 and half and head_dim % 8 == 0 and head_dim <= 256 and not masked \
+            and value_dim == head_dim:
         return FLASH
     dtype_ok = dtype in (torch.float32, torch.float16) or (dtype == torch.bfloat16 and cc >= 8.0)
-    if cc >= 5.0 and dtype_ok and not gqa and head_dim % (4 if dtype == torch.float32 else 8) == 0:
+    align = 4 if dtype == torch.float32 else 8
+    if cc >= 5.0 and dtype_ok and not gqa and head_dim % align == 0 and value_dim % align == 0:
         return EFFICIENT
     return MATH
 
@@ -84,7 +91,7 @@ class _Chosen:
                  scale=None, enable_gqa=False):
         gqa = bool(enable_gqa) and key.shape[-3] != query.shape[-3]
         kernel = choose_kernel(self.kind, query.dtype, query.shape[-1],
-                               masked=attn_mask is not None, gqa=gqa)
+                               masked=attn_mask is not None, gqa=gqa, value_dim=value.shape[-1])
         self.used[kernel] = self.used.get(kernel, 0) + 1
         if kernel == FLASH:
             return aten._scaled_dot_product_flash_attention(

@@ -20,6 +20,8 @@
   may be split on ``tensor``; the row-parallel linear and the gradient of the block's input
   are partial sums (`Op.partial_sums`).
 - Compute: roofline estimates per device kind (`moplace.torch.estimate`), marked as such.
+- Mixture-of-experts layers (`moplace.torch.moe`): the routing assumed and each layer's
+  dispatch, experts and combine ops, by name, in ``metadata["moe"]`` (`moplace.torch.moegraph`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ._torch import torch
 from .features import node_features, update_features
 from .layers import find_layers
 from .megatron import PARTIAL, megatron_blocks
+from .moegraph import moe_metadata
 from .outputs import separate_outputs
 from .trace import TracedTorchStep
 
@@ -146,6 +149,9 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
             "folded_views": len(nodes) - len(kept), "attention": traced.attention,
             **({"profiled_on": measured.kind, "measured": measured.metadata()}
                if measured is not None else {})}
+    moe = moe_metadata(kept, names, rep, traced, forward)
+    if moe is not None:
+        meta["moe"] = moe
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
     loss = next(n for n in nodes if n.name == traced.loss)
     layers = find_layers(graph, [names[n] for n in kept if n.name in traced.inputs],

@@ -38,20 +38,23 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
                         dtype: str | None = None, measure_steps: int = 0, progress=None,
                         cache: bool = True, attention: str | None = None,
                         target_kind: str | None = None, device: str = "cpu",
-                        calibrations: dict | None = None) -> TracedModel:
+                        calibrations: dict | None = None, routing=None) -> TracedModel:
     """The op graph of the model file at ``path`` (or ``hf:NAME``, a Hugging Face model by
     configuration at ``seq_len`` tokens and ``dtype`` (None: the configuration's) with
     ``attention``: `moplace.torch.hf`)
     at ``batch_size``, its SDPA traced as the attention kernels of ``target_kind`` (default:
     the first of ``kinds``; `moplace.torch.attention`), its compute estimated on each device
     kind of ``kinds`` (`moplace.torch.estimate`; ``calibrations``: kind -> a user's
-    `Calibration` in place of the shipped one), and with ``measure_steps``, measured on ``device`` (``cuda`` or ``cpu``) over that many runs
+    `Calibration` in place of the shipped one), its mixture-of-experts layers under
+    ``routing`` (`moplace.torch.routing.Routing`; None: balanced), and with ``measure_steps``,
+    measured on ``device`` (``cuda`` or ``cpu``) over that many runs
     (`moplace.torch.measure`: built for real there; pass the device's kind as
     ``target_kind``). With ``cache`` (and no
     measuring) a graph traced before with the same inputs is read from the trace cache, and a
     new one kept there (`moplace.torch.cache`)."""
     from .cache import TraceCache, trace_key
     from .convert import to_op_graph
+    from .routing import Routing
     from .trace import trace_step
 
     t0 = time.perf_counter()
@@ -66,10 +69,10 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
         if str(spec).startswith("hf:"):
             from .hf import load_hf_setup
 
-            return load_hf_setup(str(spec)[3:], batch, seq_len, dtype, attention)
+            return load_hf_setup(str(spec)[3:], batch, seq_len, dtype, attention, routing)
         from .modelfile import load_setup as from_file
 
-        return from_file(spec, batch)
+        return from_file(spec, batch, routing)
 
     ticker = Ticker(progress, len(STAGES) + bool(measure_steps))
     ticker.stage(STAGES[0])
@@ -80,7 +83,9 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     target = target_kind or ("cpu" if measure_steps and str(device).startswith("cpu")
                              else list(kinds)[0] if kinds else None)
     mine = tuple(sorted((k, repr(c)) for k, c in (calibrations or {}).items()))
-    key = (trace_key(setup, kinds, seq_len, dtype, (setup.attention, target, *mine))
+    stated = routing is not None and routing != Routing()  # (the default keeps older keys)
+    ours = (setup.attention, target, *mine, *(routing.key() if stated else ()))
+    key = (trace_key(setup, kinds, seq_len, dtype, ours)
            if cache and not measure_steps else None)
     store = TraceCache()
     if key is not None:

@@ -9,7 +9,9 @@ file is (`moplace.torch.trace`).
 
 Attention (`attention_of`): ``--attention`` if given, else the configuration's
 ``attn_implementation``, else ``sdpa``, what transformers trains with; SDPA is traced as the
-GPU's kernels (`moplace.torch.attention`), eager as matmuls and a softmax.
+GPU's kernels (`moplace.torch.attention`), eager as matmuls and a softmax. A mixture of
+experts (Mixtral, Qwen3-MoE, DeepSeek) traces its experts under a stated routing assumption
+(`moplace.torch.moe`, `moplace.torch.routing`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,22 @@ from .modelfile import TorchSetup, _fake, _make_fake
 #: what the Llama 3 models share (Meta's config.json files)
 _LLAMA3 = dict(num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
                rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
+#: what the Mixtral models share (Mistral AI's config.json files)
+_MIXTRAL = dict(num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+                vocab_size=32000, rope_theta=1e6, rms_norm_eps=1e-5, sliding_window=None,
+                tie_word_embeddings=False)
+#: what DeepSeek-V2 and V3 share (DeepSeek's config.json files): MLA attention's sizes
+_DEEPSEEK = dict(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                 max_position_embeddings=163840, rope_theta=10000, rms_norm_eps=1e-6,
+                 tie_word_embeddings=False)
+
+
+def _yarn(mscale: float) -> dict:
+    """DeepSeek's YaRN RoPE scaling: 40 times the 4,096 positions it was trained at."""
+    return dict(type="yarn", factor=40, original_max_position_embeddings=4096, beta_fast=32,
+                beta_slow=1, mscale=mscale, mscale_all_dim=mscale)
+
+
 #: name -> (model type, configuration, where the numbers come from)
 CONFIGS = {
     "gpt2": ("gpt2", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024,
@@ -41,6 +59,50 @@ CONFIGS = {
     "llama-3-70b": ("llama", dict(hidden_size=8192, intermediate_size=28672,
                                   num_hidden_layers=80, num_attention_heads=64, **_LLAMA3),
                     "Llama 3 70B (Meta's model card and config.json)"),
+    "llama-3.1-8b": ("llama", dict(hidden_size=4096, intermediate_size=14336,
+                                   num_hidden_layers=32, num_attention_heads=32,
+                                   **{**_LLAMA3, "max_position_embeddings": 131072},
+                                   rope_scaling=dict(rope_type="llama3", factor=8.0,
+                                                     low_freq_factor=1.0, high_freq_factor=4.0,
+                                                     original_max_position_embeddings=8192)),
+                     "Llama 3.1 8B, 131,072-token context, llama3 RoPE scaling (Meta's "
+                     "config.json)"),
+    # mixtures of experts (moplace.torch.moe traces their experts under a routing assumption)
+    "mixtral-8x7b": ("mixtral", dict(hidden_size=4096, intermediate_size=14336,
+                                     num_hidden_layers=32, num_attention_heads=32,
+                                     max_position_embeddings=32768, **_MIXTRAL),
+                     "Mixtral 8x7B, 46.7 B (Mistral AI's config.json, Mixtral-8x7B-v0.1)"),
+    "mixtral-8x22b": ("mixtral", dict(hidden_size=6144, intermediate_size=16384,
+                                      num_hidden_layers=56, num_attention_heads=48,
+                                      max_position_embeddings=65536,
+                                      **{**_MIXTRAL, "vocab_size": 32768}),
+                      "Mixtral 8x22B, 141 B (Mistral AI's config.json, Mixtral-8x22B-v0.1)"),
+    "qwen3-30b-a3b": ("qwen3_moe", dict(
+        hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], vocab_size=151936, max_position_embeddings=40960,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        use_sliding_window=False, sliding_window=None),
+        "Qwen3-30B-A3B, 30.5 B, 3.3 B active (Qwen's config.json)"),
+    "deepseek-v2-lite": ("deepseek_v2", dict(
+        hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408,
+        num_hidden_layers=27, num_attention_heads=16, num_key_value_heads=16,
+        n_routed_experts=64, n_shared_experts=2, num_experts_per_tok=6,
+        first_k_dense_replace=1, topk_method="greedy", n_group=1, topk_group=1,
+        norm_topk_prob=False, routed_scaling_factor=1.0, q_lora_rank=None, vocab_size=102400,
+        rope_scaling=_yarn(0.707), **_DEEPSEEK),
+        "DeepSeek-V2-Lite, 15.7 B, 2.4 B active: MLA attention, 2 shared and 64 routed "
+        "experts, 6 per token (DeepSeek's config.json)"),
+    "deepseek-v3": ("deepseek_v3", dict(
+        hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+        num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+        n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8,
+        first_k_dense_replace=3, n_group=8, topk_group=4, norm_topk_prob=True,
+        routed_scaling_factor=2.5, q_lora_rank=1536, vocab_size=129280,
+        rope_scaling=_yarn(1.0), **_DEEPSEEK),
+        "DeepSeek-V3, 671 B without its multi-token-prediction layer, 37 B active: 1 shared "
+        "and 256 routed experts, 8 per token in 4 of 8 groups (DeepSeek's config.json)"),
 }
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -193,10 +255,11 @@ def attention_of(spec: str, option: str | None, configured) -> str:
 
 
 def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str | None,
-                  attention: str | None = None) -> TorchSetup:
+                  attention: str | None = None, routing=None) -> TorchSetup:
     """The training step of ``hf:spec`` at ``batch_size`` sequences of ``seq_len`` tokens (its
     longest context when None), built without memory (`moplace.torch.modelfile`), with
-    ``attention`` (`attention_of`), at ``dtype`` (None: the configuration's, `resolve_dtype`)."""
+    ``attention`` (`attention_of`), at ``dtype`` (None: the configuration's, `resolve_dtype`);
+    its mixture-of-experts layers traced under ``routing`` (`moplace.torch.routing`)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForCausalLM
 
@@ -219,7 +282,7 @@ def load_hf_setup(spec: str, batch_size: int, seq_len: int | None, dtype: str | 
     _make_fake(model, mode)
     return TorchSetup(name, model, _next_token_loss, optimizer, (_fake(x, mode),),
                       _fake(y, mode), int(batch_size), mode, f"hf:{spec}",
-                      attention=config._attn_implementation)
+                      attention=config._attn_implementation, routing=routing)
 
 
 def check_seq_len(spec: str, config, seq_len: int | None) -> int:
@@ -234,6 +297,25 @@ def check_seq_len(spec: str, config, seq_len: int | None) -> int:
     if not 1 <= seq_len <= longest:
         raise MoplaceError(f"--seq-len {seq_len}: hf:{spec} takes 1 to {longest} tokens")
     return seq_len
+
+
+#: the configuration fields of a mixture of experts: experts per layer, chosen per token
+EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def check_routing(spec: str, config, routing, tokens: int) -> None:
+    """Refuse a routing assumption (``routing``, None: none stated) for a model without
+    mixture-of-experts layers, or one its sizes rule out (an imbalance beyond experts / top-k:
+    `moplace.torch.routing.Routing.loads`), before any work."""
+    if routing is None:
+        return
+    experts = next((getattr(config, f) for f in EXPERTS
+                    if isinstance(getattr(config, f, None), int)), None)
+    top_k = getattr(config, "num_experts_per_tok", None)
+    if not experts or not isinstance(top_k, int):
+        raise MoplaceError(f"--routing, --capacity-factor, --imbalance: hf:{_cut(spec)} has no "
+                           f"mixture-of-experts layers (the options are for MoE models)")
+    routing.loads(tokens, experts, top_k)
 
 
 def _cut(text, width: int = 200) -> str:

@@ -54,6 +54,9 @@ class TorchSetup:
     source: str
     #: ``sdpa`` or ``eager`` for a Hugging Face model; a model file's is its own (None)
     attention: str | None = None
+    #: the routing assumption of its mixture-of-experts layers (`moplace.torch.routing`;
+    #: None: balanced)
+    routing: Any = None
 
     @property
     def optimizer_name(self) -> str:
@@ -82,8 +85,9 @@ def imports_torch(path) -> bool:
     return False
 
 
-def load_setup(path, batch_size: int) -> TorchSetup:
-    """Run the model file at ``path`` and its ``build(batch_size)`` under fake tensors."""
+def load_setup(path, batch_size: int, routing=None) -> TorchSetup:
+    """Run the model file at ``path`` and its ``build(batch_size)`` under fake tensors (its
+    mixture-of-experts layers, if any, to be traced under ``routing``)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     path = Path(path)
@@ -91,7 +95,8 @@ def load_setup(path, batch_size: int) -> TorchSetup:
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     _make_fake(model, mode)
     x, y = tuple(_fake(t, mode) for t in x), _fake(y, mode)
-    return TorchSetup(path.stem, model, loss, optimizer, x, y, int(batch_size), mode, str(path))
+    return TorchSetup(path.stem, model, loss, optimizer, x, y, int(batch_size), mode, str(path),
+                      routing=routing)
 
 
 def build_model(path, batch_size: int, *, meta: bool):

@@ -10,7 +10,9 @@ the setup's fake mode nothing is computed or allocated.
 
 The optimizer step is not traced: `moplace.torch.convert` adds one update op per parameter
 with the state the optimizer keeps (`moplace.core.optimizer`). Attention through SDPA is traced
-as the kernels of the device kind the step is traced for (`moplace.torch.attention`).
+as the kernels of the device kind the step is traced for (`moplace.torch.attention`), and a
+mixture-of-experts layer's experts with the static shapes of a stated routing assumption
+(`moplace.torch.moe`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class TracedTorchStep:
     source: str
     seconds: float
     attention: dict = dataclasses.field(default_factory=dict)  # attention.graph_attention
+    moe: list = dataclasses.field(default_factory=list)  # per MoE layer: moe.static_experts
 
 
 class _Step(torch.nn.Module):
@@ -67,13 +70,17 @@ def trace_step(setup: TorchSetup, kind: str | None = None) -> TracedTorchStep:
     from torch._functorch.aot_autograd import aot_export_module
 
     from .attention import graph_attention, gpu_attention
+    from .moe import static_experts
 
     t0 = time.perf_counter()
     step = _Step(setup.model, setup.loss, len(setup.x))
     try:
-        with gpu_attention(kind), traceable(), quiet_logs(), setup.mode:
+        with static_experts(setup.model, setup.routing) as moe, gpu_attention(kind), \
+                traceable(), quiet_logs(), setup.mode:
             gm, sig = aot_export_module(step, (*setup.x, setup.y), trace_joint=True,
                                         output_loss_index=0)
+    except MoplaceError:
+        raise
     except Exception as exc:  # noqa: BLE001 - PyTorch's tracing errors, many kinds
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MoplaceError(f"{setup.source}: PyTorch could not trace the training step: "
@@ -94,7 +101,7 @@ def trace_step(setup: TorchSetup, kind: str | None = None) -> TracedTorchStep:
         {k: v for k, v in tied.items() if k != v}, backward.loss_output,
         list(sig.user_inputs), setup.batch_size, setup.optimizer_name, setup.source,
         time.perf_counter() - t0,
-        graph_attention(gm.graph, setup.attention or "model", kind))
+        graph_attention(gm.graph, setup.attention or "model", kind), moe)
 
 
 @contextlib.contextmanager
