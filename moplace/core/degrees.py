@@ -6,8 +6,8 @@ pipeline degree ``pp`` (equal stages by the model's layers), each stage's width 
 devices, data parallel (every group split on ``batch``) or tensor parallel (Megatron's blocks
 split on ``tensor``, the ops between them on ``batch``: sequence parallelism), the
 micro-batches and their schedule (with ``vp`` virtual stages per device under the interleaved
-and zero-bubble schedules: ``pp * vp`` stages laid round-robin), the recomputation (none, each layer checkpointed: ``full``,
-or each attention's core: ``selective``) and the ZeRO stage, as the framework names each
+and zero-bubble schedules: ``pp * vp`` stages laid round-robin), the recomputation (none,
+each layer checkpointed: ``full``, or each attention's core: ``selective``) and the ZeRO stage, as the framework names each
 (`moplace.core.runners`). Its genome is one integer gene per degree, in `GENES` order; a gene
 picks among the values left by the genes before it (a value past their count wraps round), so
 every genome decodes to a plan of the space and each plan has exactly one genome with genes
@@ -137,8 +137,8 @@ class DegreeSpace:
                 return ("1f1b",)
             return tuple(s for s in SCHEDULES[self.framework] if s not in VIRTUAL_SCHEDULES
                          or self._virtual(pp, partial[3], s))
-        if k == 5:  # the interleaved schedules with recomputation: not modelled yet
-            return ("none",) if partial[4] in VIRTUAL_SCHEDULES else self.recompute_modes
+        if k == 5:
+            return self.recompute_modes
         if k == 7:
             return self._virtual(pp, partial[3], partial[4]) or (1,)
         shardable = dp > 1 and reduces_gradients(self.graph) and shards_updates(self.graph)
@@ -242,10 +242,10 @@ class DegreeSpace:
 def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None) -> Strategy:
     """The strategy of plan ``d`` on devices 0..d.devices-1: ``d.pp * d.vp`` stages cut at
     the layer boundaries (`moplace.core.runners.stage_of_groups`), stage k on devices
-    ``(k mod pp) * width ..``; in each stage every group split on ``batch`` over them (data parallel),
-    or (tensor parallel) on ``tensor`` where it may and on ``batch`` elsewhere; a group that
-    may not split runs on the stage's first device. Ops run in topological order; gradients
-    go in DDP's buckets where replicas reduce them."""
+    ``(k mod pp) * width ..``; in each stage every group split on ``batch`` over them (data
+    parallel), or (tensor parallel) on ``tensor`` where it may and on ``batch`` elsewhere; a
+    group that may not split runs on the stage's first device. Ops run in topological order;
+    gradients go in DDP's buckets where replicas reduce them."""
     if recompute_heads is None:
         recompute_heads = {"none": np.empty(0, np.int64), "full": layer_checkpoints(graph),
                            "selective": attention_cores(graph)}

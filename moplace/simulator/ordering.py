@@ -12,7 +12,6 @@ import numpy as np
 from ..core.graph import OpGraph, inplace_sources
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
-from ..errors import StrategyError
 from .microbatch import microbatch_plan
 from .pipeorder import ORDERED, ordered_priorities, pipeline_layout, slot_waits
 from .schedule import (ScheduleShape, one_f_one_b_waits, stage_limits, task_priorities,
@@ -51,19 +50,14 @@ def _ordered(tg, moved_bytes: np.ndarray, graph: OpGraph, strategy: Strategy,
     (`moplace.simulator.pipeorder`: interleaved 1F1B, zero-bubble)."""
     nc, n_dev = tg.n_compute, costs.cluster.n_devices
     name = strategy.schedule_name
-    if len(strategy.recompute):
-        raise StrategyError(f"the {name} schedule with recomputation is not modelled yet "
-                            "(a recomputed run's wait for the backward can cross its rank's "
-                            "order of actions): use 1f1b or gpipe with recomputation")
-    layout = pipeline_layout(graph, strategy.placement, n_dev, name)
+    pa = plan.arrays
+    waited = np.zeros(len(graph.ops), bool)  # a recomputed run waits for it: never deferred
+    waited[plan.orig[pa.src[pa.dst >= pa.topo.size - plan.n_clone_ops]]] = True
+    layout = pipeline_layout(graph, strategy.placement, n_dev, name, waited)
     orig = plan.orig[shape.vop]
     dev = tg.dev[:nc]
-    pa = plan.arrays
-    feeds_clone = np.zeros(pa.topo.size, bool)  # a recomputed run waits for it
-    feeds_clone[pa.src[pa.dst >= pa.topo.size - plan.n_clone_ops]] = True
     slot, prio = ordered_priorities(layout, name, plan.m, orig, dev, shape.phase, shape.mb,
-                                    strategy.placement[orig], strategy.priority, tg.n_tasks,
-                                    feeds_clone[shape.vop])
+                                    strategy.placement[orig], strategy.priority, tg.n_tasks)
     device_rank = np.full(n_dev, -1, np.int64)
     staged = slot >= 0
     np.maximum.at(device_rank, dev[staged], layout.rank[strategy.placement[orig[staged]]])

@@ -26,8 +26,8 @@ of another stage reads it) or what a B op of its stage reads, and W otherwise (a
 gradient and what only leads to it; on the first stage, which sends nothing back, the whole
 backward); every recomputed clone is B, and so is a W that a recomputed run waits for
 (`moplace.simulator.recompute`: the clones start when the backward reaches them; held back,
-it would hold them for ever). A graph whose backward ops compute both gradients in one op
-gains nothing from zero-bubble: they are B.
+it would hold them for ever), with every op of its stage that leads to it. A graph whose
+backward ops compute both gradients in one op gains nothing from zero-bubble: they are B.
 
 **Order.** A compute task's priority is its action's position (its slot) on its rank, then
 its op's priority; and a device runs its slots strictly in order: each task of a slot that
@@ -37,8 +37,8 @@ action before it is done. What a task sends to another device leaves when the ta
 not when its action does (a runtime sends a stage's output after computing the stage whole:
 the simulator is early by the ops after it in its action, a weight gradient's at a stage's
 input; waiting for the action's end would deadlock where a plan's backward goes back and
-forth between two devices within one action). The waits are edges without bytes (`moplace.simulator.schedule`'s
-`with_waits`).
+forth between two devices within one action). The waits are edges without bytes
+(`moplace.simulator.schedule`'s `with_waits`).
 """
 
 from __future__ import annotations
@@ -134,10 +134,12 @@ class Layout:
     weight: np.ndarray
 
 
-def pipeline_layout(graph: OpGraph, placement: np.ndarray, n_dev: int,
-                    schedule: str) -> Layout:
+def pipeline_layout(graph: OpGraph, placement: np.ndarray, n_dev: int, schedule: str,
+                    input_gradient: np.ndarray | None = None) -> Layout:
     """The `Layout` of a strategy placing ``graph``'s ops on ``placement`` (each split op on
-    its first part's device); `StrategyError` when its stages are not laid round-robin."""
+    its first part's device); `StrategyError` when its stages are not laid round-robin.
+    ``input_gradient``: per op, B whatever it makes (a recomputed run waits for it), and so
+    is what leads to it."""
     a = graph.arrays
     dev = np.asarray(placement, np.int64)
     fst, bst = stage_depths(graph, dev)
@@ -161,25 +163,26 @@ def pipeline_layout(graph: OpGraph, placement: np.ndarray, n_dev: int,
             f"the {schedule} schedule needs the pipeline's {S} stages laid round-robin over "
             f"its {p} devices (stage j on the device of stage j mod {p}, as Megatron-LM and "
             f"torchtitan lay virtual stages); stage {j} runs on device {int(first[j])}")
-    rank = np.full(n_dev, -1, np.int64)
-    rank[of_rank] = np.arange(p)
     fchunk = np.clip(fst, 0, S - 1) // p
+    rank = np.full(max(n_dev, int(dev.max()) + 1), -1, np.int64)
+    rank[of_rank] = np.arange(p)
     chunk = _backward_chunks(a.topo, a.in_ptr, a.in_edge, a.src, a.role, dev, fchunk,
-                             np.clip(S - 1 - bst, 0, S - 1) // p)
-    weight = (_weight_gradients(a.topo, a.out_ptr, a.out_edge, a.dst, a.role, dev, chunk)
+                             np.clip(S - 1 - bst, 0, S - 1) // p, rank, p)
+    forced = (np.zeros(len(graph.ops), bool) if input_gradient is None
+              else np.asarray(input_gradient, bool))
+    weight = (_weight_gradients(a.topo, a.out_ptr, a.out_edge, a.dst, a.role, dev, chunk,
+                                forced)
               if schedule == "zero-bubble" else np.zeros(len(graph.ops), bool))
     return Layout(p, v, rank, chunk.astype(np.int64), weight)
 
 
 def ordered_priorities(layout: Layout, schedule: str, m: int, orig: np.ndarray,
                        dev: np.ndarray, phase: np.ndarray, mb: np.ndarray,
-                       primary: np.ndarray, priority: np.ndarray, n_tasks: int,
-                       not_weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       primary: np.ndarray, priority: np.ndarray, n_tasks: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Per compute task (of graph op ``orig``, on device ``dev``, its op's first device
     ``primary``) its slot on its rank (-1: run once) and its priority (`n_tasks` long: 0 for
-    the collectives after the compute tasks); see the module docstring. ``not_weight``: the
-    tasks that run as B though their op is a weight gradient (a recomputed run waits for
-    them: deferred, it would wait for ever)."""
+    the collectives after the compute tasks); see the module docstring."""
     p, v = layout.p, layout.v
     refusal = micro_batch_refusal(schedule, p, v, m)
     if refusal:
@@ -188,8 +191,7 @@ def ordered_priorities(layout: Layout, schedule: str, m: int, orig: np.ndarray,
     for r in range(p):
         acts = np.array(rank_actions(schedule, p, v, m, r), np.int64).reshape(-1, 3)
         table[r, acts[:, 0], acts[:, 1], acts[:, 2]] = np.arange(acts.shape[0])
-    weight = layout.weight[orig] if not_weight is None else layout.weight[orig] & ~not_weight
-    kind = np.where(phase == FORWARD, F, np.where(weight, W, B))
+    kind = np.where(phase == FORWARD, F, np.where(layout.weight[orig], W, B))
     rank = layout.rank[primary]
     staged = (phase != ONCE) & (rank >= 0)
     slot = np.full(phase.size, -1, np.int64)
@@ -230,11 +232,13 @@ def slot_waits(slot: np.ndarray, dev: np.ndarray, position: np.ndarray, e_src: n
 
 
 @njit(cache=True)
-def _backward_chunks(topo, in_ptr, in_edge, src, role, dev, fchunk, mirrored):
-    """Per op its chunk: a forward (or other) op's ``fchunk``; a backward op's, the deepest
-    chunk of the forward values it reads on its device (its layer's activations; where it
-    reads none, ``mirrored``, its backward stage mirrored), never past the chunk of a backward
-    input on its device (the backward's chunks only fall along its data flow)."""
+def _backward_chunks(topo, in_ptr, in_edge, src, role, dev, fchunk, mirrored, rank, p):
+    """Per op its chunk: a forward (or other) op's ``fchunk``; a backward op's, that of its
+    backward inputs on its device (the backward stays in one chunk on a device: it leaves a
+    chunk only for another device); where it has none, the chunk of the last stage on its
+    device before the stage that sent it its gradient (stage ``chunk * p + rank``, ``rank``
+    per device); where nothing sent it one, the deepest chunk of the forward values it reads
+    on its device, else ``mirrored`` (its backward stage mirrored)."""
     n = topo.shape[0]
     chunk = fchunk.copy()
     for i in range(n):
@@ -242,30 +246,40 @@ def _backward_chunks(topo, in_ptr, in_edge, src, role, dev, fchunk, mirrored):
         if role[op] != 1:
             continue
         own = -1
-        least = 1 << 62
+        same = 1 << 62
+        sent = -1
         for q in range(in_ptr[op], in_ptr[op + 1]):
             u = src[in_edge[q]]
-            if dev[u] != dev[op]:
-                continue
             if role[u] == 1:
-                least = min(least, chunk[u])
-            elif role[u] != 2:
+                if dev[u] == dev[op]:
+                    same = min(same, chunk[u])
+                else:
+                    ru, ro = max(rank[dev[u]], 0), max(rank[dev[op]], 0)
+                    back = (ru - ro) % p
+                    j = chunk[u] * p + ru - (back if back > 0 else p)
+                    sent = max(sent, j // p if j >= 0 else 0)
+            elif role[u] != 2 and dev[u] == dev[op]:
                 own = max(own, fchunk[u])
-        c = own if own >= 0 else mirrored[op]
-        chunk[op] = min(c, least)
+        if same < (1 << 62):
+            chunk[op] = same
+        elif sent >= 0:
+            chunk[op] = sent
+        else:
+            chunk[op] = own if own >= 0 else mirrored[op]
     return chunk
 
 
 @njit(cache=True)
-def _weight_gradients(topo, out_ptr, out_edge, dst, role, dev, chunk):
+def _weight_gradients(topo, out_ptr, out_edge, dst, role, dev, chunk, forced):
     """Per op: is it a weight-gradient (W) op, a backward op that no input-gradient (B) op
     of its stage (device and chunk) reads? A backward op is B when a backward op of another
-    stage reads it (it makes the gradient the stage sends back) or a B op of its own does."""
+    stage reads it (it makes the gradient the stage sends back) or a B op of its own does,
+    or it is ``forced``."""
     n = topo.shape[0]
-    b = np.zeros(n, np.bool_)
+    b = forced.copy()
     for i in range(n - 1, -1, -1):
         op = topo[i]
-        if role[op] != 1:
+        if role[op] != 1 or b[op]:
             continue
         for q in range(out_ptr[op], out_ptr[op + 1]):
             r = dst[out_edge[q]]
