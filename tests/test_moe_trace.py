@@ -291,3 +291,40 @@ def test_the_full_moe_models_trace_with_their_published_parameters(tmp_path, cap
     assert sum(op.param_bytes for op in g.ops if op.type == "Parameter") == 2 * parameters
     moe = g.metadata["moe"]
     assert moe["layers"] == g.metadata["layers"]["count"] == len(moe["layer_ops"])
+
+
+def test_the_twin_trace_beside_returns_its_result_or_its_error(tmp_path):
+    """`moplace.torch.twin.beside`: the work's result (from a forked process where one can
+    fork), its error as a MoplaceError, and a body that fails leaves no process behind."""
+    import os
+
+    from moplace.torch.twin import beside
+
+    with beside(lambda: {"pid": os.getpid(), "shapes": [(2, 3)]}) as result:
+        out = result()
+    assert out["shapes"] == [(2, 3)] and out["pid"] != os.getpid()  # forked
+
+    def fails():
+        raise MoplaceError("model.py: PyTorch could not trace the training step at batch 4")
+
+    with pytest.raises(MoplaceError, match="at batch 4"):
+        with beside(fails) as result:
+            result()
+    import time
+
+    where = tmp_path / "pid"
+
+    def slow():
+        with open(where, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(30)
+
+    t0 = time.monotonic()
+    with pytest.raises(ZeroDivisionError):
+        with beside(slow):
+            while not where.exists() or not where.read_text():
+                time.sleep(0.01)
+            1 / 0
+    assert time.monotonic() - t0 < 20  # killed, not waited for
+    with pytest.raises(ChildProcessError):
+        os.waitpid(int(where.read_text()), os.WNOHANG)  # and reaped

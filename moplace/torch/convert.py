@@ -39,6 +39,7 @@ from .megatron import PARTIAL, megatron_blocks
 from .moegraph import moe_metadata
 from .outputs import separate_outputs
 from .trace import TracedTorchStep
+from .twin import node_shapes
 
 aten = torch.ops.aten
 SPLITTABLE = frozenset({
@@ -57,8 +58,8 @@ UPDATE_WORK = {"sgd": (2, 3), "momentum": (4, 5), "adam": (12, 7)}
 def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = None,
                 measured=None, calibrations=None) -> OpGraph:
     """The op graph of ``traced``, its compute estimated on each device kind of ``kinds``;
-    ``twin``: the same step traced at twice the batch, which tells each op's batch dimension
-    (`_splittable`); ``measured`` (`moplace.torch.measure.Measured`): each op's time measured
+    ``twin``: the same step traced at twice the batch (or its `twin.node_shapes`), which tells
+    each op's batch dimension (`_splittable`); ``measured`` (`moplace.torch.measure.Measured`): each op's time measured
     on a GPU or this machine's CPU, as that device's kind (``measured.kind``);
     ``calibrations``: kind -> `moplace.costs.calibration.Calibration`, a user's own (``profile
     --calibration``) in place of the one shipped for the kind."""
@@ -239,9 +240,8 @@ def _batched(kept, traced, twin) -> dict:
     output's first dimension is a multiple of the batch."""
     flows = _descendants([n for n in kept if n.name in traced.inputs], kept)
     shapes = {}
-    if twin is not None:
-        shapes = {n.name: [tuple(t.shape) for t in est.tensors(n.meta.get("val"))]
-                  for n in twin.graph.nodes}
+    if twin is not None:  # a traced step, or its node shapes (moplace.torch.twin)
+        shapes = twin if isinstance(twin, dict) else node_shapes(twin)
     out = {}
     for n in kept:
         mine = [tuple(t.shape) for t in est.tensors(n.meta.get("val"))]

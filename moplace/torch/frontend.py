@@ -1,6 +1,7 @@
 """`moplace profile` for a PyTorch model file: build it without memory, trace its step twice
-(at the batch and at twice the batch, which tells every op's batch dimension), and write the
-op graph with roofline estimates for the device kinds asked for.
+(at the batch and at twice the batch, which tells every op's batch dimension; the two at once
+where a core is free: `moplace.torch.twin`), and write the op graph with roofline estimates
+for the device kinds asked for.
 
 A trace is kept per model, batch, sequence length, dtype and device kinds
 (`moplace.torch.cache`), so tracing the same model again reads it back.
@@ -55,6 +56,7 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     from .cache import TraceCache, trace_key
     from .convert import to_op_graph
     from .routing import Routing
+    from .twin import beside, node_shapes
     from .trace import trace_step
 
     t0 = time.perf_counter()
@@ -96,10 +98,12 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
                                float(kept.metadata.get("trace_seconds", 0.0)),
                                time.perf_counter() - t0, cached=store.path(key))
     ticker.stage(STAGES[1])
-    traced = trace_step(setup, target)
-    ticker.tick()
-    ticker.stage(STAGES[2])
-    twin = trace_step(load_setup(path, 2 * batch_size), target)
+    with beside(lambda: node_shapes(trace_step(load_setup(path, 2 * batch_size), target))) \
+            as twin_shapes:  # the twin traced in a process of its own meanwhile (twin.py)
+        traced = trace_step(setup, target)
+        ticker.tick()
+        ticker.stage(STAGES[2])
+        twin = twin_shapes()
     ticker.tick()
     measured = None
     if measure_steps:

@@ -464,6 +464,20 @@ class Arguments:
                       ["profile", "mlp", "--batch", "4", "-o", str(wd / "g.json"), *extra]))
             n.append((f"apply {' '.join(extra)[:30]}",
                       ["apply", GRAPH, "--baseline", "single", "--steps", "1", *extra]))
+        # mixture-of-experts routing (issue 49): a bad value, or a model without experts, is
+        # one line before anything is built or traced
+        moe = ["profile", "hf:mixtral-8x7b", "--batch", "1", "--seq-len", "64", "--quiet",
+               "-o", str(wd / "moe.json")]
+        for extra in (["--routing", "zipf"], ["--capacity-factor", "0"],
+                      ["--capacity-factor", "-1"], ["--capacity-factor", "inf"],
+                      ["--capacity-factor", "abc"], ["--capacity-factor", "2000"],
+                      ["--imbalance", "1"], ["--imbalance", "nan"], ["--imbalance", "5"],
+                      ["--routing", "balanced", "--imbalance", "2"]):
+            n.append((f"profile moe {' '.join(extra)[:30]}", moe + extra))
+        for model in ("hf:gpt2", "mlp"):
+            n.append((f"profile {model} --routing skewed",
+                      ["profile", model, "--batch", "2", "--routing", "skewed", "--quiet",
+                       "-o", str(wd / "moe.json")]))
         # the per-device memory cap (issue 32): not a size, and one no strategy fits under
         n.append(("search --memory-limit 0", b["search-random"] + ["--memory-limit", "0"]))
         n.append(("evaluate --memory-limit 1KiB", b["evaluate"] + ["--memory-limit", "1KiB"]))
