@@ -182,6 +182,14 @@ def test_the_routing_options_set_the_buffers(tmp_path, capsys):
     note = next(n for n in said["notes"] if n.startswith("routing:"))
     assert "1.5x the mean: 24 tokens" in note and "capacity factor 1.25" in note \
         and "4 choices dropped" in note
+    # the graph records it, and a plan applied for real traces the model under it again
+    from moplace.torch.applyprep import load_setup, model_source
+    from moplace.torch.trace import trace_step
+
+    assert g.metadata["source"]["routing"] == {"kind": "skewed", "capacity_factor": 1.25,
+                                               "imbalance": 1.5}
+    again = trace_step(load_setup(model_source(g), 2), "H100")
+    assert [r["capacity"] for r in again.moe] == [20, 20]
 
 
 @pytest.mark.parametrize("kind, shared", [("qwen3_moe", 0), ("qwen2_moe", 1),

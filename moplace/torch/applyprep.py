@@ -31,17 +31,21 @@ def model_source(graph) -> dict:
 
 
 def load_setup(source: dict, batch: int):
-    """The fake-built step of ``source`` (`model_source`) at ``batch``."""
+    """The fake-built step of ``source`` (`model_source`) at ``batch``, its mixture-of-experts
+    layers under the routing the graph was traced with (`moplace.torch.routing`)."""
+    from .routing import routing_from
+
     model = str(source["model"])
+    routing = routing_from(source.get("routing"))
     if model.startswith("hf:"):
         from .hf import load_hf_setup
 
         impl = source.get("attention")
         return load_hf_setup(model[3:], batch, source.get("seq_len"), source.get("dtype", "fp32"),
-                             impl if impl in ("sdpa", "eager") else None)
+                             impl if impl in ("sdpa", "eager") else None, routing)
     from .modelfile import load_setup as from_file
 
-    return from_file(model, batch)
+    return from_file(model, batch, routing)
 
 
 def ordered_tasks(graph, strategy, trace) -> list[Task]:

@@ -117,7 +117,8 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     graph = to_op_graph(traced, kinds, twin, measured, calibrations)
     source = {"model": str(path), "batch_size": int(batch_size), "framework": "pytorch",
               **({"seq_len": setup.x[0].shape[1], "dtype": dtype}
-                 if str(path).startswith("hf:") else {})}
+                 if str(path).startswith("hf:") else {}),
+              **({"routing": dataclasses.asdict(routing)} if stated else {})}
     graph = type(graph)(graph.ops, graph.edges, name=setup.name,
                         metadata={**graph.metadata, "source": source,
                                   "parameters": int(parameters)})

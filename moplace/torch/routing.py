@@ -100,3 +100,15 @@ def routing_of(kind: str | None = None, capacity_factor: float | None = None,
     if kind == "skewed":
         return Routing("skewed", capacity_factor, imbalance or DEFAULT_IMBALANCE)
     return Routing("balanced", capacity_factor, 1.0)
+
+
+def routing_from(stated) -> Routing | None:
+    """The `Routing` a graph's ``metadata.source.routing`` records (a `Routing` as a dict),
+    None when it records none (balanced); a bad record is one `MoplaceError`."""
+    if stated is None:
+        return None
+    if not isinstance(stated, dict):
+        raise MoplaceError(f"the graph's source.routing {str(stated)[:60]} is not a routing")
+    skewed = stated.get("kind") == "skewed"
+    return routing_of(stated.get("kind"), stated.get("capacity_factor"),
+                      stated.get("imbalance") if skewed else None)
