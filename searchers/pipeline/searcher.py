@@ -4,7 +4,8 @@
 (the slowest stage as fast as it can be); `pipeline_candidates` runs its partitions as
 micro-batched pipelines, for each micro-batch count m of `MICRO_BATCHES` (GPipe's paper ran 8)
 the partitions made for m (each copy of an op pays its overhead, so the stages balance the
-time they take at m) under 1F1B and GPipe, on every device and, where the partitioner finds a
+time they take at m) under 1F1B, GPipe and zero-bubble (ZB-H1: one stage a device, its
+weight gradients filling the bubble; where the micro-batches fit its rounds), on every device and, where the partitioner finds a
 faster flushed pipeline on fewer, on those. A replicated stage is its groups split on batch
 over its devices, their gradients in DDP's 25 MiB buckets. The searcher asks for every candidate in one batch
 and is done: the simulator scores them (the micro-batch count trades time, as the bubble
@@ -18,7 +19,7 @@ import numpy as np
 
 from moplace.core.baselines import DDP_BUCKET_BYTES, topological_priority
 from moplace.core.graph import ROLES
-from moplace.core.strategy import Split, Strategy
+from moplace.core.strategy import SCHEDULE_LABELS, SCHEDULES, Split, Strategy
 from moplace.optimize.searcher import Searcher
 from moplace.optimize.seeds import Seed
 
@@ -103,15 +104,21 @@ def partitions(problem) -> list[tuple[Partition, int]]:
 def pipeline_candidates(problem, parts: list[tuple[Partition, int]] | None = None
                         ) -> list[Seed]:
     """The pipelines of the (partition, micro-batch count) pairs (``parts``, default
-    `partitions`; see the module docstring) under 1F1B and GPipe, labelled."""
+    `partitions`; see the module docstring) under 1F1B, GPipe and zero-bubble, labelled."""
+    from moplace.simulator.pipeorder import micro_batch_refusal
+
     out = []
     for part, m in partitions(problem) if parts is None else parts:
         where = f"{len(part.stages)} stages on {part.n_devices} devices"
         if m == 1:  # nothing to micro-batch: the stages as a placement
             out.append(Seed(f"pipedream: {where}", pipeline_strategy(problem.graph, part, 1, 0)))
             continue
-        for schedule, name in ((0, "1F1B"), (1, "GPipe")):
-            out.append(Seed(f"pipedream: {where}, {name} x{m}",
+        zero_bubble = SCHEDULES.index("zero-bubble")
+        for schedule in (0, 1, zero_bubble):
+            if schedule == zero_bubble and micro_batch_refusal("zero-bubble",
+                                                               len(part.stages), 1, m):
+                continue
+            out.append(Seed(f"pipedream: {where}, {SCHEDULE_LABELS[SCHEDULES[schedule]]} x{m}",
                             pipeline_strategy(problem.graph, part, m, schedule)))
     return out
 
@@ -126,21 +133,27 @@ SEED_MICRO_BATCHES = 16
 
 
 def pipeline_seeds(problem) -> list[Seed]:
-    """The partitioner's `N_SEEDS` fastest pipelines (simulated here, fitting first) with at
-    most `SEED_MICRO_BATCHES` micro-batches, as seeds (entry-point group ``moplace.seeds``)."""
+    """The partitioner's `N_SEEDS` fastest 1F1B and GPipe pipelines (simulated here, fitting
+    first) with at most `SEED_MICRO_BATCHES` micro-batches, as seeds (entry-point group
+    ``moplace.seeds``): the schedules the per-op genome varies (the pipedream searcher itself
+    asks for its zero-bubble pipelines too)."""
     from moplace.simulator.engine import simulate
 
     p = problem
     scored = []
     kept = [(part, m) for part, m in partitions(p) if m <= SEED_MICRO_BATCHES]
     for seed in pipeline_candidates(p, kept):
+        if seed.strategy.schedule_name not in ("1f1b", "gpipe"):
+            continue
         trace = simulate(p.graph, p.cluster, seed.strategy, costs=p.costs)
         scored.append((not trace.feasible, trace.makespan, len(scored), seed))
     return [seed for *_, seed in sorted(scored)[:N_SEEDS]]
 
 
 class PipelineSearcher(Searcher):
-    """PipeDream's partitioner: stages by dynamic programming, run as 1F1B and GPipe pipelines.
+    """PipeDream's partitioner: stages by dynamic programming, run as pipelines of each schedule.
+
+    Its pipelines run under 1F1B, GPipe and zero-bubble.
 
     It asks for its pipelines (`pipeline_candidates`) in one batch and is then done; on one
     device they are gradient accumulation. For a graph without forward or backward ops
