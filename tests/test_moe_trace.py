@@ -169,6 +169,7 @@ def test_a_mixtral_traces_with_its_experts_marked(tmp_path, capsys):
     assert sum(op.param_bytes for op in g.ops if op.type == "Parameter") == 2 * said["parameters"]
     assert any(n.startswith("routing: balanced, 16 tokens per expert per layer of 32 tokens")
                for n in said["notes"])
+    assert said["moe"] == {k: v for k, v in moe.items() if k != "layer_ops"}
 
 
 def test_the_routing_options_set_the_buffers(tmp_path, capsys):

@@ -157,6 +157,8 @@ def profile_torch(args, path) -> int:
             "source": g.metadata.get("source"), "parameters": traced.parameters,
             "ops": len(g.ops), "edges": len(g.edges), "dtype": dtype if hf else None,
             "optimizer": g.metadata.get("optimizer"), "kinds": kinds,
+            "moe": {k: v for k, v in (g.metadata.get("moe") or {}).items()
+                    if k != "layer_ops"} or None,
             "cached": str(traced.cached) if traced.cached else None, "notes": notes,
             "lines": lines}))
     else:
