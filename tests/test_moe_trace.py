@@ -337,3 +337,25 @@ def test_the_twin_trace_beside_returns_its_result_or_its_error(tmp_path):
     assert time.monotonic() - t0 < 20  # killed, not waited for
     with pytest.raises(ChildProcessError):
         os.waitpid(int(where.read_text()), os.WNOHANG)  # and reaped
+
+
+@pytest.mark.slow
+def test_a_moe_plan_runs_on_the_testbed(tmp_path, capsys):
+    """The MoE ops run for real on the PyTorch testbed's ranks (registered where a rank
+    resolves them): a layer split gives the one-device step's losses; data parallelism is
+    refused by name (which tokens a buffer drops depends on the others in its batch)."""
+    path = tmp_path / "moe_model.py"
+    path.write_text(MODEL_FILE)
+    graph = tmp_path / "g.json"
+    assert main(["profile", str(path), "--batch", "8", "--testbed", "2", "--quiet", "-o",
+                 str(graph)]) == 0
+    capsys.readouterr()
+    losses = {}
+    for baseline in ("single", "layer-split"):
+        assert main(["apply", str(graph), "--baseline", baseline, "--steps", "2", "--quiet",
+                     "--json"]) == 0
+        losses[baseline] = json.loads(capsys.readouterr().out)["losses"]
+    assert losses["layer-split"] == pytest.approx(losses["single"], rel=1e-5)
+    assert main(["apply", str(graph), "--baseline", "data-parallel", "--steps", "2",
+                 "--quiet"]) == 2
+    assert "mixes the samples of its batch" in capsys.readouterr().err

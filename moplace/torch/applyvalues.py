@@ -10,11 +10,13 @@ from .applyprep import Ref
 
 def resolve_target(name: str):
     """The callable a `moplace.torch.applyprep.Row` names (``aten.mm.default``,
-    ``operator.getitem``)."""
+    ``operator.getitem``, ``moplace.moe_dispatch.default``: `moplace.torch.moe`)."""
     import operator
 
     if name.startswith("operator."):
         return getattr(operator, name.split(".", 1)[1])
+    if name.startswith("moplace."):  # a mixture of experts' ops: registered on import
+        from . import moe  # noqa: F401
     obj = torch.ops
     for part in name.split("."):
         obj = getattr(obj, part)
