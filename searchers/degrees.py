@@ -20,6 +20,7 @@ import numpy as np
 
 from moplace.core.degrees import Degrees, DegreeSpace, regular_plan
 from moplace.core.strategy import Strategy
+from moplace.costs.fp8 import FP8_NOTE, has_fp8
 from moplace.optimize.searcher import Searcher
 from moplace.optimize.settings import Settings, setting
 
@@ -67,7 +68,8 @@ class SpaceSearcher(Searcher):
 
     def _setup(self) -> None:
         p, cfg = self.problem, self.config
-        self.space = DegreeSpace(p.graph, p.cluster.n_devices, cfg.space)
+        self.space = DegreeSpace(p.graph, p.cluster.n_devices, cfg.space,
+                                 fp8=has_fp8(p.cluster))
         self.plans = self.space.all()
         self.asked: set[Degrees] = set()
         self.order = [self.plans[i] for i in self.rng.permutation(len(self.plans))]
@@ -167,6 +169,7 @@ class SpaceSearcher(Searcher):
         if not hasattr(self, "space"):
             return []
         done = getattr(self, "evaluated", 0)
+        fp8 = [FP8_NOTE] if len(self.space.fp8_modes) > 1 else []
         return [f"searched the {self.config.space} space: {done} of its "
                 f"{len(self.plans)} plans ({self.config.method} over the degree genome, "
-                f"seeded with {len(self.seeds)} of the plans people run)"]
+                f"seeded with {len(self.seeds)} of the plans people run)", *fp8]

@@ -223,16 +223,16 @@ def test_strategy_files_carry_options_and_versions(tmp_path):
     path = tmp_path / "s.json"
     moplace.save_strategy(path, g, s, c)
     data = json.loads(path.read_text())
-    assert data["version"] == 4 and data["options"] == {"bucket_bytes": DDP_BUCKET_BYTES,
+    assert data["version"] == 5 and data["options"] == {"bucket_bytes": DDP_BUCKET_BYTES,
                                                         "zero_stage": 0, "micro_batches": 1,
-                                                        "schedule": "1f1b"}
+                                                        "schedule": "1f1b", "fp8": "none"}
     assert moplace.load_strategy(path, g, c) == s
     old = dict(data, version=1)
     del old["options"], old["recompute"]
     path.write_text(json.dumps(old))
     assert moplace.load_strategy(path, g, c).bucket_bytes == 0  # version 1: the default
-    path.write_text(json.dumps(dict(data, version=5)))
-    with pytest.raises(FormatError, match="format version 5, newer than this moplace reads"):
+    path.write_text(json.dumps(dict(data, version=6)))
+    with pytest.raises(FormatError, match="format version 6, newer than this moplace reads"):
         moplace.load_strategy(path, g, c)
     path.write_text(json.dumps(dict(data, options={"bucket_bytes": -5})))
     with pytest.raises(FormatError, match="options.bucket_bytes"):

@@ -248,10 +248,10 @@ def _torchtitan_config_manager():
     import sys
     import types
 
-    spec = importlib.util.find_spec("torchtitan")
-    if spec is None:
-        pytest.skip("torchtitan is not installed (the test extra installs it)")
-    if "torchtitan" not in sys.modules:
+    if "torchtitan" not in sys.modules:  # else made here already (find_spec would refuse it)
+        spec = importlib.util.find_spec("torchtitan")
+        if spec is None:
+            pytest.skip("torchtitan is not installed (the test extra installs it)")
         package = types.ModuleType("torchtitan")
         package.__path__ = list(spec.submodule_search_locations)
         sys.modules["torchtitan"] = package
@@ -288,3 +288,32 @@ def test_export_writes_nothing_heavy_at_import():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_fp8_plans_export_as_each_framework_names_them(tiny, tmp_path):
+    """FP8 all / inner: Megatron's --fp8-format hybrid (with --first-last-layers-bf16),
+    torchtitan's float8 linear converter skipping the output head (and the first and last
+    layers); both frameworks' own configuration classes take them."""
+    ConfigManager = _torchtitan_config_manager()
+    s = regular_plan(tiny, Degrees(4, 2, "data", 4, "interleaved", "none", 0, 2, "inner"))
+    assert s.fp8_mode == "inner"
+    doc = plan_document(tiny, s, plan_shape(tiny, s), [f"gpu{i}" for i in range(4)])
+    args = doc["megatron"]["args"]
+    assert args[args.index("--fp8-format") + 1] == "hybrid" and "--first-last-layers-bf16" in args
+    path = tmp_path / "fp8.toml"
+    path.write_text(doc["torchtitan"]["toml"])
+    config = ConfigManager().parse_args(["--job.config_file", str(path)])
+    assert config.model.converters == ["quantize.linear.float8"]
+    count = tiny.metadata["layers"]["count"]
+    assert config.quantize.linear.float8.filter_fqns == ["output", "layers.0.",
+                                                         f"layers.{count - 1}."]
+    assert doc["fp8"] == "inner" and "moplace-apply" not in doc["runs"]
+    pytest.importorskip("torch", reason="megatron-core needs torch")
+    tc = pytest.importorskip("megatron.core.transformer.transformer_config",
+                             reason="megatron-core is not installed")
+    import torch
+
+    config = doc["megatron"]["config"]
+    made = tc.TransformerConfig(num_layers=8, hidden_size=64, num_attention_heads=4,
+                                pipeline_dtype=torch.float32, **config)
+    assert made.fp8 == "hybrid" and made.first_last_layers_bf16

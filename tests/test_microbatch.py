@@ -214,7 +214,7 @@ def test_strategy_files_carry_micro_batches_and_older_ones_run_one(tmp_path):
     g = _two_layers()
     s = _pipeline(g, 4, 1)
     data = strategy_to_json(g, s)
-    assert data["version"] == 4 and data["options"]["schedule"] == "gpipe"
+    assert data["version"] == 5 and data["options"]["schedule"] == "gpipe"
     assert data["options"]["micro_batches"] == 4
     c = _fast_link()
     save_strategy(tmp_path / "s.json", g, s)

@@ -172,7 +172,7 @@ def test_strategy_files_name_the_recomputed_groups(tmp_path):
     path = tmp_path / "s.json"
     moplace.save_strategy(path, g, s, c)
     data = json.loads(path.read_text())
-    assert data["version"] == 4
+    assert data["version"] == 5
     assert data["recompute"] == [g.ops[h].name for h in heads]
     assert moplace.load_strategy(path, g, c) == s
     old = dict(data, version=2)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import strictjson
 from ..errors import MoplaceError
-from ..core.strategy import MAX_MICRO_BATCHES, SCHEDULE_LABELS, SCHEDULES
+from ..core.strategy import FP8_MODES, MAX_MICRO_BATCHES, SCHEDULE_LABELS, SCHEDULES
 from .args import file_arg, integer
 from .problem import cluster_arg, from_front, graph_arg, model_options
 
@@ -45,6 +45,11 @@ def add_commands(sub) -> None:
                     help="the micro-batches' schedule: 1f1b (PipeDream-Flush), gpipe, interleaved "
                          "(Megatron's virtual stages: the stages laid round-robin) or "
                          "zero-bubble (PyTorch's ScheduleInterleavedZeroBubble)")
+    ev.add_argument("--fp8", choices=FP8_MODES,
+                    help="run the matmuls of the model's layers in FP8 (all), or all but the "
+                         "first and last layers' (inner), on kinds with FP8 (H100, H200, B200; "
+                         "timed at the datasheet FP8 peak with the BF16 efficiency: no FP8 "
+                         "kernel measured), or not (none)")
     model_options(ev)
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object")
     ev.set_defaults(run=_evaluate)
@@ -140,12 +145,19 @@ def _evaluate(args) -> int:
     if wide:  # the options asked for, on every strategy evaluated
         runs = {f"{name}, {_pipeline_text(s.with_options(**wide))}": s.with_options(**wide)
                 for name, s in runs.items()}
+    if args.fp8:
+        mode = float(FP8_MODES.index(args.fp8))
+        runs = {name + ("" if args.fp8 == "none" else f", FP8 {args.fp8}"):
+                s.with_options(fp8=mode) for name, s in runs.items()}
     results = {name: evaluate(graph, cluster, s, costs=costs) for name, s in runs.items()}
     for note in origin.get("notes", ()):
         print(f"moplace: note: {note}", file=sys.stderr)
     from ..costs.origin import estimated_notes
 
     costs_notes = estimated_notes(graph, cluster)
+    if any(s.fp8 for s in runs.values()):
+        from ..costs.fp8 import FP8_NOTE
+        costs_notes.append(FP8_NOTE)
     same = _same_plans(runs, graph)
     if args.json:
         from ..core.levers import plan_of

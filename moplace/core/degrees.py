@@ -31,12 +31,13 @@ from .graph import OpGraph
 from .planshape import plan_shape
 from .recompute import attention_cores, layer_checkpoints
 from .runners import FRAMEWORKS, RECOMPUTE, SCHEDULES, VIRTUAL_SCHEDULES, misfit, stage_of_groups
+from .strategy import FP8_MODES
 from .strategy import SCHEDULES as STRATEGY_SCHEDULES
 from .strategy import Split, Strategy
 
 #: the genes, in genome order
 GENES = ("devices", "pipeline", "mode", "micro_batches", "schedule", "recompute", "zero",
-         "virtual")
+         "virtual", "fp8")
 #: the micro-batch counts the space offers
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 #: the ZeRO stages the space offers per framework (ZeRO-2 runs as ZeRO-1 in the simulator)
@@ -48,8 +49,9 @@ class Degrees:
     """One plan of a space: ``devices`` used, ``pp`` stages, ``mode`` ("data" or "tensor")
     over each stage's ``devices // pp`` devices, ``micro_batches`` under ``schedule``
     (`moplace.core.strategy.SCHEDULES`), ``recompute`` ("none"/"full"/"selective"), ``zero``
-    (0, 1, 3) and ``vp``, the virtual stages per device (1 but under the interleaved and
-    zero-bubble schedules)."""
+    (0, 1, 3), ``vp``, the virtual stages per device (1 but under the interleaved and
+    zero-bubble schedules) and ``fp8``, which matmuls run in FP8
+    (`moplace.core.strategy.FP8_MODES`)."""
 
     devices: int
     pp: int
@@ -59,6 +61,7 @@ class Degrees:
     recompute: str
     zero: int
     vp: int = 1
+    fp8: str = "none"
 
     @property
     def width(self) -> int:
@@ -67,16 +70,19 @@ class Degrees:
     def text(self) -> str:
         what = "tensor" if self.mode == "tensor" else "data"
         virtual = f" ({self.vp} virtual stages each)" if self.vp > 1 else ""
+        precision = {"all": ", FP8", "inner": ", FP8 but first and last layers"}.get(
+            self.fp8, "")
         return (f"{self.devices} devices: pp {self.pp}{virtual} x {what} {self.width}, "
                 f"{self.micro_batches} micro-batches {self.schedule}, recompute "
-                f"{self.recompute}, ZeRO-{self.zero}")
+                f"{self.recompute}, ZeRO-{self.zero}{precision}")
 
 
 class DegreeSpace:
     """The plans ``framework`` (one of `moplace.core.runners.FRAMEWORKS`) runs of ``graph``
-    on ``n_devices`` devices (module docstring)."""
+    on ``n_devices`` devices (module docstring), with FP8 matmuls where ``fp8`` (devices
+    that have FP8, a graph that names its matmuls' shapes and layers)."""
 
-    def __init__(self, graph: OpGraph, n_devices: int, framework: str):
+    def __init__(self, graph: OpGraph, n_devices: int, framework: str, fp8: bool = False):
         if framework not in FRAMEWORKS:
             raise ValueError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
         self.graph, self.n_devices, self.framework = graph, int(n_devices), framework
@@ -89,6 +95,9 @@ class DegreeSpace:
                                 "selective": cores}
         self.recompute_modes = tuple(r for r in RECOMPUTE[framework]
                                      if r == "none" or self.recompute_heads[r].size)
+        matmuls = any(isinstance(f, dict) and f.get("cls") == "matmul"
+                      for f in (graph.metadata.get("cost_features") or {}).values())
+        self.fp8_modes = FP8_MODES if fp8 and matmuls and self.layers else ("none",)
         self.shapes = self._shapes()
 
     # -- the space ----------------------------------------------------------------------------
@@ -141,6 +150,8 @@ class DegreeSpace:
             return self.recompute_modes
         if k == 7:
             return self._virtual(pp, partial[3], partial[4]) or (1,)
+        if k == 8:
+            return self.fp8_modes
         shardable = dp > 1 and reduces_gradients(self.graph) and shards_updates(self.graph)
         return tuple(z for z in ZERO[self.framework] if z == 0 or shardable
                      and not (z == 3 and partial[3] > 1))
@@ -198,7 +209,7 @@ class DegreeSpace:
     def encode_degrees(self, d: Degrees) -> np.ndarray:
         """The genome of plan ``d``; `StrategyError` when the space has no such plan."""
         values, partial, x = (d.devices, d.pp, d.mode, d.micro_batches, d.schedule,
-                              d.recompute, d.zero, d.vp), (), []
+                              d.recompute, d.zero, d.vp, d.fp8), (), []
         for name, v in zip(GENES, values):
             choices = self._choices(partial)
             if v not in choices:
@@ -230,7 +241,7 @@ class DegreeSpace:
         rec = shape.recompute_mode if shape.recompute_mode != "partial" else "partial"
         return Degrees(len(shape.devices), shape.pp, mode, shape.micro_batches,
                        shape.schedule if shape.micro_batches > 1 and shape.pp > 1 else "1f1b",
-                       rec, shape.zero_stage, shape.vp)
+                       rec, shape.zero_stage, shape.vp, strategy.fp8_mode)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` genomes, each gene uniform over its bounds."""
@@ -278,4 +289,4 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
     return Strategy(placement, topological_priority(graph), op_splits, bucket_bytes=bucket,
                     zero_stage=float(d.zero), micro_batches=float(d.micro_batches),
                     schedule=float(STRATEGY_SCHEDULES.index(d.schedule)),
-                    recompute=recompute_heads[d.recompute])
+                    recompute=recompute_heads[d.recompute], fp8=float(FP8_MODES.index(d.fp8)))

@@ -31,11 +31,13 @@ def plan_of(strategy: Strategy, graph: OpGraph) -> dict:
             "split_ops": int(t.ops.size), "tensor_ops": int(tensor.size),
             "split_groups": int(np.unique(a.group[t.ops]).size),
             "tensor_groups": int(np.unique(a.group[tensor]).size),
-            "degrees": ({"data": shape.dp, "tensor": shape.tp, "pipeline": shape.pp}
+            "degrees": ({"data": shape.dp, "tensor": shape.tp, "pipeline": shape.pp,
+                         **({"virtual": shape.vp} if shape.vp > 1 else {})}
                         if shape.regular else None),
             "replicas": bool(((a.grad_bytes[batch] > 0) | (a.param_bytes[batch] > 0)).any()),
             "bucket_bytes": float(strategy.bucket_bytes),
             "zero_stage": int(strategy.zero_stage),
             "recomputed_groups": len(strategy.recompute),
             "micro_batches": int(strategy.micro_batches),
-            "schedule": strategy.schedule_name if strategy.pipelined else None}
+            "schedule": strategy.schedule_name if strategy.pipelined else None,
+            "fp8": strategy.fp8_mode}

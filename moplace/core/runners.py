@@ -74,6 +74,8 @@ def pytorch_refusal(graph: OpGraph, strategy) -> str | None:
     """Why the PyTorch testbed (`moplace.torch.apply`) cannot run ``strategy``, or None: the
     batch must cut into the micro-batches and each batch split's parts evenly (what it finds
     only in the traced step is refused when it plans, `moplace.torch.applyprep.prepare`)."""
+    if strategy.fp8:
+        return "FP8 matmuls: the PyTorch testbed runs on CPUs, which have no FP8 matmul"
     source = graph.metadata.get("source")
     batch = source.get("batch_size") if isinstance(source, dict) else None
     m = int(strategy.micro_batches)

@@ -15,7 +15,9 @@
   the whole batch at once; m: every forward and backward op runs once per micro-batch, where
   it is placed, its weight gradients accumulate and the updates run once, after the last) and
   ``schedule``, the order of the micro-batches' tasks on each device (`SCHEDULES`: 0, 1F1B as
-  PipeDream-Flush runs it; 1, GPipe; 2, interleaved 1F1B; 3, zero-bubble);
+  PipeDream-Flush runs it; 1, GPipe; 2, interleaved 1F1B; 3, zero-bubble); ``fp8``, which
+  matmuls run in FP8 (`FP8_MODES`: 0, none; 1, all of the layers'; 2, all but the first and
+  last layers', `moplace.costs.fp8`);
 - recompute: the co-location groups whose forward outputs are freed after their forward
   readers and recomputed before the backward needs them, each named by its first op (its
   group head; `moplace.core.recompute.recomputable_heads` lists the groups that can be).
@@ -37,7 +39,12 @@ import numpy as np
 
 from ..errors import StrategyError
 from .graph import SPLIT_DIMS, OpGraph
+from .options import (FP8_MODES, MAX_BUCKET_BYTES, MAX_MICRO_BATCHES, SCHEDULE_LABELS,
+                      SCHEDULES, STRATEGY_OPTIONS, ZERO_STAGES)
 from .recompute import recomputable_heads
+
+__all__ = ["FP8_MODES", "MAX_BUCKET_BYTES", "MAX_MICRO_BATCHES", "SCHEDULE_LABELS", "SCHEDULES",
+           "STRATEGY_OPTIONS", "ZERO_STAGES", "Split", "Strategy"]
 
 
 @dataclass(frozen=True)
@@ -55,30 +62,6 @@ class Split:
         return len(self.devices)
 
 
-#: Strategy-wide options and their defaults (see the module docstring). A strategy pickled or
-#: written before an option existed reads as its default.
-STRATEGY_OPTIONS: Mapping[str, float] = MappingProxyType({"bucket_bytes": 0.0,
-                                                          "zero_stage": 0.0,
-                                                          "micro_batches": 1.0,
-                                                          "schedule": 0.0})
-#: the ZeRO stages a strategy may name
-ZERO_STAGES = (0, 1, 2, 3)
-#: the pipeline schedules, by their ``schedule`` number: 1F1B (PipeDream-Flush: one forward,
-#: one backward in the steady state, stage k of S keeping at most S - k + 1 micro-batches in
-#: flight), GPipe (every forward, then every backward), interleaved 1F1B (Megatron-LM's
-#: virtual stages: stage j of p * v on the device of stage j mod p) and zero-bubble (the
-#: backward cut into input and weight gradients, the latter filling the bubble: PyTorch's
-#: ScheduleInterleavedZeroBubble); the last two run each device's actions in a fixed order
-#: (`moplace.simulator.pipeorder`)
-SCHEDULES = ("1f1b", "gpipe", "interleaved", "zero-bubble")
-#: how each schedule reads in tables and text
-SCHEDULE_LABELS = MappingProxyType({"1f1b": "1F1B", "gpipe": "GPipe",
-                                    "interleaved": "interleaved 1F1B",
-                                    "zero-bubble": "zero-bubble"})
-#: the most micro-batches a strategy may name
-MAX_MICRO_BATCHES = 1024
-#: the largest gradient bucket a strategy may name (1 TiB: past any model's gradients)
-MAX_BUCKET_BYTES = float(2**40)
 
 
 class Strategy:
@@ -89,15 +72,17 @@ class Strategy:
     zero_stage: float = 0.0
     micro_batches: float = 1.0
     schedule: float = 0.0
+    fp8: float = 0.0
     recompute: tuple[int, ...] = ()
 
     def __init__(self, placement, priority=None, splits: Mapping[int, Split] | None = None, *,
                  bucket_bytes: float = 0.0, zero_stage: float = 0.0, micro_batches: float = 1.0,
-                 schedule: float = 0.0, recompute=()):
+                 schedule: float = 0.0, recompute=(), fp8: float = 0.0):
         self.bucket_bytes = float(bucket_bytes)
         self.zero_stage = float(zero_stage)
         self.micro_batches = float(micro_batches)
         self.schedule = float(schedule)
+        self.fp8 = float(fp8)
         self.recompute = _heads(recompute)
         self.placement = _readonly(np.asarray(placement, dtype=np.int64))
         n = self.placement.shape[0]
@@ -158,6 +143,11 @@ class Strategy:
     def schedule_name(self) -> str:
         """The pipeline schedule's name (`SCHEDULES`)."""
         return SCHEDULES[int(self.schedule)]
+
+    @property
+    def fp8_mode(self) -> str:
+        """The precision lever's name (`FP8_MODES`)."""
+        return FP8_MODES[int(self.fp8)]
 
     @property
     def options(self) -> dict[str, float]:
@@ -328,6 +318,9 @@ def _check_options(strategy: Strategy) -> None:
     if strategy.schedule not in range(len(SCHEDULES)):
         known = ", ".join(f"{k} ({name})" for k, name in enumerate(SCHEDULES))
         raise StrategyError(f"schedule must be one of {known}, got {strategy.schedule!r}")
+    if strategy.fp8 not in range(len(FP8_MODES)):
+        known = ", ".join(f"{k} ({name})" for k, name in enumerate(FP8_MODES))
+        raise StrategyError(f"fp8 must be one of {known}, got {strategy.fp8!r}")
     if m > 1 and strategy.zero_stage == 3:
         raise StrategyError("zero_stage 3 with micro-batches is not modelled: ZeRO-3 would "
                             "gather the weights again for every micro-batch; use stage 1")

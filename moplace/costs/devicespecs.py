@@ -8,6 +8,8 @@ Every figure comes from the vendor datasheet named in the entry's ``source``. Co
   (datasheets mark those with ``*``; dense is half of them). They apply to matmul/conv; other ops
   are memory bound, so using the tensor-core peak for them changes little. P100 has no tensor
   cores: its float16 figure is the packed-half2 CUDA-core peak.
+* ``float8`` is the Hopper/Blackwell FP8 tensor-core dense peak (E4M3 and E5M2 alike), on the
+  kinds that have one; `moplace.costs.fp8` scales matmuls by it.
 * ``tfloat32`` is the Ampere/Hopper TF32 tensor-core dense peak. TensorFlow >= 2.4 runs float32
   matmul/conv in TF32 on those GPUs by default; pass ``dtype="tfloat32"`` to assume it.
 * A dtype absent from a kind's table (bfloat16 on V100/P100, which have no bf16 arithmetic) falls
@@ -102,24 +104,25 @@ DEVICE_SPECS: Mapping[str, DeviceSpec] = MappingProxyType({s.kind: s for s in (
           "TF32 156, BF16 312, FP16 312 TFLOPS dense; HBM2e 2,039 GB/s",
           2039, float64=9.7, float32=19.5, tfloat32=156, bfloat16=312, float16=312),
     _spec("H100", "NVIDIA H100 Tensor Core GPU datasheet (SXM5 80GB): FP64 34, FP32 67 TFLOPS; "
-          "TF32 989, BF16/FP16 1,979 TFLOPS with sparsity, halved here for dense; HBM3 3.35 TB/s",
-          3350, float64=34, float32=67, tfloat32=494.5, bfloat16=989.5, float16=989.5),
+          "TF32 989, BF16/FP16 1,979, FP8 3,958 TFLOPS with sparsity, halved here for dense; "
+          "HBM3 3.35 TB/s", 3350, float64=34, float32=67, tfloat32=494.5, bfloat16=989.5,
+          float16=989.5, float8=1979),
     _spec("H100-PCIe", "NVIDIA H100 Tensor Core GPU datasheet (PCIe 80GB): FP64 26, FP32 51 "
-          "TFLOPS; TF32 756, BF16/FP16 1,513 TFLOPS with sparsity, halved here for dense; "
-          "HBM2e 2 TB/s", 2000, float64=26, float32=51, tfloat32=378, bfloat16=756.5,
-          float16=756.5),
+          "TFLOPS; TF32 756, BF16/FP16 1,513, FP8 3,026 TFLOPS with sparsity, halved here for "
+          "dense; HBM2e 2 TB/s", 2000, float64=26, float32=51, tfloat32=378, bfloat16=756.5,
+          float16=756.5, float8=1513),
     # H200 is the H100's GH100 die with HBM3e: the same compute figures, more and faster memory.
     _spec("H200", "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM 141GB): FP64 34, FP32 67 "
-          "TFLOPS; TF32 989, BF16/FP16 1,979 TFLOPS with sparsity, halved here for dense; "
-          "HBM3e 4.8 TB/s", 4800, float64=34, float32=67, tfloat32=494.5, bfloat16=989.5,
-          float16=989.5),
+          "TFLOPS; TF32 989, BF16/FP16 1,979, FP8 3,958 TFLOPS with sparsity, halved here for "
+          "dense; HBM3e 4.8 TB/s", 4800, float64=34, float32=67, tfloat32=494.5, bfloat16=989.5,
+          float16=989.5, float8=1979),
     # NVIDIA's current HGX B200 per-GPU column (1,000 W); early 2024 revisions of the same
     # table said FP64 40 and FP32 80 TFLOPS. The DGX B200 datasheet gives 64 TB/s HBM3e for its
     # eight GPUs (8 TB/s each); we keep the per-GPU 7.7 TB/s of the table the FLOPs come from.
     _spec("B200", "NVIDIA HGX B200 specifications (nvidia.com HGX platform page, per GPU): "
-          "FP64 37, FP32 75 TFLOPS; TF32 2.2, FP16/BF16 4.5 PFLOPS with sparsity, halved here "
-          "for dense; 180GB HBM3e 7.7 TB/s", 7700, float64=37, float32=75, tfloat32=1100,
-          bfloat16=2250, float16=2250),
+          "FP64 37, FP32 75 TFLOPS; TF32 2.2, FP16/BF16 4.5, FP8 9 PFLOPS with sparsity, "
+          "halved here for dense; 180GB HBM3e 7.7 TB/s", 7700, float64=37, float32=75,
+          tfloat32=1100, bfloat16=2250, float16=2250, float8=4500),
     # An ASSUMPTION for host-side ops, not a datasheet device: one Xeon Gold 6148 socket (Intel
     # ARK): 20 cores x 2.2 GHz x 32 FP32 FLOP/cycle (2 AVX-512 FMA units) = 1.41 TFLOPS, as in
     # KIND_SPEED; 6 channels of DDR4-2666 x 8 bytes = 128 GB/s. Skylake has no fp16/bf16

@@ -22,12 +22,13 @@ TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interl
                         "zero-bubble": "InterleavedZeroBubble"}
 
 
-def megatron_flags(shape: PlanShape, graph: OpGraph) -> dict | None:
+def megatron_flags(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict | None:
     """Megatron-LM's flags for a plan Megatron runs (`moplace.core.runners.misfit`; None
     otherwise): ``args`` (a list for a command line), ``config`` (the megatron-core
     ``TransformerConfig`` fields they set), ``ddp`` (the ``DistributedDataParallelConfig``
     and ``OptimizerConfig`` field: ``use_distributed_optimizer``) and ``notes`` (what the
-    flags leave out or approximate)."""
+    flags leave out or approximate). ``fp8``: the plan's FP8 mode
+    (`moplace.core.strategy.FP8_MODES`)."""
     if misfit(graph, shape, "megatron"):
         return None
     args = ["--tensor-model-parallel-size", str(shape.tp),
@@ -55,6 +56,15 @@ def megatron_flags(shape: PlanShape, graph: OpGraph) -> dict | None:
         config["virtual_pipeline_model_parallel_size"] = shape.vp
         notes.append(f"interleaved 1F1B: {shape.vp} virtual stages of {per} layers per "
                      f"pipeline rank")
+    if fp8 != "none":
+        args += ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+        config.update(fp8="hybrid", fp8_recipe="tensorwise")
+        notes.append("FP8 (Transformer Engine): E4M3 forward, E5M2 gradients, tensorwise "
+                     "scaling; the simulator timed the matmuls at the FP8 peak, none measured")
+        if fp8 == "inner":
+            args.append("--first-last-layers-bf16")
+            config.update(first_last_layers_bf16=True, num_layers_at_start_in_bf16=1,
+                          num_layers_at_end_in_bf16=1)
     if shape.recompute_mode == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform",
                  "--recompute-num-layers", "1"]
@@ -74,9 +84,10 @@ def megatron_flags(shape: PlanShape, graph: OpGraph) -> dict | None:
     return {"args": args, "config": config, "ddp": ddp, "notes": notes}
 
 
-def torchtitan_toml(shape: PlanShape, graph: OpGraph) -> dict | None:
+def torchtitan_toml(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict | None:
     """torchtitan's job config for a plan torchtitan runs (`moplace.core.runners.misfit`;
-    None otherwise): ``tables`` (table -> key -> value), ``toml`` (the text) and ``notes``."""
+    None otherwise): ``tables`` (table -> key -> value), ``toml`` (the text) and ``notes``;
+    ``fp8``: the plan's FP8 mode (torchao's float8 linear converter)."""
     if misfit(graph, shape, "torchtitan"):
         return None
     sharded = shape.zero_stage > 0
@@ -118,12 +129,24 @@ def torchtitan_toml(shape: PlanShape, graph: OpGraph) -> dict | None:
     if shape.sequence_parallel:
         notes.append("sequence parallelism: torchtitan shards the norms' activations on the "
                      "sequence under tensor parallelism by itself")
+    if fp8 != "none":
+        tables["model"] = {"converters": ["quantize.linear.float8"]}
+        count = (graph.metadata.get("layers") or {}).get("count")
+        skip = ["output"] + (["layers.0.", f"layers.{count - 1}."]
+                             if fp8 == "inner" and count else [])
+        tables["quantize.linear.float8"] = {"recipe_name": "tensorwise", "filter_fqns": skip}
+        notes.append("FP8: torchao's float8 linears, tensorwise scaling, the output head (and "
+                     + ("the first and last layers, " if fp8 == "inner" else "")
+                     + "by filter_fqns) in BF16; the simulator timed the matmuls at the FP8 "
+                     "peak, none measured")
     text = "".join(f"[{table}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in keys.items())
                    + "\n" for table, keys in tables.items())
     return {"tables": tables, "toml": text.rstrip("\n") + "\n", "notes": notes}
 
 
 def _toml_value(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return str(value)
@@ -153,7 +176,9 @@ def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_n
         "zero_stage": shape.zero_stage, "bucket_bytes": shape.bucket_bytes,
         "recompute": {"mode": shape.recompute_mode, "groups": list(shape.recompute)},
         "batch_size": batch_sizes(shape),
-        "megatron": megatron_flags(shape, graph), "torchtitan": torchtitan_toml(shape, graph),
+        "fp8": strategy.fp8_mode,
+        "megatron": megatron_flags(shape, graph, strategy.fp8_mode),
+        "torchtitan": torchtitan_toml(shape, graph, strategy.fp8_mode),
         "runs": runners(graph, strategy, shape),
         "why_not": {f: list(misfit(graph, shape, f)) for f in FRAMEWORKS},
         "why_no_flags": shape.why_text() or None, "irregular": list(shape.why),
@@ -220,6 +245,9 @@ def plan_text(doc: dict, *, title: str) -> str:
              else "no gradient buckets",
              f"recompute {rec['mode']}" + (f" ({_count(len(rec['groups']), 'group')})"
                                            if rec["groups"] else "")]
+    if doc.get("fp8", "none") != "none":
+        lever.append("FP8 matmuls" + (" (first and last layers BF16)"
+                                      if doc["fp8"] == "inner" else ""))
     lines.append("levers: " + ", ".join(lever))
     lines.append("runs on: " + (", ".join(doc["runs"]) or "none of torchtitan, megatron, "
                                 "moplace-apply"))

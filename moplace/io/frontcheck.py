@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ..core.runners import RUNNERS
-from ..core.strategy import SCHEDULES
+from ..core.strategy import FP8_MODES, SCHEDULES
 from ..errors import FormatError, shown
 from .strategies import FRONT_VERSION, StrategyError, check_version
 
@@ -94,6 +94,9 @@ def _point(p, keys, at, fail) -> None:
     if plan.get("micro_batches", 1) > 1 and plan.get("schedule") not in SCHEDULES:
         fail(f"{at}.plan.schedule", f"must be one of {', '.join(SCHEDULES)}, got "
                                     f"{shown(plan.get('schedule'))}")
+    if plan.get("fp8", "none") not in FP8_MODES:
+        fail(f"{at}.plan.fp8", f"must be one of {', '.join(FP8_MODES)}, got "
+                               f"{shown(plan.get('fp8'))}")
 
 
 def _number(value, field, fail) -> None:

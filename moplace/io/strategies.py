@@ -18,7 +18,8 @@ it on another cluster works where the devices exist, and `moplace evaluate` says
 (0: each gradient reduced on its own), ``zero_stage`` (0 to 3: the ZeRO stage; a file
 before it has none, 0), and (version 4) ``micro_batches`` (how many micro-batches the batch is
 cut into; files before it run 1) and ``schedule`` (``"1f1b"``, ``"gpipe"``, ``"interleaved"``
-or ``"zero-bubble"``; before it, 1F1B). A version-1 file has none: every option takes its default. ``recompute`` (optional;
+or ``"zero-bubble"``; before it, 1F1B) and (version 5) ``fp8`` (``"none"``, ``"all"`` or
+``"inner"``: which matmuls run in FP8; files before it, none). A version-1 file has none: every option takes its default. ``recompute`` (optional;
 version 3) names ops whose co-location groups are recomputed
 (`moplace.core.strategy.Strategy.recompute`); files before it recompute nothing. A file of a
 version newer than this moplace reads (`VERSION`) is refused by name.
@@ -33,20 +34,21 @@ import numpy as np
 from .. import strictjson
 from ..core.baselines import topological_priority
 from ..core.graph import OpGraph
-from ..core.strategy import (MAX_BUCKET_BYTES, MAX_MICRO_BATCHES, SCHEDULES, STRATEGY_OPTIONS,
-                             ZERO_STAGES, Split, Strategy)
+from ..core.strategy import (FP8_MODES, MAX_BUCKET_BYTES, MAX_MICRO_BATCHES, SCHEDULES,
+                             STRATEGY_OPTIONS, ZERO_STAGES, Split, Strategy)
 from ..errors import FormatError, StrategyError, shown
 from .native import read_json
 
 FORMAT = "moplace-strategy"
 #: the strategy file version written (2: strategy-wide options, 3: recomputed groups, 4:
-#: micro-batches and the pipeline schedule), and read (1 to 4)
-VERSION = 4
+#: micro-batches and the pipeline schedule, 5: the matmuls' precision, ``fp8``), and read (1
+#: to 5)
+VERSION = 5
 #: A search's front file (`moplace.io.fronts`): its points hold strategies in this format.
 FRONT_FORMAT = "moplace-front"
 #: the front file version written and read (2: its strategies have strategy-wide options, 3:
-#: recomputed groups, 4: micro-batches and the pipeline schedule)
-FRONT_VERSION = 4
+#: recomputed groups, 4: micro-batches and the pipeline schedule, 5: ``fp8``)
+FRONT_VERSION = 5
 #: priorities only order ops; beyond this size a value is damaged (and 10**400 is no float)
 MAX_PRIORITY = 1e300
 
@@ -62,7 +64,8 @@ def strategy_to_json(graph: OpGraph, strategy: Strategy, cluster=None) -> dict:
         "priority": {n: float(p) for n, p in zip(names, strategy.priority)},
         "splits": {names[i]: {"dim": s.dim, "devices": [dev(d) for d in s.devices]}
                    for i, s in strategy.splits.items()},
-        "options": {**strategy.options, "schedule": strategy.schedule_name},
+        "options": {**strategy.options, "schedule": strategy.schedule_name,
+                    "fp8": strategy.fp8_mode},
         "recompute": [names[i] for i in strategy.recompute],
     }
 
@@ -170,9 +173,14 @@ def _options(spec) -> dict:
         if name == "schedule" and value not in SCHEDULES:
             raise StrategyError(f"options.{name}: must be one of "
                                 f"{', '.join(map(repr, SCHEDULES))}, got {shown(value)}")
+        if name == "fp8" and value not in FP8_MODES:
+            raise StrategyError(f"options.{name}: must be one of "
+                                f"{', '.join(map(repr, FP8_MODES))}, got {shown(value)}")
     options = dict(spec)
     if "schedule" in options:
         options["schedule"] = float(SCHEDULES.index(options["schedule"]))
+    if "fp8" in options:
+        options["fp8"] = float(FP8_MODES.index(options["fp8"]))
     return options
 
 

@@ -146,7 +146,11 @@ def plan_text(plan: dict) -> str:
         k = plan["recomputed_groups"]
         parts.append(f"{k} group{'s' if k != 1 else ''} recomputed")
     if plan.get("micro_batches", 1) > 1:
-        parts.append(f"{plan['micro_batches']} micro-batches {SCHEDULE_NAMES[plan['schedule']]}")
+        parts.append(f"{plan['micro_batches']} micro-batches "
+                     f"{SCHEDULE_NAMES.get(plan['schedule'], plan['schedule'])}")
+    if plan.get("fp8") in ("all", "inner"):
+        parts.append("FP8 matmuls" + (" (first and last layers BF16)"
+                                      if plan["fp8"] == "inner" else ""))
     return ", ".join(parts)
 
 
@@ -162,7 +166,9 @@ def _degrees_text(degrees: dict) -> str | None:
     dp, tp, pp = (_whole(degrees.get(k)) for k in ("data", "tensor", "pipeline"))
     if not all((dp, tp, pp)):
         return None
-    parts = ([f"{pp} pipeline stages"] if pp > 1 else []) \
+    vp = _whole(degrees.get("virtual")) or 1
+    parts = ([f"{pp} pipeline stages" + (f" of {vp} virtual" if vp > 1 else "")]
+             if pp > 1 else []) \
         + ([f"data parallel ×{dp}"] if dp > 1 else []) \
         + ([f"tensor parallel ×{tp}"] if tp > 1 else [])
     return " × ".join(parts) or "1 device"

@@ -27,12 +27,14 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from dataclasses import replace
 
 import numpy as np
 
 from ..core.strategy import Strategy
 from ..core.graph import OpGraph
 from ..costs.costmodel import CostModel
+from ..costs.fp8 import fp8_costs, fp8_matmuls, fp8_weight_bytes
 from ._fill import fill_instance
 from .delta import SimulationBase, patched_task_graph
 from .microbatch import microbatch_plan
@@ -62,7 +64,13 @@ def build(graph: OpGraph, strategy: Strategy, costs: CostModel,
     strategy this one was derived from) is given and differs from it in what a patch can
     express, else the cached skeleton of the split configuration (`skeleton_for`) filled in
     for this strategy's placement and priorities (and, with micro-batches, ordered by its
-    schedule: `pipeline_order`). Every path gives the same arrays."""
+    schedule: `pipeline_order`). Every path gives the same arrays. A strategy with FP8
+    matmuls is built on ``costs`` timing them in FP8 (`moplace.costs.fp8`), its weights'
+    FP8 copies added to what they keep (`with_fp8_weights`)."""
+    if strategy.fp8:
+        costs = fp8_costs(costs, strategy.fp8_mode)
+        tg, how = build(graph, strategy.with_options(fp8=0), costs, parent)
+        return with_fp8_weights(tg, graph, strategy.fp8_mode), how
     if not strategy.splits and not strategy.recompute and not strategy.pipelined:
         return unsplit_task_graph(graph, strategy, costs), UNSPLIT
     if parent is not None and not strategy.pipelined:
@@ -70,6 +78,19 @@ def build(graph: OpGraph, strategy: Strategy, costs: CostModel,
         if tg is not None:
             return tg, PATCHED
     return skeleton_for(graph, strategy, costs).instance(strategy, costs), FILLED
+
+
+def with_fp8_weights(tg: TaskGraph, graph: OpGraph, mode: str) -> TaskGraph:
+    """``tg`` with each weight's FP8 copy (`moplace.costs.fp8.fp8_weight_bytes`) kept where
+    the weight is, in the share its task keeps of the weight (split or sharded alike)."""
+    extra = fp8_weight_bytes(graph, fp8_matmuls(graph, mode))
+    nc = tg.n_compute
+    op = tg.task_op[:nc]
+    whole = graph.arrays.param_bytes[op]
+    share = np.divide(tg.param_bytes[:nc], whole, out=np.zeros(nc), where=whole > 0)
+    param = np.array(tg.param_bytes, np.float64)
+    param[:nc] += extra[op] * share
+    return replace(tg, param_bytes=param)
 
 
 def build_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> TaskGraph:
