@@ -24,7 +24,11 @@ from ._inplace import inplace_sources_kernel
 from ._topo import csr_index, depths, lexicographic_topo_order  # noqa: F401
 
 ROLES = ("forward", "backward", "update", "other")
-SPLIT_DIMS = ("batch", "channel", "tensor")
+#: appended to, never reordered: stored arrays hold a dimension's index (``split_mask`` bits, a
+#: genome's split options). ``expert``: a mixture-of-experts layer's experts cut by expert
+#: (expert parallelism: each part holds its slice of every ``[E, ...]`` tensor of the layer
+#: and reads its slice of every input, `moplace.simulator.taskgraph`)
+SPLIT_DIMS = ("batch", "channel", "tensor", "expert")
 
 #: Limits no real training step comes near; a value beyond them is a damaged file, and keeping
 #: them makes every sum the simulator forms fit an int64 of bytes and a finite float of seconds.

@@ -1,7 +1,9 @@
 """A strategy in the terms a user trains with (`plan_shape`): the devices it uses, its pipeline
 stages (co-location groups, not model layers, grouped by the devices they run on, in the order data
 flows through them), each stage's data-parallel degree (its groups split on ``batch``: one
-replica per part) and tensor-parallel degree (split on ``channel``), the micro-batches and
+replica per part), tensor-parallel degree (split on ``channel``) and expert-parallel degree
+(a mixture of experts' experts split on ``expert`` over a data-parallel stage's devices, the
+rest of it on ``batch``), the micro-batches and
 their schedule, the ZeRO stage, the recomputed groups and the bucket size; and whether the plan
 has the regular shape that Megatron-style and torchtitan-style configurations state with a few
 numbers: every stage with the same data- and tensor-parallel degree, stages on disjoint devices,
@@ -31,7 +33,8 @@ _FLOW_ROLES = (ROLES.index("forward"), ROLES.index("other"))
 class Stage:
     """One stage: co-location groups (by their first op) on one set of devices, in data-flow
     order; ``dp``/``tp`` its data- and tensor-parallel degrees (None where its groups mix
-    batch and channel splits); ``first``/``last`` the names of its first and last group's
+    batch and channel splits); ``ep`` its expert-parallel degree (its width when it splits
+    experts on ``expert`` beside groups on ``batch``, else 1); ``first``/``last`` the names of its first and last group's
     first op, ``first_group``/``last_group`` their positions (from 0) among all the graph's
     groups in data-flow order: the stages of a shape cover disjoint runs of them."""
 
@@ -45,6 +48,7 @@ class Stage:
     last: str
     first_group: int
     last_group: int
+    ep: int = 1
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,9 @@ class PlanShape:
     it says; ``vp``, the virtual stages (chunks) of each stage, and ``chunks``, when ``vp > 1``,
     the heads of the groups with forward ops of each of the ``pp * vp`` virtual stages in
     data-flow order (virtual stage j on stage ``j mod pp``: Megatron's interleaved layout,
-    `_virtual`)."""
+    `_virtual`); ``ep``, the expert-parallel degree of a regular plan (`Stage.ep`: the
+    experts of a mixture-of-experts layer split on ``expert`` over each stage's ``dp``
+    devices, each expert on one of them; 1 without)."""
 
     devices: tuple[int, ...]
     stages: tuple[Stage, ...]
@@ -81,6 +87,7 @@ class PlanShape:
     sequence_parallel: bool = False
     vp: int = 1
     chunks: tuple[tuple[int, ...], ...] = ()
+    ep: int = 1
 
     @property
     def regular(self) -> bool:
@@ -122,14 +129,16 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         # Megatron's tensor parallelism: blocks on tensor, the norms between them on batch
         # (sequence parallelism) or whole; a channel split is a tensor-parallel op too
         tensor = "tensor" in used and set(used) <= {"tensor", "batch"}
-        dp = n if used == ["batch"] or n == 1 else (
+        # expert parallelism: the experts on expert, the rest of a data-parallel stage on batch
+        experts = n > 1 and used == ["batch", "expert"]
+        dp = n if used == ["batch"] or n == 1 or experts else (
             1 if used == ["channel"] or tensor else None)
         tp = n if used == ["channel"] or tensor else (1 if dp is not None else None)
         return Stage(
             devices=key, heads=tuple(int(heads[i]) for i in where),
             ops=int(sum(int(sizes[order[i]]) for i in where)), dims=tuple(used), dp=dp, tp=tp,
             first=graph.ops[int(heads[where[0]])].name, last=graph.ops[int(heads[where[-1]])].name,
-            first_group=where[0], last_group=where[-1])
+            first_group=where[0], last_group=where[-1], ep=n if experts else 1)
 
     stages = [stage(key, [i for i, s in enumerate(sets) if s == key]) for key in ordered]
     _check_stages(stages, len(strategy.used_devices), why)
@@ -156,6 +165,7 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         and batch > 0 else None,
         why=tuple(why), groups=len(heads),
         vp=len(chunks) // len(stages) if regular and chunks else 1,
+        ep=stages[0].ep if regular else 1,
         chunks=tuple(tuple(int(heads[i]) for i in c) for c in chunks) if regular else ())
 
 
@@ -251,6 +261,9 @@ def _check_stages(stages, n_used: int, why: list) -> None:
         what = f"stage {mixed[0]}" if len(mixed) == 1 else f"{len(mixed)} stages ({listed})"
         why.append(f"{what} split some groups on batch and others on channel over the same "
                    f"devices (a dp x tp stage would split every group both ways)")
+    if not mixed and len({s.ep for s in stages}) > 1:
+        why.append("the stages differ in expert parallelism ("
+                   + ", ".join(f"stage {k}: {s.ep}" for k, s in enumerate(stages)) + ")")
     degrees = [(s.dp, s.tp) for s in stages]
     if len(set(degrees)) > 1 and all(d is not None for d, _ in degrees):
         shown = ", ".join(f"stage {k} has {_replicas(s)}" for k, s in enumerate(stages))

@@ -9,8 +9,11 @@ import numpy as np
 from ..core.graph import ROLES, SPLIT_DIMS
 
 _UPDATE = ROLES.index("update")
-_DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0, channel 1, tensor 2
+_DIM_CODE = {None: -1, **{d: i for i, d in enumerate(SPLIT_DIMS)}}  # batch 0 ... expert 3
 _BATCH, _CHANNEL, _TENSOR = _DIM_CODE["batch"], _DIM_CODE["channel"], _DIM_CODE["tensor"]
+#: a part of an expert split holds its experts' slice, as a channel slice of the unit square
+#: (the ``[E, C, H]`` buffers' E is its channel axis); it is held as `_CHANNEL` (`held_codes`)
+_EXPERT = _DIM_CODE["expert"]
 #: what a producer's part holds beyond its split dimension's code: a replica of weights (a
 #: batch split of an op that holds weights and makes no activation: each part the whole) and
 #: a partial sum (of the whole output, `Op.partial_sums`)
@@ -23,8 +26,9 @@ _HELD, _NEED = 6, 4  # how many codes each takes (from -1)
 
 def held_codes(a, g, orig, dims) -> np.ndarray:
     """Per op of ``a``'s graph (the plan's, whose ops run ``orig`` of graph ``g``): what each
-    of its parts holds, as its dimension's code, `_REPLICA` or `_PARTIAL`."""
-    held = dims.copy()
+    of its parts holds, as its dimension's code, `_REPLICA` or `_PARTIAL` (an expert part
+    holds its channel slice: `_CHANNEL`, never the expert code, which is `_REPLICA`'s)."""
+    held = np.where(dims == _EXPERT, _CHANNEL, dims)
     weights = (g.param_bytes[orig] > 0) & (g.output_bytes[orig] == 0) & (a.role != _UPDATE)
     held[(dims == _BATCH) & weights] = _REPLICA
     held[(dims == _TENSOR) & a.partial_sums] = _PARTIAL

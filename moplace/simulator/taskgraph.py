@@ -8,6 +8,13 @@ consumer needs whole inputs, except update ops: a channel-split update reads its
 gradient, a batch-split update is a replica and reads all of it. Each (producer part, consumer part) pair moves
 ``edge bytes * area(held & needed)``; pairs with no overlap are not edges.
 
+An ``expert`` split (expert parallelism over a mixture-of-experts layer's ``[E, C, H]``
+buffers, whose E is the square's channel axis) is a channel split whose parts read their
+experts' slice of every input: from a dispatch split on batch over the same n devices, each
+part sends 1/n of its buffer to each other part (an all-to-all, (n-1)/n of its buffer per
+device), and a batch-split combine reads its tokens back the same way. Its weights are
+sharded, each expert on one device, and never all-reduced (only batch splits are).
+
 A batch-split op with ``grad_bytes > 0`` on two or more devices has its weight gradient
 all-reduced among its parts' devices, after all its parts, in a bucket with the gradients
 before it on the same devices (the strategy's ``bucket_bytes``; 0: a bucket each), as the
@@ -36,8 +43,8 @@ from ._edgebuild import build_edges
 from ._fill import fill_unsplit
 from .buckets import BucketedCollectives
 from .gathers import held_while_gathered
-from .holdings import (_BATCH, _CHANNEL, _DIM_CODE, _HELD, _NEED, _OWN, _PARTIAL, _REPLICA,
-                       _TENSOR, _UPDATE, held_codes, task_memory, task_scratch)
+from .holdings import (_BATCH, _CHANNEL, _DIM_CODE, _EXPERT, _HELD, _NEED, _OWN, _PARTIAL,
+                       _REPLICA, _TENSOR, _UPDATE, held_codes, task_memory, task_scratch)
 from .microbatch import microbatch_plan
 from .ordering import pipeline_order
 from .recompute import recompute_plan
@@ -259,12 +266,14 @@ def _need_dim(a, dims, held):
     input (conv, matmul and elementwise ops need all input channels); an update part split on
     channel only its shard of the gradient, a batch-replicated update the whole gradient; a
     tensor part its shard of a tensor-split input (the shards of a Megatron block stay on
-    their devices), its own partial sum of a partial sum it adds to, else the whole input."""
+    their devices), its own partial sum of a partial sum it adds to, else the whole input; an
+    expert part its experts' slice of every input (each is an ``[E, ...]`` tensor: from a
+    batch-split dispatch, 1/n of every part, an all-to-all)."""
     u, v = a.src, a.dst
     dim = dims[v]
     update = a.role[v] == _UPDATE
     need = np.where((dim == _BATCH) & ~update, _BATCH,
-                    np.where((dim == _CHANNEL) & update, _CHANNEL, -1))
+                    np.where(((dim == _CHANNEL) & update) | (dim == _EXPERT), _CHANNEL, -1))
     own = (held[u] == _PARTIAL) & a.partial_sums[v]
     return np.where(dim == _TENSOR, np.where(held[u] == _TENSOR, _CHANNEL,
                                              np.where(own, _OWN, -1)), need)

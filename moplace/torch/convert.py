@@ -21,12 +21,14 @@
   are partial sums (`Op.partial_sums`).
 - Compute: roofline estimates per device kind (`moplace.torch.estimate`), marked as such.
 - Mixture-of-experts layers (`moplace.torch.moe`): the routing assumed and each layer's
-  dispatch, experts and combine ops, by name, in ``metadata["moe"]`` (`moplace.torch.moegraph`).
+  dispatch, experts and combine ops, by name, in ``metadata["moe"]`` (`moplace.torch.moegraph`);
+  the experts, their weights and updates splittable on ``expert`` too (expert parallelism).
 """
 
 from __future__ import annotations
 
 import operator
+from dataclasses import replace
 
 from ..core.graph import Edge, Op, OpGraph
 from ..core.optimizer import with_optimizer
@@ -36,7 +38,7 @@ from ._torch import torch
 from .features import node_features, update_features
 from .layers import find_layers
 from .megatron import PARTIAL, megatron_blocks
-from .moegraph import moe_metadata
+from .moegraph import expert_split, moe_metadata
 from .outputs import separate_outputs
 from .trace import TracedTorchStep
 from .twin import node_shapes
@@ -153,6 +155,9 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     moe = moe_metadata(kept, names, rep, traced, forward)
     if moe is not None:
         meta["moe"] = moe
+        cut = expert_split(ops, edges, moe)  # expert parallelism cuts these by expert
+        ops = [replace(op, splittable=(*op.splittable, "expert")) if op.name in cut else op
+               for op in ops]
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
     loss = next(n for n in nodes if n.name == traced.loss)
     layers = find_layers(graph, [names[n] for n in kept if n.name in traced.inputs],

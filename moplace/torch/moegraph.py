@@ -19,6 +19,11 @@ the experts' backward (the GEMMs' input and weight gradients), ``moe_dispatch_ba
   ``[E, ...]`` tensor each, the experts on the first dimension);
 - ``module``, ``class``, ``shared``: the experts module, its class and the shared experts'
   modules beside it (their ops are the model's own MLP's).
+
+`expert_split` completes ``experts`` on the op graph (the ops on a path from one expert op to
+another, such as the activation's backward reading its forward input, and their co-location
+groups) and names the ops expert parallelism cuts by expert: those, the weights and their
+update ops, each of which `moplace.torch.convert` marks splittable on ``expert``.
 """
 
 from __future__ import annotations
@@ -103,3 +108,48 @@ def _first_output_users(node) -> list:
 def _op(node) -> str:
     packet = getattr(node.target, "overloadpacket", None)
     return str(getattr(packet, "__name__", ""))
+
+
+def expert_split(ops, edges, moe: dict) -> set[str]:
+    """The names of the ops (`moplace.core.graph.Op`, their ``edges`` by name) that expert
+    parallelism cuts by expert, each layer's of ``moe`` (``metadata["moe"]``): its listed
+    experts and weights, every op on a path from one of them to another that does not pass
+    through the layer's dispatch, combine and slots (forward or backward), the update ops
+    reading the weights, and every op sharing a co-location group with one of these. Each
+    ``layer_ops`` entry's ``experts`` is completed in place with the ops so found."""
+    readers: dict = {}
+    writers: dict = {}
+    for e in edges:
+        readers.setdefault(e.src, []).append(e.dst)
+        writers.setdefault(e.dst, []).append(e.src)
+    role = {op.name: op.role for op in ops}
+    order = {op.name: k for k, op in enumerate(ops)}
+    group = {op.name: op.colocation for op in ops}
+    members: dict = {}
+    for op in ops:
+        members.setdefault(op.colocation, []).append(op.name)
+    found: set = set()
+    for layer in moe["layer_ops"]:
+        stop = {n for part in ("slots", "dispatch", "combine", "dispatch_backward",
+                               "combine_backward") for n in layer.get(part, [])}
+        seeds = set(layer["experts"]) | set(layer["weights"])
+        between = _reach(seeds, readers, stop) & _reach(seeds, writers, stop)
+        updates = {r for w in layer["weights"] for r in readers.get(w, ()) if role[r] == "update"}
+        cut = between | seeds | updates
+        cut |= {m for n in cut if group[n] is not None for m in members[group[n]]}
+        layer["experts"] = sorted(cut - set(layer["weights"]) - updates, key=order.get)
+        found |= cut
+    return found
+
+
+def _reach(seeds, step, stop) -> set:
+    """The ops reached from ``seeds`` along ``step`` (readers or writers), not through
+    ``stop``; the seeds counted."""
+    seen = set(seeds)
+    todo = deque(seeds)
+    while todo:
+        for r in step.get(todo.popleft(), ()):
+            if r not in seen and r not in stop:
+                seen.add(r)
+                todo.append(r)
+    return seen

@@ -1,0 +1,137 @@
+"""Expert parallelism (issue 49, part 2): a mixture-of-experts layer's experts split on
+``expert`` over the devices its tokens are split on by batch (`moplace.core.graph.SPLIT_DIMS`,
+`moplace.simulator.taskgraph`), held to the published all-to-all volume and the expert
+weights' memory on a tiny traced Mixtral; then the degree space's ``ep`` gene, the plan's
+shape and its Megatron and torchtitan configurations."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="the PyTorch front end needs torch")
+pytest.importorskip("transformers", reason="hf: models need transformers ('moplace[torch]')")
+
+from moplace.cli import main  # noqa: E402
+from moplace.core.baselines import data_parallel  # noqa: E402
+from moplace.core.cluster import Cluster  # noqa: E402
+from moplace.core.strategy import Split, Strategy  # noqa: E402
+from moplace.io import load_graph  # noqa: E402
+from moplace.simulator.engine import simulate  # noqa: E402
+
+#: a Mixtral of 2 layers, 4 experts of which each token takes 2 (tests/test_moe_trace.py's)
+CONFIG = {"model_type": "mixtral", "hidden_size": 32, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100,
+          "max_position_embeddings": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
+          "intermediate_size": 48}
+
+
+@pytest.fixture(scope="module")
+def mixtral(tmp_path_factory):
+    """The tiny Mixtral traced at 4 x 8 tokens in bf16 with H100 estimates: 32 tokens, 2 of 4
+    experts each, buffers [4, 16, 32] (4,096 bytes) per layer."""
+    folder = tmp_path_factory.mktemp("mixtral")
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    out = folder / "g.json"
+    assert main(["profile", f"hf:{folder / 'config.json'}", "--batch", "4", "--seq-len", "8",
+                 "--dtype", "bf16", "--estimate", "H100", "--quiet", "--no-cache", "-o",
+                 str(out)]) == 0
+    return load_graph(str(out))
+
+
+def cluster(n: int) -> Cluster:
+    return Cluster.uniform(n, kind="H100", memory_bytes=80 * 2**30, bandwidth=100e9,
+                           latency=1e-6)
+
+
+def expert_parallel(graph, n: int) -> Strategy:
+    """Data parallelism over n devices with every op splittable on expert split on it
+    over the same n devices (by hand, not by the degree space)."""
+    dp = data_parallel(graph, n)
+    splits = dict(dp.splits)
+    for i, op in enumerate(graph.ops):
+        if "expert" in op.splittable:
+            splits[i] = Split("expert", tuple(range(n)))
+    return Strategy(dp.placement, dp.priority, splits,
+                    bucket_bytes=dp.bucket_bytes).validate(graph, n)
+
+
+def layer_ops(graph, part: str) -> list[int]:
+    return [graph.index[name] for layer in graph.metadata["moe"]["layer_ops"]
+            for name in layer[part]]
+
+
+def test_the_experts_their_weights_and_updates_are_splittable_on_expert(mixtral):
+    """Every op of a layer's experts (the activation's backward, which reads the forward's
+    buffers, included), the stacked weights and their updates; nothing else."""
+    moe = mixtral.metadata["moe"]
+    cut = {op.name for op in mixtral.ops if "expert" in op.splittable}
+    for layer in moe["layer_ops"]:
+        assert set(layer["gemms"]) <= set(layer["experts"]) <= cut
+        assert set(layer["weights"]) <= cut
+        assert {f"update/{w.removeprefix('param/')}" for w in layer["weights"]} <= cut
+        for part in ("slots", "dispatch", "combine", "dispatch_backward", "combine_backward"):
+            assert not set(layer[part]) & cut
+    listed = {n for layer in moe["layer_ops"] for k in ("experts", "weights") for n in layer[k]}
+    assert {n for n in cut if not n.startswith("update/")} == listed
+    assert all(mixtral.ops[mixtral.index[n]].output_bytes % moe["experts"] == 0
+               for layer in moe["layer_ops"] for n in layer["experts"])
+
+
+@pytest.mark.parametrize("ep", [2, 4])
+def test_all_to_all_bytes_are_the_published_volume(mixtral, ep):
+    """Each device sends (ep - 1)/ep of its tokens' dispatch buffer per all-to-all: the
+    dispatch and the combine forward, their gradients backward (the dispatched tokens stay
+    on the expert's device for the weight gradient, as Megatron keeps them); against data
+    parallelism each device sends that, 4 times per layer, less the expert weights' gradient
+    all-reduce (2 (n - 1)/n of their bytes on a ring)."""
+    moe = mixtral.metadata["moe"]
+    buffers = [mixtral.ops[i].output_bytes for i in layer_ops(mixtral, "dispatch")]
+    assert buffers == [4 * 16 * 32 * 2] * 2  # [E, C, H] bf16, C = 32 tokens x 2 / 4
+    per_a2a = (ep - 1) / ep * buffers[0] / ep  # a device's share of one all-to-all
+    dp, exp = data_parallel(mixtral, ep), expert_parallel(mixtral, ep)
+    t_dp = simulate(mixtral, cluster(ep), dp, record=True)
+    t_ep = simulate(mixtral, cluster(ep), exp, record=True)
+    tr = t_ep.transfers
+    op = t_ep.task_op[tr[:, 0].astype(np.int64)]
+
+    def sent(ops) -> np.ndarray:
+        m = np.isin(op, ops)
+        return np.bincount(tr[m, 1].astype(np.int64), weights=tr[m, 3], minlength=ep)
+
+    layers = moe["layers"]
+    np.testing.assert_allclose(sent(layer_ops(mixtral, "dispatch")), layers * per_a2a)
+    np.testing.assert_allclose(sent(layer_ops(mixtral, "combine_backward")), layers * per_a2a)
+    experts = [mixtral.index[n] for layer in moe["layer_ops"] for n in layer["experts"]]
+    np.testing.assert_allclose(sent(experts), 2 * layers * per_a2a)  # to combine, its grad
+    expert_grads = sum(mixtral.ops[i].grad_bytes for i in experts)
+    assert expert_grads == sum(mixtral.ops[i].param_bytes for i in layer_ops(mixtral, "weights"))
+    np.testing.assert_allclose(t_ep.sent - t_dp.sent,
+                               4 * layers * per_a2a - 2 * (ep - 1) / ep * expert_grads)
+
+
+@pytest.mark.parametrize("ep", [2, 4])
+def test_expert_weights_and_their_state_are_divided_by_ep(mixtral, ep):
+    """Each device holds 1/ep of the experts' weights and optimizer state (each expert on one
+    device), the rest of the model whole; and an expert part runs 1/ep of its op's time."""
+    weights = layer_ops(mixtral, "weights")
+    updates = [i for i, op in enumerate(mixtral.ops)
+               if op.role == "update" and "expert" in op.splittable]
+    experts = sum(mixtral.ops[i].param_bytes for i in weights + updates)
+    assert sum(mixtral.ops[i].param_bytes for i in weights) == 2 * 2 * (
+        4 * 96 * 32 + 4 * 32 * 48)  # 2 layers of [E, 2I, H] and [E, H, I] in bf16
+    t_dp = simulate(mixtral, cluster(ep), data_parallel(mixtral, ep))
+    t_ep = simulate(mixtral, cluster(ep), expert_parallel(mixtral, ep), record=True)
+    np.testing.assert_allclose(t_dp.static_memory - t_ep.static_memory,
+                               experts * (1 - 1 / ep))
+    gemm = layer_ops(mixtral, "gemms")[0]
+    parts = np.flatnonzero(t_ep.task_op[:t_ep.task_device.size] == gemm)
+    parts = parts[t_ep.task_device[parts] >= 0]
+    assert sorted(t_ep.task_device[parts].tolist()) == list(range(ep))
+    from moplace.costs.costmodel import CostModel
+
+    costs = CostModel(mixtral, cluster(ep))
+    np.testing.assert_allclose(t_ep.task_end[parts] - t_ep.task_start[parts],
+                               costs.compute[gemm, 0] / ep + costs.split_overhead_s)
