@@ -3,7 +3,8 @@
 
 The search starts from the space's own seeds (`space_seeds`: the plans people run, as the
 framework names them: data parallel on every device, with ZeRO or FSDP, with each layer
-checkpointed, and tensor parallel with selective recomputation; nothing outside the space).
+checkpointed, and tensor parallel with selective recomputation; on a mixture of experts, data
+parallel with expert parallelism; nothing outside the space).
 Then, with method ``nsga2``, NSGA-II (pymoo: integer genes, simulated binary crossover and
 polynomial mutation, rounded) over the degree genome, its first population the seeds; with
 method ``random``, the space's plans in a random order. Either way a plan is evaluated once:
@@ -49,6 +50,7 @@ def space_seeds(space: DegreeSpace) -> list[tuple[str, Degrees]]:
               ("tensor parallel", Degrees(n, 1, "tensor", 1, "1f1b", "none", 0)),
               ("tensor parallel, selective", Degrees(n, 1, "tensor", 1, "1f1b", "selective", 0)),
               ("one device", Degrees(1, 1, "data", 1, "1f1b", "none", 0))]
+    wanted += _expert_seeds(space)
     out = []
     for label, d in wanted:
         try:
@@ -57,6 +59,24 @@ def space_seeds(space: DegreeSpace) -> list[tuple[str, Degrees]]:
             continue
         out.append((label, d))
     return out
+
+
+def _expert_seeds(space: DegreeSpace) -> list[tuple[str, Degrees]]:
+    """Expert parallelism as people run it, where the space offers it: on every device, over
+    the fewest pipeline stages whose width divides the experts, with ZeRO-1 (Megatron's
+    distributed optimizer, torchtitan's FSDP), as many micro-batches as stages, twice as
+    many where the batch allows."""
+    if not space.experts:
+        return []
+    n = max(space.shapes)
+    for pp in sorted(space.shapes[n]):
+        w = n // pp
+        if w < 2 or space.experts % w:
+            continue
+        m = next((m for m in (2 * pp, pp) if m in space._choices((n, pp, "data"))), 1)
+        return [(f"expert parallel x{w}" + (f", {pp} stages" if pp > 1 else ""),
+                 Degrees(n, pp, "data", m, "1f1b", "none", 1, ep=w))]
+    return []
 
 
 class SpaceSearcher(Searcher):

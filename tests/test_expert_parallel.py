@@ -135,3 +135,97 @@ def test_expert_weights_and_their_state_are_divided_by_ep(mixtral, ep):
     costs = CostModel(mixtral, cluster(ep))
     np.testing.assert_allclose(t_ep.task_end[parts] - t_ep.task_start[parts],
                                costs.compute[gemm, 0] / ep + costs.split_overhead_s)
+
+
+# -- the degree space, the plan's shape, its configurations -----------------------------------
+
+def test_the_space_offers_expert_parallelism_on_experts_only(mixtral):
+    """ep: 1, or the stage width in data-parallel mode where it divides the 4 experts
+    (torchtitan: under FSDP only); a dense model's plans all have ep 1, the gene one choice."""
+    from pathlib import Path
+
+    from moplace.core.degrees import GENES, DegreeSpace
+
+    assert GENES[-1] == "ep"
+    for framework in ("megatron", "torchtitan"):
+        space = DegreeSpace(mixtral, 4, framework)
+        plans = space.all()
+        ep = [d for d in plans if d.ep > 1]
+        assert ep and all(d.mode == "data" and d.ep == d.width and 4 % d.ep == 0 for d in ep)
+        assert {(d.devices, d.pp) for d in ep} == {(2, 1), (4, 1), (4, 2)}
+        assert all(d.zero > 0 for d in ep) == (framework == "torchtitan")
+        # each EP plan is a data-parallel plan of the space with its experts cut
+        assert {d.__class__(**{**vars(d), "ep": 1}) for d in ep} <= set(plans)
+    llama = load_graph(str(Path(__file__).parent / "data" / "tiny-llama.json"))
+    space = DegreeSpace(llama, 4, "megatron")
+    assert space.experts == 0 and all(d.ep == 1 for d in space.all())
+    assert space.bounds[1][-1] == 0
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_every_expert_parallel_plan_runs_and_reads_back(mixtral, framework):
+    """Each EP plan of the space: a regular shape of expert degree ep, its degrees read back
+    from the strategy (`of_strategy`, `encode`), run by its framework, simulated; the
+    experts, weights and updates split on expert over each stage's devices, all else on
+    batch."""
+    from moplace.core.degrees import DegreeSpace
+    from moplace.core.planshape import plan_shape
+    from moplace.core.runners import runners
+
+    space = DegreeSpace(mixtral, 4, framework)
+    for d in (d for d in space.all() if d.ep > 1):
+        x = space.encode_degrees(d)
+        s = space.decode(x)
+        shape = plan_shape(mixtral, s)
+        assert shape.regular and (shape.ep, shape.dp, shape.tp, shape.pp) == (
+            d.ep, d.width, 1, d.pp), d.text()
+        assert space.of_strategy(s) == d and np.array_equal(space.encode(s), x)
+        assert framework in runners(mixtral, s, shape)
+        assert "moplace-apply" not in runners(mixtral, s, shape)  # the testbed splits no expert
+        dims = {mixtral.ops[i].name: sp.dim for i, sp in s.splits.items()}
+        cut = {op.name for op in mixtral.ops if "expert" in op.splittable}
+        assert {n for n, dim in dims.items() if dim == "expert"} == cut
+        assert set(dims.values()) == {"batch", "expert"}
+        assert simulate(mixtral, cluster(d.devices), s).makespan > 0
+        assert "(expert parallel x" in d.text()
+
+
+def test_the_frameworks_configurations_take_the_expert_degree(mixtral, tmp_path):
+    """Megatron's --expert-model-parallel-size (megatron-core's TransformerConfig takes it)
+    with the all-to-all dispatcher simulated; torchtitan's expert_parallel_degree (its
+    ConfigManager reads it), under FSDP only: under DDP's replicas torchtitan is refused."""
+    from test_export import _torchtitan_config_manager
+
+    from moplace.core.degrees import Degrees, regular_plan
+    from moplace.core.levers import plan_of
+    from moplace.core.planshape import plan_shape
+    from moplace.core.runners import misfit
+    from moplace.io.export import plan_document, plan_text
+    from moplace.review.units import plan_text as plan_line
+
+    s = regular_plan(mixtral, Degrees(4, 1, "data", 1, "1f1b", "none", 1, ep=4))
+    shape = plan_shape(mixtral, s)
+    doc = plan_document(mixtral, s, shape, [f"gpu{i}" for i in range(4)])
+    args = doc["megatron"]["args"]
+    assert args[args.index("--expert-model-parallel-size") + 1] == "4"
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == "alltoall"
+    assert doc["degrees"]["expert"] == 4
+    assert doc["torchtitan"]["tables"]["parallelism"]["expert_parallel_degree"] == 4
+    assert "1 of each layer's 4 experts per rank" in " ".join(doc["megatron"]["notes"])
+    assert "shape: data 4 (expert parallel x4) x tensor 1" in plan_text(doc, title="t")
+    assert plan_line(plan_of(s, mixtral)).startswith("data parallel ×4 with expert parallel ×4")
+    ConfigManager = _torchtitan_config_manager()
+    path = tmp_path / "ep.toml"
+    path.write_text(doc["torchtitan"]["toml"])
+    par = ConfigManager().parse_args(["--job.config_file", str(path)]).parallelism
+    assert par.expert_parallel_degree == 4 and par.data_parallel_shard_degree == 4
+    ddp = plan_shape(mixtral, regular_plan(mixtral, Degrees(4, 1, "data", 1, "1f1b", "none", 0,
+                                                              ep=4)))
+    assert any("FSDP's shard degree" in w for w in misfit(mixtral, ddp, "torchtitan"))
+    assert not misfit(mixtral, ddp, "megatron")
+    tc = pytest.importorskip("megatron.core.transformer.transformer_config",
+                             reason="megatron-core is not installed")
+    made = tc.TransformerConfig(num_layers=2, hidden_size=32, num_attention_heads=4,
+                                num_moe_experts=4, **doc["megatron"]["config"])
+    assert made.expert_model_parallel_size == 4
+    assert made.moe_token_dispatcher_type == "alltoall"

@@ -234,9 +234,9 @@ def test_other_graph_is_refused(problem, vgg, tmp_path):
     (lambda data: data[:-100], "corrupt or truncated"),
     (lambda data: data[:-100] + bytes(100), "corrupt or truncated"),
     (lambda data: data.split(b"\n", 1)[0] + b"\n{garbage", "corrupt or truncated"),
-    (lambda data: data.replace(b'"version": 6', b'"version": 99', 1),
-     "format version 99; this moplace reads versions 6 \\(newer than this moplace"),
-    (lambda data: data.replace(b'"version": 6', b'"version": 1', 1),
+    (lambda data: data.replace(b'"version": 7', b'"version": 99', 1),
+     "format version 99; this moplace reads versions 7 \\(newer than this moplace"),
+    (lambda data: data.replace(b'"version": 7', b'"version": 1', 1),
      "format version 1, written by moplace 0.1 before its searcher settings were declared"),
     (lambda data: b"", "not a moplace checkpoint"),
 ])
@@ -249,20 +249,21 @@ def test_a_damaged_file_is_refused(problem, tmp_path, damage, message):
     assert str(ck) in str(err.value)
 
 
-@pytest.mark.parametrize("version", [2, 3, 4, 5])
+@pytest.mark.parametrize("version", [2, 3, 4, 5, 6])
 @pytest.mark.parametrize("name", ["random", "mcmc"])
 def test_a_checkpoint_of_an_older_genome_is_refused_by_name(problem, tmp_path, version, name):
     """Checkpoints written before strategies had options (version 2) or sharded and
     recomputed (version 3) or micro-batched (version 4), or before the degree space had virtual
-    stages and FP8 (version 5), hold searcher state of an older genome
+    stages and FP8 (version 5) or expert parallelism (version 6), hold searcher state of an
+    older genome
     (MCMC's chains crashed on it): refused, naming both versions, before any work."""
     ck = tmp_path / "search.ckpt"
     search(problem, make(name), budget=16, checkpoint=ck)
     data = ck.read_bytes()
-    assert b'"version": 6' in data
-    ck.write_bytes(data.replace(b'"version": 6', f'"version": {version}'.encode(), 1))
+    assert b'"version": 7' in data
+    ck.write_bytes(data.replace(b'"version": 7', f'"version": {version}'.encode(), 1))
     with pytest.raises(MoplaceError, match=f"format version {version}, written by moplace "
-                       "before .* genomes of another layout; this moplace reads versions 6"):
+                       "before .* genomes of another layout; this moplace reads versions 7"):
         search(problem, make(name), budget=32, checkpoint=ck)
 
 

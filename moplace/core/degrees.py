@@ -14,8 +14,18 @@ every genome decodes to a plan of the space and each plan has exactly one genome
 within their counts (`encode`). `regular_plan` builds the strategy: every point of a space
 runs on its framework by `moplace.core.runners.misfit` (tests/test_runnable.py checks each).
 
-Later degrees (context and expert parallelism, device sets beyond a power of two) are new
-genes appended to `GENES` with their choices in `_choices`.
+**Expert parallelism** (``ep``, the last gene) is offered on a mixture-of-experts graph (its
+``metadata["moe"]``, its experts splittable on ``expert``) in data-parallel mode: ``ep`` 1, or
+the stage width ``w`` where ``w`` divides the experts (each device of a stage its ``E / w``
+experts, its tokens on batch, the two exchanged by all-to-all; torchtitan only with FSDP,
+whose ``data_parallel_shard_degree`` its expert mesh is carved from). ``ep`` below ``w``
+(experts on ``ep`` devices, replicated over ``w / ep`` groups of them, as Megatron and
+torchtitan run a 64-GPU Mixtral at EP 8) needs an expert op split two ways at once, on
+expert within a group and as a replica across groups, which a `moplace.core.strategy.Split`
+(one dimension over one device list) cannot state: not offered yet.
+
+Later degrees (context parallelism, device sets beyond a power of two) are new genes
+appended to `GENES` with their choices in `_choices`.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ import numpy as np
 
 from ..errors import StrategyError
 from .baselines import DDP_BUCKET_BYTES, reduces_gradients, shards_updates, topological_priority
-from .graph import OpGraph
+from .graph import SPLIT_DIMS, OpGraph
 from .planshape import plan_shape
 from .recompute import attention_cores, layer_checkpoints
 from .runners import FRAMEWORKS, RECOMPUTE, SCHEDULES, VIRTUAL_SCHEDULES, misfit, stage_of_groups
@@ -37,7 +47,7 @@ from .strategy import Split, Strategy
 
 #: the genes, in genome order
 GENES = ("devices", "pipeline", "mode", "micro_batches", "schedule", "recompute", "zero",
-         "virtual", "fp8")
+         "virtual", "fp8", "ep")
 #: the micro-batch counts the space offers
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 #: the ZeRO stages the space offers per framework (ZeRO-2 runs as ZeRO-1 in the simulator)
@@ -50,8 +60,9 @@ class Degrees:
     over each stage's ``devices // pp`` devices, ``micro_batches`` under ``schedule``
     (`moplace.core.strategy.SCHEDULES`), ``recompute`` ("none"/"full"/"selective"), ``zero``
     (0, 1, 3), ``vp``, the virtual stages per device (1 but under the interleaved and
-    zero-bubble schedules) and ``fp8``, which matmuls run in FP8
-    (`moplace.core.strategy.FP8_MODES`)."""
+    zero-bubble schedules), ``fp8``, which matmuls run in FP8
+    (`moplace.core.strategy.FP8_MODES`) and ``ep``, the expert-parallel degree (1, or the
+    stage width in data-parallel mode: the module docstring)."""
 
     devices: int
     pp: int
@@ -62,6 +73,7 @@ class Degrees:
     zero: int
     vp: int = 1
     fp8: str = "none"
+    ep: int = 1
 
     @property
     def width(self) -> int:
@@ -72,7 +84,8 @@ class Degrees:
         virtual = f" ({self.vp} virtual stages each)" if self.vp > 1 else ""
         precision = {"all": ", FP8", "inner": ", FP8 but first and last layers"}.get(
             self.fp8, "")
-        return (f"{self.devices} devices: pp {self.pp}{virtual} x {what} {self.width}, "
+        experts = f" (expert parallel x{self.ep})" if self.ep > 1 else ""
+        return (f"{self.devices} devices: pp {self.pp}{virtual} x {what} {self.width}{experts}, "
                 f"{self.micro_batches} micro-batches {self.schedule}, recompute "
                 f"{self.recompute}, ZeRO-{self.zero}{precision}")
 
@@ -98,6 +111,7 @@ class DegreeSpace:
         matmuls = any(isinstance(f, dict) and f.get("cls") == "matmul"
                       for f in (graph.metadata.get("cost_features") or {}).values())
         self.fp8_modes = FP8_MODES if fp8 and matmuls and self.layers else ("none",)
+        self.experts = _experts(graph)
         self.shapes = self._shapes()
 
     # -- the space ----------------------------------------------------------------------------
@@ -152,9 +166,20 @@ class DegreeSpace:
             return self._virtual(pp, partial[3], partial[4]) or (1,)
         if k == 8:
             return self.fp8_modes
+        if k == 9:
+            return self._expert_degrees(n // pp, mode, partial[6])
         shardable = dp > 1 and reduces_gradients(self.graph) and shards_updates(self.graph)
         return tuple(z for z in ZERO[self.framework] if z == 0 or shardable
                      and not (z == 3 and partial[3] > 1))
+
+    def _expert_degrees(self, w: int, mode: str, zero: int) -> tuple[int, ...]:
+        """The expert-parallel degrees of a stage ``w`` wide in ``mode`` under ZeRO ``zero``
+        (module docstring): 1, and ``w`` where its data-parallel devices divide the experts
+        (torchtitan: only under FSDP, ZeRO 1 or 3)."""
+        if (not self.experts or mode != "data" or w < 2 or self.experts % w
+                or (self.framework == "torchtitan" and zero == 0)):
+            return (1,)
+        return (1, w)
 
     def _virtual(self, pp: int, m: int, schedule: str) -> tuple[int, ...]:
         """The virtual stages per device ``schedule`` may run with ``pp`` stages and ``m``
@@ -209,7 +234,7 @@ class DegreeSpace:
     def encode_degrees(self, d: Degrees) -> np.ndarray:
         """The genome of plan ``d``; `StrategyError` when the space has no such plan."""
         values, partial, x = (d.devices, d.pp, d.mode, d.micro_batches, d.schedule,
-                              d.recompute, d.zero, d.vp, d.fp8), (), []
+                              d.recompute, d.zero, d.vp, d.fp8, d.ep), (), []
         for name, v in zip(GENES, values):
             choices = self._choices(partial)
             if v not in choices:
@@ -241,7 +266,7 @@ class DegreeSpace:
         rec = shape.recompute_mode if shape.recompute_mode != "partial" else "partial"
         return Degrees(len(shape.devices), shape.pp, mode, shape.micro_batches,
                        shape.schedule if shape.micro_batches > 1 and shape.pp > 1 else "1f1b",
-                       rec, shape.zero_stage, shape.vp, strategy.fp8_mode)
+                       rec, shape.zero_stage, shape.vp, strategy.fp8_mode, shape.ep)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` genomes, each gene uniform over its bounds."""
@@ -254,7 +279,8 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
     """The strategy of plan ``d`` on devices 0..d.devices-1: ``d.pp * d.vp`` stages cut at
     the layer boundaries (`moplace.core.runners.stage_of_groups`), stage k on devices
     ``(k mod pp) * width ..``; in each stage every group split on ``batch`` over them (data
-    parallel), or (tensor parallel) on ``tensor`` where it may and on ``batch`` elsewhere; a
+    parallel; with ``d.ep > 1`` a mixture of experts' experts, weights and updates on
+    ``expert``), or (tensor parallel) on ``tensor`` where it may and on ``batch`` elsewhere; a
     group that may not split runs on the stage's first device. Ops run in topological order;
     gradients go in DDP's buckets where replicas reduce them."""
     if recompute_heads is None:
@@ -279,6 +305,8 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
             dims = [set(graph.ops[i].splittable) for i in members]
             if d.mode == "tensor" and all("tensor" in s for s in dims):
                 splits[g] = Split("tensor", devices)
+            elif d.ep > 1 and all("expert" in s for s in dims):
+                splits[g] = Split("expert", devices)
             elif all("batch" in s for s in dims):
                 splits[g] = Split("batch", devices)
     group = graph.arrays.group
@@ -290,3 +318,15 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
                     zero_stage=float(d.zero), micro_batches=float(d.micro_batches),
                     schedule=float(STRATEGY_SCHEDULES.index(d.schedule)),
                     recompute=recompute_heads[d.recompute], fp8=float(FP8_MODES.index(d.fp8)))
+
+
+def _experts(graph: OpGraph) -> int:
+    """The experts of each mixture-of-experts layer of ``graph`` (its ``metadata["moe"]``)
+    where some of its ops may split on ``expert``; 0 otherwise (a graph traced before its
+    experts were marked so, or one of no mixture of experts)."""
+    moe = graph.metadata.get("moe")
+    experts = moe.get("experts") if isinstance(moe, dict) else None
+    if not isinstance(experts, int) or isinstance(experts, bool) or experts < 2:
+        return 0
+    able = (graph.arrays.split_mask >> SPLIT_DIMS.index("expert")) & 1
+    return experts if able.any() else 0

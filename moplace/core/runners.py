@@ -26,7 +26,12 @@ framework's configuration names:
 - micro-batches: the graph's batch (when it names it) must divide into ``dp`` replicas of
   ``micro_batches`` micro-batches;
 - tensor parallelism: its degree must divide the attention heads (where the graph's cost
-  features give them, `attention_heads`), as both frameworks shard heads.
+  features give them, `attention_heads`), as both frameworks shard heads;
+- expert parallelism (`PlanShape.ep`, a data-parallel stage's experts split on ``expert``):
+  its degree must divide each layer's experts (the graph's ``metadata["moe"]``); Megatron's
+  ``--expert-model-parallel-size``, torchtitan's ``expert_parallel_degree``, which torchtitan
+  carves from FSDP's shard degree (its expert mesh is ``efsdp x ep`` of the
+  ``data_parallel_shard_degree``): only with FSDP (ZeRO 1 to 3), not with DDP's replicas.
 
 A plan runs on **moplace-apply** when its graph came from a front end that ``moplace apply``
 runs (`APPLY_FORMATS`, read from the graph's ``metadata["format"]``): any plan of a Keras
@@ -76,6 +81,8 @@ def pytorch_refusal(graph: OpGraph, strategy) -> str | None:
     only in the traced step is refused when it plans, `moplace.torch.applyprep.prepare`)."""
     if strategy.fp8:
         return "FP8 matmuls: the PyTorch testbed runs on CPUs, which have no FP8 matmul"
+    if any(s.dim == "expert" for s in strategy.splits.values()):
+        return "expert parallelism: the PyTorch testbed runs no split on expert"
     source = graph.metadata.get("source")
     batch = source.get("batch_size") if isinstance(source, dict) else None
     m = int(strategy.micro_batches)
@@ -163,11 +170,28 @@ def misfit(graph: OpGraph, shape: PlanShape, framework: str) -> tuple[str, ...]:
     if shape.tp > 1 and heads and heads % shape.tp:
         why.append(f"tensor parallel over {shape.tp} devices: the {heads} attention heads do "
                    f"not divide among them")
+    why += _expert_misfit(graph, shape, framework)
     sizes = batch_sizes(shape)
     if sizes["global"] and not sizes["micro"]:
         why.append(f"batch {sizes['global']} does not divide into {shape.dp} replicas x "
                    f"{shape.micro_batches} micro-batches")
     return tuple(why)
+
+
+def _expert_misfit(graph: OpGraph, shape: PlanShape, framework: str) -> list[str]:
+    """Why ``framework`` cannot run the expert parallelism of ``shape``."""
+    if shape.ep <= 1:
+        return []
+    why = []
+    moe = graph.metadata.get("moe")
+    experts = moe.get("experts") if isinstance(moe, dict) else None
+    if not isinstance(experts, int) or experts % shape.ep:
+        why.append(f"expert parallel over {shape.ep} devices: the {experts or 'unnamed'} experts "
+                   f"of each layer do not divide among them")
+    if framework == "torchtitan" and shape.zero_stage == 0:
+        why.append("torchtitan carves expert parallelism from FSDP's shard degree: it needs "
+                   "ZeRO 1 to 3 (FSDP), not DDP's replicas")
+    return why
 
 
 def _schedule_misfit(shape: PlanShape, framework: str) -> list[str]:

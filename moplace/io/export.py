@@ -50,6 +50,11 @@ def megatron_flags(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict 
     if shape.sequence_parallel:
         args.append("--sequence-parallel")
         config["sequence_parallel"] = True
+    if shape.ep > 1:
+        args += ["--expert-model-parallel-size", str(shape.ep),
+                 "--moe-token-dispatcher-type", "alltoall"]
+        config.update(expert_model_parallel_size=shape.ep, moe_token_dispatcher_type="alltoall")
+        notes.append(_experts_note(graph, shape) + " (the model's --num-experts)")
     if shape.vp > 1:
         per = stage_layers(graph, shape)[0]
         args += ["--num-layers-per-virtual-pipeline-stage", str(per)]
@@ -104,6 +109,9 @@ def torchtitan_toml(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict
                      f"between forward and backward (reshard never: ZeRO-2)")
     if shape.pp > 1:
         par["pipeline_parallel_layers_per_stage"] = stage_layers(graph, shape)[0]
+    if shape.ep > 1:
+        par["expert_parallel_degree"] = shape.ep
+        notes.append(_experts_note(graph, shape) + ", carved from FSDP's shard degree")
     if shape.vp > 1:
         notes.append(f"{shape.vp} virtual stages per pipeline rank "
                      f"({TORCHTITAN_SCHEDULES[shape.schedule]})")
@@ -144,6 +152,12 @@ def torchtitan_toml(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict
     return {"tables": tables, "toml": text.rstrip("\n") + "\n", "notes": notes}
 
 
+def _experts_note(graph: OpGraph, shape: PlanShape) -> str:
+    experts = graph.metadata["moe"]["experts"]
+    return (f"expert parallel over {shape.ep} ranks: {experts // shape.ep} of each layer's "
+            f"{experts} experts per rank, tokens sent to them and back by all-to-all")
+
+
 def _toml_value(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
@@ -169,7 +183,7 @@ def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_n
         "ranks": {names[d]: r for r, d in enumerate(shape.devices)},
         "regular": shape.regular,
         "degrees": ({"data": shape.dp, "tensor": shape.tp, "pipeline": shape.pp,
-                     "virtual": shape.vp} if shape.regular else None),
+                     "virtual": shape.vp, "expert": shape.ep} if shape.regular else None),
         "stages": _stages(graph, shape, names),
         "groups": shape.groups,
         "micro_batches": shape.micro_batches, "schedule": shape.schedule,
@@ -217,7 +231,9 @@ def plan_text(doc: dict, *, title: str) -> str:
     deg = doc["degrees"]
     virtual = (f" ({deg['virtual']} virtual stages each)" if deg and deg.get("virtual", 1) > 1
                else "")
-    lines.append(f"shape: data {deg['data']} x tensor {deg['tensor']} x pipeline "
+    experts = (f" (expert parallel x{deg['expert']})" if deg and deg.get("expert", 1) > 1
+               else "")
+    lines.append(f"shape: data {deg['data']}{experts} x tensor {deg['tensor']} x pipeline "
                  f"{deg['pipeline']}{virtual}" if deg else
                  "shape: irregular (per-op placement only)")
     stages = doc["stages"]

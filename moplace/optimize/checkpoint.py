@@ -54,10 +54,10 @@ MAGIC = b"moplace-checkpoint\n"
 #: today's searchers cannot continue, so versions 2 to 4 are refused with both versions named
 #: (resuming one crashed inside MCMC's moves); a reader of an older version refuses this one;
 #: 6 since the genome of a framework's degrees (`search --space`) has virtual stages and FP8
-#: (issue 49)
-VERSION = 6
+#: (issue 49), 7 since it has expert parallelism
+VERSION = 7
 #: the versions this moplace reads
-READS = (6,)
+READS = (7,)
 #: what each older version was written by, for the message that refuses it
 WRITTEN_BY = {1: "moplace 0.1 before its searcher settings were declared (issue 31)",
               2: "moplace before strategies had options (issue 32), whose searcher state "
@@ -67,6 +67,8 @@ WRITTEN_BY = {1: "moplace 0.1 before its searcher settings were declared (issue 
               4: "moplace before strategies ran micro-batches (issue 33), whose searcher "
                  "state holds genomes of another layout",
               5: "moplace before the degree space had virtual stages and FP8 (issue 49), whose "
+                 "searcher state holds genomes of another layout",
+              6: "moplace before the degree space had expert parallelism (issue 49), whose "
                  "searcher state holds genomes of another layout"}
 _MAX_HEADER = 1 << 24  # bytes of the JSON line at most
 
