@@ -21,8 +21,9 @@ from moplace.core.strategy import Split, Strategy  # noqa: E402
 from moplace.io import load_graph  # noqa: E402
 from moplace.simulator.engine import simulate  # noqa: E402
 
-#: a Mixtral of 2 layers, 4 experts of which each token takes 2 (tests/test_moe_trace.py's)
-CONFIG = {"model_type": "mixtral", "hidden_size": 32, "num_hidden_layers": 2,
+#: a Mixtral of 8 layers, 4 experts of which each token takes 2 (tests/test_moe_trace.py's,
+#: deeper: pipelines of 2 and 4 stages, virtual stages of 2 and 4 layers)
+CONFIG = {"model_type": "mixtral", "hidden_size": 32, "num_hidden_layers": 8,
           "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100,
           "max_position_embeddings": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
           "intermediate_size": 48}
@@ -89,7 +90,7 @@ def test_all_to_all_bytes_are_the_published_volume(mixtral, ep):
     all-reduce (2 (n - 1)/n of their bytes on a ring)."""
     moe = mixtral.metadata["moe"]
     buffers = [mixtral.ops[i].output_bytes for i in layer_ops(mixtral, "dispatch")]
-    assert buffers == [4 * 16 * 32 * 2] * 2  # [E, C, H] bf16, C = 32 tokens x 2 / 4
+    assert buffers == [4 * 16 * 32 * 2] * moe["layers"]  # [E, C, H] bf16, C = 32 x 2 / 4
     per_a2a = (ep - 1) / ep * buffers[0] / ep  # a device's share of one all-to-all
     dp, exp = data_parallel(mixtral, ep), expert_parallel(mixtral, ep)
     t_dp = simulate(mixtral, cluster(ep), dp, record=True)
@@ -120,8 +121,8 @@ def test_expert_weights_and_their_state_are_divided_by_ep(mixtral, ep):
     updates = [i for i, op in enumerate(mixtral.ops)
                if op.role == "update" and "expert" in op.splittable]
     experts = sum(mixtral.ops[i].param_bytes for i in weights + updates)
-    assert sum(mixtral.ops[i].param_bytes for i in weights) == 2 * 2 * (
-        4 * 96 * 32 + 4 * 32 * 48)  # 2 layers of [E, 2I, H] and [E, H, I] in bf16
+    assert sum(mixtral.ops[i].param_bytes for i in weights) == 8 * 2 * (
+        4 * 96 * 32 + 4 * 32 * 48)  # 8 layers of [E, 2I, H] and [E, H, I] in bf16
     t_dp = simulate(mixtral, cluster(ep), data_parallel(mixtral, ep))
     t_ep = simulate(mixtral, cluster(ep), expert_parallel(mixtral, ep), record=True)
     np.testing.assert_allclose(t_dp.static_memory - t_ep.static_memory,
@@ -152,7 +153,7 @@ def test_the_space_offers_expert_parallelism_on_experts_only(mixtral):
         plans = space.all()
         ep = [d for d in plans if d.ep > 1]
         assert ep and all(d.mode == "data" and d.ep == d.width and 4 % d.ep == 0 for d in ep)
-        assert {(d.devices, d.pp) for d in ep} == {(2, 1), (4, 1), (4, 2)}
+        assert {(d.devices, d.pp) for d in ep} == {(2, 1), (4, 1), (4, 2)}  # width 2 or 4
         assert all(d.zero > 0 for d in ep) == (framework == "torchtitan")
         # each EP plan is a data-parallel plan of the space with its experts cut
         assert {d.__class__(**{**vars(d), "ep": 1}) for d in ep} <= set(plans)
@@ -225,7 +226,33 @@ def test_the_frameworks_configurations_take_the_expert_degree(mixtral, tmp_path)
     assert not misfit(mixtral, ddp, "megatron")
     tc = pytest.importorskip("megatron.core.transformer.transformer_config",
                              reason="megatron-core is not installed")
-    made = tc.TransformerConfig(num_layers=2, hidden_size=32, num_attention_heads=4,
+    made = tc.TransformerConfig(num_layers=8, hidden_size=32, num_attention_heads=4,
                                 num_moe_experts=4, **doc["megatron"]["config"])
     assert made.expert_model_parallel_size == 4
     assert made.moe_token_dispatcher_type == "alltoall"
+
+
+@pytest.mark.parametrize("pp, vp", [(2, 1), (4, 1), (2, 2), (2, 4)])
+def test_a_layers_experts_and_weights_sit_on_its_stage(mixtral, pp, vp):
+    """Each MoE layer's dispatch, experts (forward and backward), weights, their updates and
+    combine on one stage: a backward op is staged by the forward values it reads, not by its
+    depth mirrored about the loss's, which drifts where a layer's backward is longer than its
+    forward (28 to 56 of these ops were on another stage on this Mixtral, 140 to 322 on
+    Mixtral-8x7B, whose interleaved pipelines then deadlocked); pipelined, each device sends
+    only the stage boundaries' activations and gradients (and the rotary tables)."""
+    from moplace.core.degrees import Degrees, regular_plan
+
+    schedule = "1f1b" if vp == 1 else "interleaved"
+    s = regular_plan(mixtral, Degrees(pp, pp, "data", pp, schedule, "none", 0, vp))
+    for layer in mixtral.metadata["moe"]["layer_ops"]:
+        names = [n for part in ("dispatch", "combine", "combine_backward", "dispatch_backward",
+                                "experts", "weights") for n in layer[part]]
+        names += [f"update/{w.removeprefix('param/')}" for w in layer["weights"]]
+        assert {int(s.placement[mixtral.index[n]]) for n in names} == {
+            int(s.placement[mixtral.index[layer["dispatch"][0]]])}
+    t = simulate(mixtral, cluster(pp), s)
+    boundary = 4 * 8 * 32 * 2  # the batch's [b, s, h] in bf16, over its micro-batches
+    crossings = pp * vp - 1  # boundaries on the forward, each crossed back by its gradient
+    # beside them, the labels (256 bytes) to the last stage and the rotary tables (2 x 128)
+    # to each other device
+    assert 2 * crossings * boundary <= t.sent.sum() <= 2 * crossings * boundary + 512 * pp

@@ -42,6 +42,8 @@ step, it refuses when it plans).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .graph import ROLES, OpGraph
@@ -225,15 +227,14 @@ def runners(graph: OpGraph, strategy, shape: PlanShape | None = None) -> list[st
 def stage_of_groups(graph: OpGraph, cuts: np.ndarray) -> np.ndarray:
     """Per co-location group, its pipeline stage when the forward is cut after the ops of
     depth ``cuts`` (ascending: stage k holds the forward ops deeper than ``cuts[k - 1]`` up to
-    ``cuts[k]``): a forward op by its depth, any other op (a backward, an update) by its
-    depth mirrored about the loss's (the backward runs from the loss back), a group by the
-    median over its ops with inputs (its forward ops, when it has some): a layer's weights sit
-    with what reads them."""
+    ``cuts[k]``): a forward op by its depth, any other op by the forward values it reads
+    (`_read_stages`: a backward op with its layer's activations, an update with its
+    gradient), a group by the median over its ops with inputs (its forward ops, when it has
+    some): a layer's weights sit with what reads them."""
     a = graph.arrays
-    depth = graph.depth.astype(np.float64)
     forward = a.role == ROLES.index("forward")
-    loss = depth[forward].max() if forward.any() else 0.0
-    key = np.where(forward, depth, 2 * loss - depth)
+    cuts = np.asarray(cuts, np.float64)
+    key = _read_stages(graph, tuple(cuts.tolist()))
     inputs = np.diff(a.in_ptr) > 0
     fwd_groups = np.bincount(a.group, weights=forward & inputs, minlength=a.n_groups) > 0
     use = inputs & np.where(fwd_groups[a.group], forward, True)
@@ -241,5 +242,46 @@ def stage_of_groups(graph: OpGraph, cuts: np.ndarray) -> np.ndarray:
     for g, members in enumerate(graph.groups):
         m = np.asarray(members)
         chosen = m[use[m]] if use[m].any() else m
-        out[g] = int(np.searchsorted(cuts, np.median(key[chosen]), side="left"))
+        out[g] = int(np.floor(np.median(key[chosen])))
     return out
+
+
+@lru_cache(maxsize=8)  # a search asks a few cuts of one graph, again and again
+def _read_stages(graph: OpGraph, cuts: tuple) -> np.ndarray:
+    """Per op, its stage under ``cuts`` (`stage_of_groups`): a forward op by its depth; any
+    other op (in topological order) by the deepest forward value it reads that is its
+    stage's alone (an op with inputs whose forward readers, if any, lie on its stage: a
+    layer's activations, not the rotary tables every layer reads nor a boundary's output,
+    which the next stage reads), else the least stage of its other inputs (a gradient
+    flowing back, an update's gradient), else by its depth mirrored about the loss's.
+    Mirroring alone drifts where a layer's backward is longer than its forward (a mixture of
+    experts' is), putting a layer's backward ops, and an update's weights, on another stage
+    than its forward's."""
+    a = graph.arrays
+    depth = graph.depth.astype(np.float64)
+    edges = np.asarray(cuts, np.float64)
+    stage = np.searchsorted(edges, depth, side="left").astype(np.float64)
+    forward = a.role == ROLES.index("forward")
+    inputs = np.diff(a.in_ptr) > 0
+    # per forward op, the stage of its deepest forward reader (-1: none)
+    fwd_edge = forward[a.src] & forward[a.dst]
+    last = np.full(depth.size, -1.0)
+    np.maximum.at(last, a.src[fwd_edge], stage[a.dst[fwd_edge]])
+    own = forward & inputs & ((last < 0) | (last == stage))
+    loss = depth[forward].max() if forward.any() else 0.0
+    key = np.where(forward, stage, np.searchsorted(edges, 2 * loss - depth, side="left"))
+    key = key.astype(np.float64)
+    src = a.src[a.in_edge]  # each op's inputs' producers, by ``a.in_ptr``
+    for v in a.topo.tolist():
+        if forward[v]:
+            continue
+        u = src[a.in_ptr[v]:a.in_ptr[v + 1]]
+        read = u[own[u]]
+        if read.size:
+            key[v] = stage[read[depth[read].argmax()]]
+            continue
+        u = u[inputs[u] & ~forward[u]]
+        if u.size:
+            key[v] = key[u].min()
+    key.flags.writeable = False
+    return key
