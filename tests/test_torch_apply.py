@@ -209,6 +209,7 @@ def test_data_parallel_and_a_pipeline_compute_the_one_device_step(gpt_graph):
     assert all(r["step_ms"] > 0 for r in rows)
 
 
+@pytest.mark.slow
 def test_interleaved_and_zero_bubble_pipelines_compute_the_one_device_step(gpt_graph):
     """The testbed runs each rank's tasks in the simulator's order: under zero-bubble each
     weight gradient where the schedule holds it back, under interleaved 1F1B Megatron's order."""
