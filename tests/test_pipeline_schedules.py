@@ -173,3 +173,25 @@ def test_zero_bubble_defers_the_weight_gradients_of_a_traced_llama():
     assert layout.weight[later & feeds_update].all()
     assert 0 < layout.weight[later].sum() < later.sum()  # B ops too: what it sends back
     assert layout.weight[backward & (s.placement == 0)].all()
+
+
+@pytest.mark.parametrize("schedule", ["interleaved", "zero-bubble"])
+def test_a_weight_tied_to_the_last_layer_neither_adds_a_stage_nor_waits_for_it(schedule):
+    """GPT-2 ties its embedding to its output head: the weight sits with the head on the last
+    device and the first layer reads it across devices. It is no stage of the data flow (the
+    chain keeps p * v stages) and, there from the step's start, runs in no action (in the last
+    stage's, the first layer would wait for the last: a deadlock)."""
+    from moplace.core.graph import Edge, Op
+    from moplace.simulator.pipeorder import pipeline_layout
+
+    base = pipeline_chain(4, 4)
+    tied = Op("tied", "Param", {"V100": 0.0}, 8, param_bytes=8, role="forward")
+    g = moplace.OpGraph([*base.ops, tied],
+                        [*base.edges, Edge("tied", "f0", 8), Edge("tied", "f3", 8)], name="tied")
+    placement = np.append(pipeline_chain_placement(base, 2), 1)
+    layout = pipeline_layout(g, placement, 2, schedule)
+    assert (layout.p, layout.v) == (2, 2) and layout.source[g.index["tied"]]
+    c = moplace.Cluster.uniform(2, bandwidth=1e15, latency=0.0)
+    tr = simulate(g, c, Strategy(placement, micro_batches=4,
+                                 schedule=SCHEDULES.index(schedule)))
+    assert np.isfinite(tr.makespan)

@@ -14,8 +14,10 @@ from .graph import OpGraph
 
 def stage_depths(graph: OpGraph, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per op of ``graph`` placed on ``device`` (a split op: its first part's): its forward
-    stage (device changes on the longest path of forward and other ops into it; backward and
-    update ops 0) and its backward stage (the same along backward edges, counted from the
+    stage (device changes on the longest path of forward and other ops into it, a source's
+    edge counting none: a weight tied to a later layer's head, GPT-2's, is read across
+    devices without moving the data flow to another stage; backward and update ops 0) and its
+    backward stage (the same along backward edges, counted from the
     backward's first ops at 0; other ops 0). A source (an op that reads none: a weight, an
     input) takes the least forward stage of its readers on its own device: a layer's weights
     belong to the layer's stage."""
@@ -45,6 +47,8 @@ def _stages(topo, in_ptr, in_edge, src, role, dev):
         best = 0
         for q in range(in_ptr[op], in_ptr[op + 1]):
             u = src[in_edge[q]]
+            if in_ptr[u + 1] == in_ptr[u]:
+                continue  # a source (a weight, an input) is no stage of the data flow
             step = fst[u] + (1 if dev[u] != dev[op] else 0)
             if role[op] == 1:  # backward: along backward edges only
                 if role[u] == 1:

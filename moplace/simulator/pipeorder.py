@@ -125,13 +125,17 @@ def rank_actions(schedule: str, p: int, v: int, m: int, rank: int
 class Layout:
     """A pipelined strategy's stages (see the module docstring): ``p`` ranks of ``v``
     chunks; per device its rank (-1: it runs no forward op as a stage's first device); per
-    op of the graph its chunk, and whether zero-bubble runs it as a W (``weight``)."""
+    op of the graph its chunk, whether zero-bubble runs it as a W (``weight``) and whether it
+    is a source (``source``: a weight or an input, there from the step's start: in no
+    action, as a weight tied to a later layer, GPT-2's, would otherwise wait for that
+    layer's action)."""
 
     p: int
     v: int
     rank: np.ndarray
     chunk: np.ndarray
     weight: np.ndarray
+    source: np.ndarray
 
 
 def pipeline_layout(graph: OpGraph, placement: np.ndarray, n_dev: int, schedule: str,
@@ -173,7 +177,7 @@ def pipeline_layout(graph: OpGraph, placement: np.ndarray, n_dev: int, schedule:
     weight = (_weight_gradients(a.topo, a.out_ptr, a.out_edge, a.dst, a.role, dev, chunk,
                                 forced)
               if schedule == "zero-bubble" else np.zeros(len(graph.ops), bool))
-    return Layout(p, v, rank, chunk.astype(np.int64), weight)
+    return Layout(p, v, rank, chunk.astype(np.int64), weight, np.diff(a.in_ptr) == 0)
 
 
 def ordered_priorities(layout: Layout, schedule: str, m: int, orig: np.ndarray,
@@ -193,7 +197,7 @@ def ordered_priorities(layout: Layout, schedule: str, m: int, orig: np.ndarray,
         table[r, acts[:, 0], acts[:, 1], acts[:, 2]] = np.arange(acts.shape[0])
     kind = np.where(phase == FORWARD, F, np.where(layout.weight[orig], W, B))
     rank = layout.rank[primary]
-    staged = (phase != ONCE) & (rank >= 0)
+    staged = (phase != ONCE) & (rank >= 0) & ~layout.source[orig]
     slot = np.full(phase.size, -1, np.int64)
     slot[staged] = table[rank[staged], kind[staged], layout.chunk[orig][staged], mb[staged]]
     op_rank = np.unique(priority, return_inverse=True)[1].astype(np.float64)
