@@ -30,7 +30,7 @@ CONFIG = {"model_type": "mixtral", "hidden_size": 32, "num_hidden_layers": 8,
 
 
 @pytest.fixture(scope="module")
-def mixtral(tmp_path_factory):
+def mixtral_file(tmp_path_factory):
     """The tiny Mixtral traced at 4 x 8 tokens in bf16 with H100 estimates: 32 tokens, 2 of 4
     experts each, buffers [4, 16, 32] (4,096 bytes) per layer."""
     folder = tmp_path_factory.mktemp("mixtral")
@@ -39,7 +39,12 @@ def mixtral(tmp_path_factory):
     assert main(["profile", f"hf:{folder / 'config.json'}", "--batch", "4", "--seq-len", "8",
                  "--dtype", "bf16", "--estimate", "H100", "--quiet", "--no-cache", "-o",
                  str(out)]) == 0
-    return load_graph(str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def mixtral(mixtral_file):
+    return load_graph(str(mixtral_file))
 
 
 def cluster(n: int) -> Cluster:
@@ -256,3 +261,29 @@ def test_a_layers_experts_and_weights_sit_on_its_stage(mixtral, pp, vp):
     # beside them, the labels (256 bytes) to the last stage and the rotary tables (2 x 128)
     # to each other device
     assert 2 * crossings * boundary <= t.sent.sum() <= 2 * crossings * boundary + 512 * pp
+
+
+def test_evaluate_applies_expert_parallelism_to_the_data_parallel_baseline(mixtral_file, mixtral,
+                                                                          tmp_path, capsys):
+    """``evaluate --expert-parallel EP``: the data-parallel baseline (any strategy that splits
+    the experts on batch over EP devices) with its experts on expert, the figures of that plan
+    simulated; refused by name where the experts do not divide or none is split so."""
+    from moplace.core.presets.export import cluster_to_toml
+
+    path = tmp_path / "four.toml"
+    path.write_text(cluster_to_toml(cluster(4)))
+    argv = ["evaluate", str(mixtral_file), "--cluster", str(path), "--baseline"]
+    assert main([*argv, "data-parallel", "--expert-parallel", "4", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    t = simulate(mixtral, cluster(4), expert_parallel(mixtral, 4))
+    assert said["runtime_s"] == pytest.approx(t.makespan)
+    assert said["peak_comm_bytes"] == pytest.approx(float(t.traffic.max()))
+    assert said["plan"]["degrees"] == {"data": 4, "tensor": 1, "pipeline": 1, "expert": 4}
+    assert main([*argv, "all", "--expert-parallel", "4"]) == 0
+    table = capsys.readouterr().out
+    assert "data-parallel, expert parallel ×4" in table and "\nsingle " in table
+    for ep, baseline, why in ((3, "data-parallel", "the 4 experts of each layer do not divide"),
+                              (2, "data-parallel", "no group of experts is split on batch over 2"),
+                              (4, "single", "no group of experts is split on batch over 4")):
+        assert main([*argv, baseline, "--expert-parallel", str(ep)]) == 2
+        assert why in capsys.readouterr().err

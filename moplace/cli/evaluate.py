@@ -50,6 +50,10 @@ def add_commands(sub) -> None:
                          "first and last layers' (inner), on kinds with FP8 (H100, H200, B200; "
                          "timed at the datasheet FP8 peak with the BF16 efficiency: no FP8 "
                          "kernel measured), or not (none)")
+    ev.add_argument("--expert-parallel", type=integer(2, 1024), metavar="EP",
+                    help="a mixture of experts' experts split over EP devices (each its E/EP "
+                         "experts, tokens sent by all-to-all) where the strategy splits them "
+                         "on batch over EP devices: the data-parallel baseline on EP devices")
     model_options(ev)
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object")
     ev.set_defaults(run=_evaluate)
@@ -120,6 +124,24 @@ def _devices(names) -> str:
     return f"{len(names)} device{'s' if len(names) != 1 else ''}: {shown}"
 
 
+def _expert_parallel(graph, runs: dict, ep: int) -> dict:
+    """``runs`` with their experts in expert parallelism over ``ep`` devices where they split
+    them on batch over ``ep`` devices (`with_expert_parallel`: with ``--baseline all``, the
+    data-parallel baseline on ``ep`` devices; the others as they are), refused when none does."""
+    from ..core.baselines import with_expert_parallel
+    from ..errors import StrategyError
+
+    out, why = {}, None
+    for name, s in runs.items():
+        try:
+            out[f"{name}, expert parallel ×{ep}"] = with_expert_parallel(graph, s, ep)
+        except StrategyError as e:
+            out[name], why = s, why or e
+    if len(out) == len(runs) and why is not None and all(o in runs for o in out):
+        raise why
+    return out
+
+
 def _evaluate(args) -> int:
     from ..core.baselines import BASELINES, baseline
     from ..costs.costmodel import CostModel
@@ -149,6 +171,8 @@ def _evaluate(args) -> int:
         mode = float(FP8_MODES.index(args.fp8))
         runs = {name + ("" if args.fp8 == "none" else f", FP8 {args.fp8}"):
                 s.with_options(fp8=mode) for name, s in runs.items()}
+    if args.expert_parallel:
+        runs = _expert_parallel(graph, runs, args.expert_parallel)
     results = {name: evaluate(graph, cluster, s, costs=costs) for name, s in runs.items()}
     for note in origin.get("notes", ()):
         print(f"moplace: note: {note}", file=sys.stderr)

@@ -257,3 +257,38 @@ def on_devices(name: str, graph: OpGraph, devices) -> Strategy:
     splits = {op: Split(s.dim, tuple(int(devices[d]) for d in s.devices))
               for op, s in plan.splits.items()}
     return Strategy(devices[plan.placement], plan.priority, splits, **plan.options)
+
+
+def with_expert_parallel(graph: OpGraph, strategy: Strategy, ep: int) -> Strategy:
+    """``strategy`` with a mixture of experts' experts in expert parallelism over ``ep``
+    devices: every co-location group whose ops may all split on ``expert`` (each layer's
+    experts, weights and updates) and that ``strategy`` splits on batch over ``ep`` devices,
+    split on expert over the same devices (each its ``E / ep`` experts), as the data-parallel
+    baseline on ``ep`` devices becomes; `StrategyError` when ``ep`` does not divide the
+    experts or no such group is split so."""
+    from ..errors import StrategyError
+
+    moe = graph.metadata.get("moe")
+    experts = moe.get("experts") if isinstance(moe, dict) else None
+    if not isinstance(experts, int) or experts % ep:
+        raise StrategyError(f"expert parallel over {ep} devices: "
+                            + (f"the {experts} experts of each layer do not divide among them"
+                               if isinstance(experts, int) else "the graph has no mixture of "
+                               "experts (its metadata names none)"))
+    splits = dict(strategy.splits)
+    cut = 0
+    for members in graph.groups:
+        first = strategy.splits.get(members[0])
+        if (first is None or first.dim != "batch" or first.parts != ep
+                or not all("expert" in graph.ops[i].splittable for i in members)):
+            continue
+        for i in members:
+            splits[i] = Split("expert", first.devices)
+        cut += 1
+    if not cut:
+        raise StrategyError(f"expert parallel over {ep} devices: no group of experts is split "
+                            f"on batch over {ep} devices (the data-parallel baseline on {ep} "
+                            "devices splits them so; a graph traced before experts were "
+                            "marked splittable on expert needs tracing again)")
+    return Strategy(strategy.placement, strategy.priority, splits,
+                    recompute=strategy.recompute, **strategy.options)
