@@ -287,3 +287,16 @@ def test_evaluate_applies_expert_parallelism_to_the_data_parallel_baseline(mixtr
                               (4, "single", "no group of experts is split on batch over 4")):
         assert main([*argv, baseline, "--expert-parallel", str(ep)]) == 2
         assert why in capsys.readouterr().err
+
+
+def test_show_offers_apply_only_for_a_point_apply_runs():
+    """`show` names `moplace apply` for a profiled graph's point unless the point's runners
+    leave apply out (an expert-parallel or FP8 plan: the PyTorch testbed runs neither)."""
+    from moplace.cli.review import _commands
+
+    info = {"front_file": "front.json"}
+    data = {"graph_source": "g.json", "cluster_source": "c.toml",
+            "points": [{"runs": ["torchtitan", "megatron"]},
+                       {"runs": ["megatron", "moplace-apply"]}, {}]}
+    assert "apply" not in _commands(info, data, 0)
+    assert {k: "apply" in _commands(info, data, k) for k in (1, 2)} == {1: True, 2: True}

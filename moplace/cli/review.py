@@ -245,7 +245,13 @@ def _commands(info: dict, data: dict, k: int) -> dict[str, str]:
     else:
         out["evaluate"] = (f"moplace evaluate {graph or 'GRAPH'} --cluster {cluster or 'CLUSTER'}"
                            f" --strategy {front} --point {k}")
-    if str(graph).endswith(".json"):  # a graph profiled from a model runs for real
+    points = data.get("points")
+    point = points[k] if isinstance(points, list) and 0 <= k < len(points) else {}
+    runs = point.get("runs") if isinstance(point, dict) else None
+    # a graph profiled from a model runs for real, unless the point says apply cannot run it
+    # (FP8, expert parallelism on the PyTorch testbed)
+    if str(graph).endswith(".json") and not (isinstance(runs, list)
+                                            and "moplace-apply" not in runs):
         out["apply"] = f"moplace apply {front} --point {k} --steps 10"
     return out
 
