@@ -40,7 +40,8 @@ from .baselines import DDP_BUCKET_BYTES, reduces_gradients, shards_updates, topo
 from .graph import SPLIT_DIMS, OpGraph
 from .planshape import plan_shape
 from .recompute import attention_cores, layer_checkpoints
-from .runners import FRAMEWORKS, RECOMPUTE, SCHEDULES, VIRTUAL_SCHEDULES, misfit, stage_of_groups
+from .options import VIRTUAL_SCHEDULES
+from .runners import FRAMEWORKS, RECOMPUTE, SCHEDULES, misfit, stage_of_groups
 from .strategy import FP8_MODES
 from .strategy import SCHEDULES as STRATEGY_SCHEDULES
 from .strategy import Split, Strategy

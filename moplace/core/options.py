@@ -24,6 +24,9 @@ ZERO_STAGES = (0, 1, 2, 3)
 #: ScheduleInterleavedZeroBubble); the last two run each device's actions in a fixed order
 #: (`moplace.simulator.pipeorder`)
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zero-bubble")
+#: the schedules of fixed per-rank actions, which run virtual stages (several per device):
+#: `moplace.simulator.pipeorder` orders them, `moplace.core.runners` exports them
+VIRTUAL_SCHEDULES = ("interleaved", "zero-bubble")
 #: how each schedule reads in tables and text
 SCHEDULE_LABELS = MappingProxyType({"1f1b": "1F1B", "gpipe": "GPipe",
                                     "interleaved": "interleaved 1F1B",

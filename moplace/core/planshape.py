@@ -22,7 +22,7 @@ from ._topo import lexicographic_topo_order
 from .baselines import group_order
 from .graph import ROLES, OpGraph
 from .recompute import attention_cores, layer_checkpoints, recomputable_heads
-from .virtual import stage_depths
+from .virtual import round_robin, stage_depths
 from .strategy import Strategy
 
 #: roles whose edges give the direction data flows between stages (backward edges run back)
@@ -172,8 +172,8 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
 def _virtual(graph, strategy, order, sets, n_sets: int) -> list[list[int]]:
     """The positions (in ``order``) of the groups with forward ops (that read something) cut
     into virtual stages, when the forward runs through ``v * n_sets`` stages for some v > 1
-    (`stage_depths`: a group's stage is its forward ops' deepest), stage j's groups on the device set of stage
-    ``j mod n_sets`` (distinct for the first ``n_sets``): Megatron's interleaved layout; else
+    (`stage_depths`: a group's stage is its forward ops' deepest), stage j's groups on the
+    device set of stage ``j mod n_sets`` (`round_robin`): Megatron's interleaved layout; else
     empty."""
     a = graph.arrays
     # forward ops that read something (a weight sits with its reader, wherever it is)
@@ -191,11 +191,7 @@ def _virtual(graph, strategy, order, sets, n_sets: int) -> list[list[int]]:
     held = [{sets[i] for i in c} for c in chunks]
     if any(len(h) != 1 for h in held):
         return []
-    first = [next(iter(h)) for h in held[:n_sets]]
-    if len(set(first)) != n_sets or any(next(iter(h)) != first[j % n_sets]
-                                        for j, h in enumerate(held)):
-        return []
-    return chunks
+    return chunks if round_robin(next(iter(h)) for h in held) == n_sets else []
 
 
 def _runs(sets) -> list[list[int]]:

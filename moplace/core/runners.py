@@ -47,6 +47,7 @@ from functools import lru_cache
 import numpy as np
 
 from .graph import ROLES, OpGraph
+from .options import VIRTUAL_SCHEDULES
 from .planshape import PlanShape, plan_shape
 
 #: the runners, in the order they are listed
@@ -61,8 +62,7 @@ ZERO_STAGES = {"torchtitan": (0, 1, 2, 3), "megatron": (0, 1, 2)}
 #: the pipeline schedules each framework runs
 SCHEDULES = {"torchtitan": ("1f1b", "gpipe", "interleaved", "zero-bubble"),
              "megatron": ("1f1b", "interleaved")}
-#: the schedules that run virtual stages (several per device, `PlanShape.vp`)
-VIRTUAL_SCHEDULES = ("interleaved", "zero-bubble")
+
 #: the recomputation modes each framework names
 RECOMPUTE = {"torchtitan": ("none", "selective", "full"),
              "megatron": ("none", "selective", "full")}

@@ -64,3 +64,14 @@ def _stages(topo, in_ptr, in_edge, src, role, dev):
         else:
             fst[op] = best
     return fst, bst
+
+
+def round_robin(keys) -> int:
+    """How many devices ``keys`` (each stage's device, or device set, in data-flow order) are
+    laid round-robin over: p when stage j is on the device of stage ``j mod p``, the first p
+    distinct; 0 when they are not."""
+    keys = list(keys)
+    p = len(dict.fromkeys(keys))
+    if p == 0 or len(keys) % p or len(set(keys[:p])) != p:
+        return 0
+    return p if all(k == keys[j % p] for j, k in enumerate(keys)) else 0

@@ -28,7 +28,6 @@ import weakref
 import numpy as np
 
 from ..core.graph import ROLES, OpGraph
-from ..core.strategy import FP8_MODES
 from ..errors import StrategyError
 from .devicespecs import DEFAULT_MEMORY_EFFICIENCY, device_spec, dtype_size
 
@@ -81,10 +80,18 @@ def _matmuls(graph: OpGraph, mode: str) -> np.ndarray:
     return out
 
 
-def fp8_weight_bytes(graph: OpGraph, matmuls: np.ndarray) -> np.ndarray:
-    """Per op, the bytes of FP8 weight copies it keeps: a weight (an op with parameters and no
-    inputs) that a forward FP8 matmul reads, directly or through up to three single-input
-    ops, keeps one byte an element (its parameter bytes over its element size)."""
+def fp8_weight_bytes(graph: OpGraph, mode: str) -> np.ndarray:
+    """Per op, the bytes of FP8 weight copies it keeps under ``mode``: a weight (an op with
+    parameters and no inputs) that a forward FP8 matmul reads, directly or through up to
+    three single-input ops, keeps one byte an element (its parameter bytes over its element
+    size). Kept per graph and mode."""
+    kept = _OPS.setdefault(graph, {})
+    if ("weights", mode) not in kept:
+        kept[("weights", mode)] = _weight_bytes(graph, fp8_matmuls(graph, mode))
+    return kept[("weights", mode)]
+
+
+def _weight_bytes(graph: OpGraph, matmuls: np.ndarray) -> np.ndarray:
     a = graph.arrays
     features = graph.metadata.get("cost_features") or {}
     extra = np.zeros(len(graph.ops))
@@ -140,10 +147,3 @@ def fp8_costs(costs, mode: str):
     view.__dict__["compute"] = compute
     kept[mode] = view
     return view
-
-
-def precision_text(mode: str) -> str:
-    """How a plan's precision reads: ``"BF16"`` or the FP8 mode in words."""
-    return {"none": "BF16", "all": "FP8 matmuls",
-            "inner": "FP8 matmuls but the first and last layers'"}[mode] if mode in FP8_MODES \
-        else mode

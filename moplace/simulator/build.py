@@ -34,7 +34,7 @@ import numpy as np
 from ..core.strategy import Strategy
 from ..core.graph import OpGraph
 from ..costs.costmodel import CostModel
-from ..costs.fp8 import fp8_costs, fp8_matmuls, fp8_weight_bytes
+from ..costs.fp8 import fp8_costs, fp8_weight_bytes
 from ._fill import fill_instance
 from .delta import SimulationBase, patched_task_graph
 from .microbatch import microbatch_plan
@@ -83,7 +83,7 @@ def build(graph: OpGraph, strategy: Strategy, costs: CostModel,
 def with_fp8_weights(tg: TaskGraph, graph: OpGraph, mode: str) -> TaskGraph:
     """``tg`` with each weight's FP8 copy (`moplace.costs.fp8.fp8_weight_bytes`) kept where
     the weight is, in the share its task keeps of the weight (split or sharded alike)."""
-    extra = fp8_weight_bytes(graph, fp8_matmuls(graph, mode))
+    extra = fp8_weight_bytes(graph, mode)
     nc = tg.n_compute
     op = tg.task_op[:nc]
     whole = graph.arrays.param_bytes[op]

@@ -10,10 +10,11 @@ from dataclasses import replace
 import numpy as np
 
 from ..core.graph import OpGraph, inplace_sources
+from ..core.options import VIRTUAL_SCHEDULES
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
 from .microbatch import microbatch_plan
-from .pipeorder import ORDERED, ordered_priorities, pipeline_layout, slot_waits
+from .pipeorder import ordered_priorities, pipeline_layout, slot_waits
 from .schedule import (ScheduleShape, one_f_one_b_waits, stage_limits, task_priorities,
                        with_waits)
 
@@ -31,7 +32,7 @@ def pipeline_order(tg, moved_bytes: np.ndarray, graph: OpGraph, strategy: Strate
     shape = ScheduleShape(tg, plan) if shape is None else shape
     nc, n_dev = tg.n_compute, costs.cluster.n_devices
     task_op, dev = tg.task_op[:nc], tg.dev[:nc]
-    if strategy.schedule_name in ORDERED:
+    if strategy.schedule_name in VIRTUAL_SCHEDULES:
         return _ordered(tg, moved_bytes, graph, strategy, costs, plan, shape)
     gpipe = strategy.schedule_name == "gpipe"
     limit = stage_limits(dev, tg.dur[:nc], task_op, shape.phase, graph.depth, n_dev)
@@ -50,21 +51,15 @@ def _ordered(tg, moved_bytes: np.ndarray, graph: OpGraph, strategy: Strategy,
     (`moplace.simulator.pipeorder`: interleaved 1F1B, zero-bubble)."""
     nc, n_dev = tg.n_compute, costs.cluster.n_devices
     name = strategy.schedule_name
-    pa = plan.arrays
-    waited = np.zeros(len(graph.ops), bool)  # a recomputed run waits for it: never deferred
-    waited[plan.orig[pa.src[pa.dst >= pa.topo.size - plan.n_clone_ops]]] = True
-    layout = pipeline_layout(graph, strategy.placement, n_dev, name, waited)
-    orig = plan.orig[shape.vop]
-    dev = tg.dev[:nc]
+    layout = pipeline_layout(graph, strategy.placement, n_dev, name, shape.waited)
+    orig, dev = shape.orig, tg.dev[:nc]
     slot, prio = ordered_priorities(layout, name, plan.m, orig, dev, shape.phase, shape.mb,
                                     strategy.placement[orig], strategy.priority, tg.n_tasks)
     device_rank = np.full(n_dev, -1, np.int64)
     staged = slot >= 0
     np.maximum.at(device_rank, dev[staged], layout.rank[strategy.placement[orig[staged]]])
     changes = {"prio": prio, "stage": np.where(device_rank >= 0, device_rank + 1, 0)}
-    position = np.empty(plan.arrays.topo.size, np.int64)
-    position[plan.arrays.topo] = np.arange(position.size)
-    src, dst = slot_waits(slot, dev, position[shape.vop], tg.e_src, tg.e_dst)
+    src, dst = slot_waits(slot, dev, shape.position, tg.e_src, tg.e_dst)
     moved_bytes = _add_waits(tg, moved_bytes, changes, src, dst, plan, shape, costs)
     return replace(tg, **changes), moved_bytes
 

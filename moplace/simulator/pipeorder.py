@@ -50,17 +50,15 @@ import numpy as np
 from numba import njit
 
 from ..core.graph import ROLES, OpGraph
-from ..core.virtual import stage_depths
+from ..core.virtual import round_robin, stage_depths
 from ..errors import StrategyError
 from .microbatch import FORWARD, ONCE
 from .schedule import last_of
 
-#: the schedules this module orders (names of `moplace.core.strategy.SCHEDULES`)
-ORDERED = ("interleaved", "zero-bubble")
 #: the kinds of action: forward, backward (input gradient; the whole backward but under
 #: zero-bubble) and weight gradient
 F, B, W = 0, 1, 2
-_FWD, _BWD, _UPD = (ROLES.index(r) for r in ("forward", "backward", "update"))
+_FWD = ROLES.index("forward")
 
 
 def micro_batch_refusal(schedule: str, p: int, v: int, m: int) -> str | None:
@@ -81,7 +79,7 @@ def micro_batch_refusal(schedule: str, p: int, v: int, m: int) -> str | None:
 def rank_actions(schedule: str, p: int, v: int, m: int, rank: int
                  ) -> tuple[tuple[int, int, int], ...]:
     """Rank ``rank``'s actions in order, each ``(kind, chunk, micro-batch)`` (kind `F`, `B`
-    or `W`), under ``schedule`` (`ORDERED`) with ``p`` ranks, ``v`` chunks each and ``m``
+    or `W`), under ``schedule`` (`moplace.core.options.VIRTUAL_SCHEDULES`) with ``p`` ranks, ``v`` chunks each and ``m``
     micro-batches (see the module docstring)."""
     zb = schedule == "zero-bubble"
     per_round = m // max(1, m // p)
@@ -152,21 +150,19 @@ def pipeline_layout(graph: OpGraph, placement: np.ndarray, n_dev: int, schedule:
         raise StrategyError(f"the {schedule} schedule needs forward ops; graph {graph.name!r} "
                             "has none")
     S = int(fst[fwd].max()) + 1
-    first = np.full(S, -1, np.int64)  # the device of each stage's first op
-    for j in range(S):
-        first[j] = dev[fwd][fst[fwd] == j].min()
-    ranks = np.unique(first, return_index=True)[1]
-    p = ranks.size
-    of_rank = first[np.sort(ranks)]
-    v = S // p
-    expected = of_rank[np.arange(S) % p]
-    bad = np.flatnonzero(expected != first)
-    if S % p or bad.size or np.unique(of_rank).size != p:
+    first = np.full(S, np.iinfo(np.int64).max)  # each stage's least device
+    np.minimum.at(first, fst[fwd], dev[fwd])
+    p = round_robin(first.tolist())
+    if not p:
+        p = np.unique(first).size
+        of_rank = first[np.sort(np.unique(first, return_index=True)[1])]
+        bad = np.flatnonzero(of_rank[np.arange(S) % p] != first)
         j = int(bad[0]) if bad.size else S - 1
         raise StrategyError(
             f"the {schedule} schedule needs the pipeline's {S} stages laid round-robin over "
             f"its {p} devices (stage j on the device of stage j mod {p}, as Megatron-LM and "
             f"torchtitan lay virtual stages); stage {j} runs on device {int(first[j])}")
+    of_rank, v = first[:p], S // p
     fchunk = np.clip(fst, 0, S - 1) // p
     rank = np.full(max(n_dev, int(dev.max()) + 1), -1, np.int64)
     rank[of_rank] = np.arange(p)
@@ -218,7 +214,8 @@ def slot_waits(slot: np.ndarray, dev: np.ndarray, position: np.ndarray, e_src: n
     staged = np.flatnonzero(slot >= 0)
     if staged.size == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    key = dev[staged] * (slot.max() + 1) + slot[staged]
+    base = slot.max() + 1
+    key = dev[staged] * base + slot[staged]
     keys, inverse = np.unique(key, return_inverse=True)
     sink = last_of(inverse, position[staged], staged, keys.size)
     inner = (e_src < nc) & (e_dst < nc)
@@ -228,8 +225,7 @@ def slot_waits(slot: np.ndarray, dev: np.ndarray, position: np.ndarray, e_src: n
     fed[d[same]] = True
     entry = ~fed[staged]
     k = inverse[entry]
-    prev_same_dev = (k > 0) & (keys[np.maximum(k - 1, 0)] // (slot.max() + 1)
-                               == keys[k] // (slot.max() + 1))
+    prev_same_dev = (k > 0) & (keys[np.maximum(k - 1, 0)] // base == keys[k] // base)
     dst = staged[entry][prev_same_dev]
     src = sink[k[prev_same_dev] - 1]
     return src.astype(np.int64), dst.astype(np.int64)

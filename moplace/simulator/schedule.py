@@ -54,9 +54,11 @@ def task_priorities(priority: np.ndarray, task_op: np.ndarray, phase: np.ndarray
 
 class ScheduleShape:
     """What ordering a micro-batched task graph needs that its placement does not change: per
-    compute task its plan op (``vop``), ``phase`` and micro-batch (``mb``); the edges between
-    forward tasks of one micro-batch (``fwd_src``, ``fwd_dst``); the backward tasks
-    (``back``) and their places in the plan's topological order (``back_position``)."""
+    compute task its plan op (``vop``), the graph's op it runs (``orig``), ``phase``,
+    micro-batch (``mb``) and place in the plan's topological order (``position``); the edges
+    between forward tasks of one micro-batch (``fwd_src``, ``fwd_dst``); the backward tasks
+    (``back``) and their places (``back_position``); per op of the graph, whether a
+    recomputed run waits for it (``waited``: zero-bubble never defers it)."""
 
     def __init__(self, tg, plan: MicrobatchPlan):
         nc = tg.n_compute
@@ -71,7 +73,12 @@ class ScheduleShape:
         self.back = np.flatnonzero(plan.arrays.role[self.vop] == _BACKWARD_ROLE)
         position = np.empty(plan.arrays.topo.size, np.int64)
         position[plan.arrays.topo] = np.arange(position.size)
-        self.back_position = position[self.vop[self.back]]
+        self.position = position[self.vop]
+        self.back_position = self.position[self.back]
+        self.orig = plan.orig[self.vop]
+        pa = plan.arrays  # the graph's ops a recomputed run waits for (clones come last)
+        self.waited = np.zeros(plan.n_ops, bool)
+        self.waited[plan.orig[pa.src[pa.dst >= pa.topo.size - plan.n_clone_ops]]] = True
 
 
 def one_f_one_b_waits(dev, limit, shape: ScheduleShape, n_dev: int

@@ -238,6 +238,13 @@ class StrategyJson(FileFormat):
         save_strategy(path, graph, baseline("layer-split", graph, cluster.n_devices)
                       .with_options(micro_batches=4, schedule=1), cluster)
         seeds.append(("layer-split, 4 micro-batches under GPipe", path.read_bytes()))
+        # zero-bubble, and the same in FP8, which alexnet on V100s refuses by name (version 5,
+        # issue 49): the names the mutator can damage
+        for label, fp8 in (("zero-bubble", 0), ("zero-bubble, FP8", 1)):
+            path = self.workdir / "seeds" / f"{label.replace(', ', '-')}.strategy.json"
+            save_strategy(path, graph, baseline("layer-split", graph, cluster.n_devices)
+                          .with_options(micro_batches=4, schedule=3, fp8=fp8), cluster)
+            seeds.append((f"layer-split, 4 micro-batches {label}", path.read_bytes()))
         front = json.loads(_search(self.workdir, "random", "strategy-search").read_text())
         point = max(front["points"], key=lambda p: len(p["strategy"]["splits"]))
         seeds.append(("random-search point with splits",
@@ -513,6 +520,18 @@ class Arguments:
         n.append(("evaluate --micro-batches 4 --schedule gpipe --json",
                   b["evaluate"] + ["--micro-batches", "4", "--schedule", "gpipe", "--json"]))
         n.append(("evaluate --schedule interleaved", b["evaluate"] + ["--schedule", "interleaved"]))
+        # the schedules of fixed actions and FP8 (issue 49): a layout that is not round-robin,
+        # micro-batches Megatron's rule refuses, FP8 on V100s and on a graph naming no matmuls
+        for extra in (["--baseline", "round-robin", "--micro-batches", "4", "--schedule",
+                       "interleaved"],
+                      ["--baseline", "layer-split", "--micro-batches", "3", "--schedule",
+                       "zero-bubble", "--json"],
+                      ["--baseline", "layer-split", "--micro-batches", "4", "--schedule",
+                       "zero-bubble", "--json"],
+                      ["--baseline", "single", "--fp8", "all"], ["--baseline", "single",
+                                                                  "--fp8", "half"]):
+            n.append((f"evaluate {' '.join(extra)[:40]}",
+                      ["evaluate", GRAPH, "--cluster", CLUSTER, *extra]))
         # questions asked of a front (issue 34): constraints and goals that do not parse,
         # name no objective or leave nothing; a --save path that cannot be written
         for v in ("runtime", "runtime<=", "runtime=1s", "runtime<=abc", "runtime<=1GiB",
