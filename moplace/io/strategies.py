@@ -166,8 +166,8 @@ def _options(spec) -> dict:
         if name == "bucket_bytes" and not (number and 0 <= value <= MAX_BUCKET_BYTES):
             raise StrategyError(f"options.{name}: must be a number of bytes from 0 to "
                                 f"{MAX_BUCKET_BYTES:.0f}, got {shown(value)}")
-        if name == "micro_batches" and not (number and value == int(value)
-                                            and 1 <= value <= MAX_MICRO_BATCHES):
+        if name == "micro_batches" and not (number and 1 <= value <= MAX_MICRO_BATCHES
+                                            and value == int(value)):
             raise StrategyError(f"options.{name}: must be a whole number of micro-batches "
                                 f"from 1 to {MAX_MICRO_BATCHES}, got {shown(value)}")
         if name == "schedule" and value not in SCHEDULES:

@@ -115,9 +115,18 @@ def check_study(study, problem, priorities: bool) -> None:
 
 def open_storage(storage):
     """An optuna storage: None (in memory), a database URL (``sqlite:///study.db``), a file
-    name ending in ``.log`` or ``.journal`` (optuna's journal file storage), or a storage."""
+    name ending in ``.log`` or ``.journal`` (optuna's journal file storage), or a storage;
+    anything else (``--set storage=true`` reads a bool) is refused by name."""
+    if storage is None:
+        return None
     if not isinstance(storage, str):
-        return storage
+        from optuna.storages import BaseStorage
+
+        if isinstance(storage, BaseStorage):
+            return storage
+        raise MoplaceError(f"storage {storage!r} is neither a database URL (sqlite:///study.db, "
+                           "postgresql://...), a journal file ending in .log or .journal, nor "
+                           "an optuna storage")
     if storage.endswith((".log", ".journal")) and "://" not in storage:
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend

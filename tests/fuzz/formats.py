@@ -366,6 +366,8 @@ class Arguments:
         for s in ("optuna-tpe", "optuna-nsga2"):
             n.append((f"{s} --set storage=foo://bar", with_option(b["search-tpe"], "--searcher", s)
                       + ["--set", "storage=foo://bar"]))
+        for v in ("true", "3", "[1]"):  # values --set reads as a bool, a number, a list
+            n.append((f"optuna-tpe --set storage={v}", b["search-tpe"] + ["--set", f"storage={v}"]))
         for s in searches + ["compare"]:
             for v in ("-1", BIG):
                 n.append((f"{s} --seed {v[:8]}", b[s] + ["--seed", v]))
@@ -552,6 +554,24 @@ class Arguments:
                      ["evaluate", "--strategy", str(binary)], ["evaluate", str(binary)],
                      ["evaluate", "--strategy", str(wd / "nosuch.json")]):
             n.append((" ".join(a[-12:] for a in argv), argv))
+        # numbers JSON should not hold (Python's json reads them) in each numeric field of a
+        # strategy file: a micro-batch count of Infinity once raised OverflowError (issue 49)
+        plan = json.loads(Path(front).read_text())["points"][0]["strategy"]
+        op = next(iter(plan["placement"]))
+        for v in ("Infinity", "-Infinity", "NaN", "1e400", "4.5"):
+            for field in ("micro_batches", "bucket_bytes", "zero_stage", "schedule", "fp8",
+                          "priority", "placement", "version"):
+                bad = json.loads(json.dumps(plan))
+                if field in ("priority", "placement"):
+                    bad[field][op] = float(v)
+                elif field == "version":
+                    bad[field] = float(v)
+                else:
+                    bad.setdefault("options", {})[field] = float(v)
+                path = wd / f"nonfinite-{field}-{v}.strategy.json"
+                path.write_text(json.dumps(bad))
+                n.append((f"strategy {field} {v}", ["evaluate", GRAPH, "--cluster", CLUSTER,
+                                                    "--strategy", str(path), "--json"]))
         # a front point exported as the plan a user trains with (issue 35): points, files
         # and formats that are not there
         for argv in (["export"], ["export", front], ["export", front, "--point", "99"],
