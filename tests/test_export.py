@@ -83,7 +83,7 @@ def test_data_parallel_front_exports_dp4_flags(capsys, fronts, tmp_path):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["regular"] and doc["degrees"] == {"data": 4, "tensor": 1, "pipeline": 1,
-                                                     "virtual": 1, "expert": 1}
+                                                     "virtual": 1, "expert": 1, "context": 1}
     assert doc["megatron"]["args"][:4] == ["--tensor-model-parallel-size", "1",
                                           "--pipeline-model-parallel-size", "1"]
     assert "--global-batch-size" in doc["megatron"]["args"]  # VGG-16's profile names batch 128

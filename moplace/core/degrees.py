@@ -24,8 +24,22 @@ torchtitan run a 64-GPU Mixtral at EP 8) needs an expert op split two ways at on
 expert within a group and as a replica across groups, which a `moplace.core.strategy.Split`
 (one dimension over one device list) cannot state: not offered yet.
 
-Later degrees (context parallelism, device sets beyond a power of two) are new genes
-appended to `GENES` with their choices in `_choices`.
+**Context parallelism** (CP) is two more modes beside ``data`` and ``tensor``, offered on a
+graph whose attention is all fused (its ``metadata["context"]``, its ops splittable on
+``sequence``, `moplace.core.context`): ``context``, every group of a stage split on
+``sequence`` over its ``w`` devices (ring attention: Megatron's ``--context-parallel-size w``,
+torchtitan's ``context_parallel_degree``, under FSDP only: torchtitan shards the weights over
+the CP ranks whenever it has any), and ``context-a2a``, the attention kernels' groups on
+``channel`` by heads instead (Ulysses: Megatron's ``--cp-comm-type a2a``; torchtitan has none),
+where those groups may split so and the heads and key/value heads divide by ``w``. Modes, not
+a gene: a genome of a graph without CP decodes as before. CP beside data or tensor
+parallelism in one stage (Megatron runs TP x CP x DP meshes) needs each group split on two
+dimensions at once (its tokens over the CP ranks, its batch or heads over the others), which
+one `moplace.core.strategy.Split` per group (one dimension over one device list) cannot
+state: not offered.
+
+Later degrees (device sets beyond a power of two) are new genes appended to `GENES` with
+their choices in `_choices`.
 """
 
 from __future__ import annotations
@@ -37,6 +51,7 @@ import numpy as np
 
 from ..errors import StrategyError
 from .baselines import DDP_BUCKET_BYTES, reduces_gradients, shards_updates, topological_priority
+from .context import CP_COMM_WORDS, context_of
 from .graph import SPLIT_DIMS, OpGraph
 from .planshape import plan_shape
 from .recompute import attention_cores, layer_checkpoints
@@ -53,12 +68,14 @@ GENES = ("devices", "pipeline", "mode", "micro_batches", "schedule", "recompute"
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 #: the ZeRO stages the space offers per framework (ZeRO-2 runs as ZeRO-1 in the simulator)
 ZERO = {"torchtitan": (0, 1, 3), "megatron": (0, 1)}
+#: the modes of a stage: data parallel, tensor parallel, context parallel (ring, Ulysses)
+MODES = ("data", "tensor", "context", "context-a2a")
 
 
 @dataclass(frozen=True)
 class Degrees:
-    """One plan of a space: ``devices`` used, ``pp`` stages, ``mode`` ("data" or "tensor")
-    over each stage's ``devices // pp`` devices, ``micro_batches`` under ``schedule``
+    """One plan of a space: ``devices`` used, ``pp`` stages, ``mode`` (`MODES`: "data",
+    "tensor", "context" or "context-a2a", the module docstring) over each stage's ``devices // pp`` devices, ``micro_batches`` under ``schedule``
     (`moplace.core.strategy.SCHEDULES`), ``recompute`` ("none"/"full"/"selective"), ``zero``
     (0, 1, 3), ``vp``, the virtual stages per device (1 but under the interleaved and
     zero-bubble schedules), ``fp8``, which matmuls run in FP8
@@ -81,7 +98,8 @@ class Degrees:
         return self.devices // self.pp
 
     def text(self) -> str:
-        what = "tensor" if self.mode == "tensor" else "data"
+        what = {"tensor": "tensor", "context": f"context ({CP_COMM_WORDS['p2p']})",
+                "context-a2a": f"context ({CP_COMM_WORDS['a2a']})"}.get(self.mode, "data")
         virtual = f" ({self.vp} virtual stages each)" if self.vp > 1 else ""
         precision = {"all": ", FP8", "inner": ", FP8 but first and last layers"}.get(
             self.fp8, "")
@@ -113,6 +131,7 @@ class DegreeSpace:
                       for f in (graph.metadata.get("cost_features") or {}).values())
         self.fp8_modes = FP8_MODES if fp8 and matmuls and self.layers else ("none",)
         self.experts = _experts(graph)
+        self.context = context_of(graph)
         self.shapes = self._shapes()
 
     # -- the space ----------------------------------------------------------------------------
@@ -130,10 +149,29 @@ class DegreeSpace:
                 if pp > 1 and not (self.layers and self.layers["count"] % pp == 0):
                     continue
                 modes = ("data", "tensor") if tensor and n // pp > 1 else ("data",)
-                ok = tuple(m for m in modes if self._runs(Degrees(n, pp, m, 1, "1f1b",
-                                                                  "none", 0)))
+                modes += self._context_modes(n // pp)
+                ok = tuple(m for m in modes if self._zeros(n, pp, m, 1) and self._runs(
+                    Degrees(n, pp, m, 1, "1f1b", "none", self._zeros(n, pp, m, 1)[0])))
                 if ok:
                     out.setdefault(n, {})[pp] = ok
+        return out
+
+    def _context_modes(self, w: int) -> tuple[str, ...]:
+        """The context-parallel modes of a stage ``w`` wide (module docstring)."""
+        if self.context is None or w < 2:
+            return ()
+        return ("context",) + (() if self.context.ulysses_misfit(w) else ("context-a2a",))
+
+    def _zeros(self, n: int, pp: int, mode: str, m: int) -> tuple[int, ...]:
+        """The ZeRO stages of ``mode`` on ``n // pp`` devices a stage with ``m`` micro-batches:
+        sharding where the weights have replicas (data and context parallel) whose gradients
+        are reduced, no ZeRO-3 with micro-batches; torchtitan's CP only under FSDP."""
+        replicas = n // pp if mode != "tensor" else 1
+        shardable = replicas > 1 and reduces_gradients(self.graph) and shards_updates(self.graph)
+        out = tuple(z for z in ZERO[self.framework] if z == 0 or shardable
+                    and not (z == 3 and m > 1))
+        if self.framework == "torchtitan" and mode.startswith("context"):
+            return tuple(z for z in out if z)
         return out
 
     def _runs(self, d: Degrees) -> bool:
@@ -169,9 +207,7 @@ class DegreeSpace:
             return self.fp8_modes
         if k == 9:
             return self._expert_degrees(n // pp, mode, partial[6])
-        shardable = dp > 1 and reduces_gradients(self.graph) and shards_updates(self.graph)
-        return tuple(z for z in ZERO[self.framework] if z == 0 or shardable
-                     and not (z == 3 and partial[3] > 1))
+        return self._zeros(n, pp, mode, partial[3])
 
     def _expert_degrees(self, w: int, mode: str, zero: int) -> tuple[int, ...]:
         """The expert-parallel degrees of a stage ``w`` wide in ``mode`` under ZeRO ``zero``
@@ -263,7 +299,8 @@ class DegreeSpace:
         shape = plan_shape(self.graph, strategy)
         if not shape.regular:
             raise StrategyError("an irregular plan has no degrees")
-        mode = "tensor" if shape.tp > 1 else "data"
+        mode = ("tensor" if shape.tp > 1 else "data" if shape.cp < 2 else
+                "context-a2a" if shape.cp_comm == "a2a" else "context")
         rec = shape.recompute_mode if shape.recompute_mode != "partial" else "partial"
         return Degrees(len(shape.devices), shape.pp, mode, shape.micro_batches,
                        shape.schedule if shape.micro_batches > 1 and shape.pp > 1 else "1f1b",
@@ -281,8 +318,9 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
     the layer boundaries (`moplace.core.runners.stage_of_groups`), stage k on devices
     ``(k mod pp) * width ..``; in each stage every group split on ``batch`` over them (data
     parallel; with ``d.ep > 1`` a mixture of experts' experts, weights and updates on
-    ``expert``), or (tensor parallel) on ``tensor`` where it may and on ``batch`` elsewhere; a
-    group that may not split runs on the stage's first device. Ops run in topological order;
+    ``expert``), or (tensor parallel) on ``tensor`` where it may and on ``batch`` elsewhere,
+    or (context parallel) on ``sequence``, with ``context-a2a`` the attention kernels' groups
+    on ``channel``; a group that may not split runs on the stage's first device. Ops run in topological order;
     gradients go in DDP's buckets where replicas reduce them."""
     if recompute_heads is None:
         recompute_heads = {"none": np.empty(0, np.int64), "full": layer_checkpoints(graph),
@@ -300,6 +338,9 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
         stage = np.zeros(graph.arrays.n_groups, np.int64)
     device = stage * w
     splits: dict[int, Split] = {}
+    info = context_of(graph) if d.mode == "context-a2a" else None
+    heads = info.attention_groups if info else ()
+    tokens = "sequence" if d.mode.startswith("context") else "batch"
     if w > 1:
         for g, members in enumerate(graph.groups):
             devices = tuple(range(int(device[g]), int(device[g]) + w))
@@ -308,8 +349,10 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
                 splits[g] = Split("tensor", devices)
             elif d.ep > 1 and all("expert" in s for s in dims):
                 splits[g] = Split("expert", devices)
-            elif all("batch" in s for s in dims):
-                splits[g] = Split("batch", devices)
+            elif g in heads and all("channel" in s for s in dims):
+                splits[g] = Split("channel", devices)
+            elif all(tokens in s for s in dims):
+                splits[g] = Split(tokens, devices)
     group = graph.arrays.group
     placement = device[group]
     op_splits = {op: splits[g] for g, members in enumerate(graph.groups) if g in splits

@@ -2,8 +2,8 @@
 (`moplace.review.units.plan_text` writes it as a line for the front table and `show`), in
 the one vocabulary of tables, `show` and `export`: splits counted in ops (``split_ops``, and
 of them ``tensor_ops`` on tensor), recomputation in co-location groups; a regular plan by its
-degrees (``degrees``: data, tensor and pipeline, with ``virtual`` and ``expert`` where more
-than 1, `moplace.core.planshape`), so that a data-parallel point reads "data parallel x8"; and whether the gradient levers act at all
+degrees (``degrees``: data, tensor and pipeline, with ``virtual``, ``expert`` and ``context``
+(and its ``context_comm``, "p2p" or "a2a") where more than 1, `moplace.core.planshape`), so that a data-parallel point reads "data parallel x8"; and whether the gradient levers act at all
 (``replicas``: some op's weights are replicated on batch, so its gradients are all-reduced in
 buckets and ZeRO has something to shard; on one device or a pipeline without replicas they
 change nothing and a table leaves them out). The per-group counts of earlier files
@@ -33,7 +33,9 @@ def plan_of(strategy: Strategy, graph: OpGraph) -> dict:
             "tensor_groups": int(np.unique(a.group[tensor]).size),
             "degrees": ({"data": shape.dp, "tensor": shape.tp, "pipeline": shape.pp,
                          **({"virtual": shape.vp} if shape.vp > 1 else {}),
-                         **({"expert": shape.ep} if shape.ep > 1 else {})}
+                         **({"expert": shape.ep} if shape.ep > 1 else {}),
+                         **({"context": shape.cp, "context_comm": shape.cp_comm}
+                            if shape.cp > 1 else {})}
                         if shape.regular else None),
             "replicas": bool(((a.grad_bytes[batch] > 0) | (a.param_bytes[batch] > 0)).any()),
             "bucket_bytes": float(strategy.bucket_bytes),

@@ -3,7 +3,9 @@ stages (co-location groups, not model layers, grouped by the devices they run on
 flows through them), each stage's data-parallel degree (its groups split on ``batch``: one
 replica per part), tensor-parallel degree (split on ``channel``) and expert-parallel degree
 (a mixture of experts' experts split on ``expert`` over a data-parallel stage's devices, the
-rest of it on ``batch``), the micro-batches and
+rest of it on ``batch``), context-parallel degree (every group split on ``sequence``: ring
+attention; or the attention kernels' groups on ``channel``, by heads, and the rest on
+``sequence``: Ulysses' all-to-all, `moplace.core.context`), the micro-batches and
 their schedule, the ZeRO stage, the recomputed groups and the bucket size; and whether the plan
 has the regular shape that Megatron-style and torchtitan-style configurations state with a few
 numbers: every stage with the same data- and tensor-parallel degree, stages on disjoint devices,
@@ -20,6 +22,7 @@ import numpy as np
 
 from ._topo import lexicographic_topo_order
 from .baselines import group_order
+from .context import context_of
 from .graph import ROLES, OpGraph
 from .recompute import attention_cores, layer_checkpoints, recomputable_heads
 from .virtual import round_robin, stage_depths
@@ -34,8 +37,11 @@ class Stage:
     """One stage: co-location groups (by their first op) on one set of devices, in data-flow
     order; ``dp``/``tp`` its data- and tensor-parallel degrees (None where its groups mix
     batch and channel splits); ``ep`` its expert-parallel degree (its width when it splits
-    experts on ``expert`` beside groups on ``batch``, else 1); ``first``/``last`` the names of its first and last group's
-    first op, ``first_group``/``last_group`` their positions (from 0) among all the graph's
+    experts on ``expert`` beside groups on ``batch``, else 1); ``cp`` its context-parallel
+    degree (its width when its groups are on ``sequence``, dp and tp then 1) and ``cp_comm``
+    how (`moplace.core.context.CP_COMMS`: "p2p", ring attention, or "a2a", Ulysses, where the
+    attention kernels' groups are on ``channel``); ``first``/``last`` the names of its first
+    and last group's first op, ``first_group``/``last_group`` their positions (from 0) among all the graph's
     groups in data-flow order: the stages of a shape cover disjoint runs of them."""
 
     devices: tuple[int, ...]
@@ -49,6 +55,8 @@ class Stage:
     first_group: int
     last_group: int
     ep: int = 1
+    cp: int = 1
+    cp_comm: str = "p2p"
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,8 @@ class PlanShape:
     data-flow order (virtual stage j on stage ``j mod pp``: Megatron's interleaved layout,
     `_virtual`); ``ep``, the expert-parallel degree of a regular plan (`Stage.ep`: the
     experts of a mixture-of-experts layer split on ``expert`` over each stage's ``dp``
-    devices, each expert on one of them; 1 without)."""
+    devices, each expert on one of them; 1 without); ``cp`` and ``cp_comm``, its
+    context-parallel degree and way (`Stage.cp`; 1 and "p2p" without)."""
 
     devices: tuple[int, ...]
     stages: tuple[Stage, ...]
@@ -88,6 +97,8 @@ class PlanShape:
     vp: int = 1
     chunks: tuple[tuple[int, ...], ...] = ()
     ep: int = 1
+    cp: int = 1
+    cp_comm: str = "p2p"
 
     @property
     def regular(self) -> bool:
@@ -122,6 +133,8 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         why.clear()
         ordered = [sets[chunks[k][0]] for k in range(len(keys))]
     sizes = np.bincount(graph.arrays.group, minlength=graph.arrays.n_groups)
+    context = context_of(graph)
+    attention = context.attention_groups if context else frozenset()
 
     def stage(key, where) -> Stage:
         used = sorted({d for d in (dims[i] for i in where) if d is not None})
@@ -131,14 +144,20 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         tensor = "tensor" in used and set(used) <= {"tensor", "batch"}
         # expert parallelism: the experts on expert, the rest of a data-parallel stage on batch
         experts = n > 1 and used == ["batch", "expert"]
+        # context parallelism: all on sequence (ring), or the attention kernels' groups on
+        # channel (heads) and the rest on sequence (Ulysses)
+        ulysses = used == ["channel", "sequence"] and all(
+            int(order[i]) in attention for i in where if dims[i] == "channel")
+        cp = n if n > 1 and (used == ["sequence"] or ulysses) else 1
         dp = n if used == ["batch"] or n == 1 or experts else (
-            1 if used == ["channel"] or tensor else None)
+            1 if used == ["channel"] or tensor or cp > 1 else None)
         tp = n if used == ["channel"] or tensor else (1 if dp is not None else None)
         return Stage(
             devices=key, heads=tuple(int(heads[i]) for i in where),
             ops=int(sum(int(sizes[order[i]]) for i in where)), dims=tuple(used), dp=dp, tp=tp,
             first=graph.ops[int(heads[where[0]])].name, last=graph.ops[int(heads[where[-1]])].name,
-            first_group=where[0], last_group=where[-1], ep=n if experts else 1)
+            first_group=where[0], last_group=where[-1], ep=n if experts else 1, cp=cp,
+            cp_comm="a2a" if cp > 1 and ulysses else "p2p")
 
     stages = [stage(key, [i for i, s in enumerate(sets) if s == key]) for key in ordered]
     _check_stages(stages, len(strategy.used_devices), why)
@@ -166,6 +185,7 @@ def plan_shape(graph: OpGraph, strategy: Strategy) -> PlanShape:
         why=tuple(why), groups=len(heads),
         vp=len(chunks) // len(stages) if regular and chunks else 1,
         ep=stages[0].ep if regular else 1,
+        cp=stages[0].cp if regular else 1, cp_comm=stages[0].cp_comm if regular else "p2p",
         chunks=tuple(tuple(int(heads[i]) for i in c) for c in chunks) if regular else ())
 
 
@@ -255,11 +275,16 @@ def _check_stages(stages, n_used: int, why: list) -> None:
     if mixed:
         listed = ", ".join(map(str, mixed[:4])) + (", ..." if len(mixed) > 4 else "")
         what = f"stage {mixed[0]}" if len(mixed) == 1 else f"{len(mixed)} stages ({listed})"
-        why.append(f"{what} split some groups on batch and others on channel over the same "
-                   f"devices (a dp x tp stage would split every group both ways)")
-    if not mixed and len({s.ep for s in stages}) > 1:
-        why.append("the stages differ in expert parallelism ("
-                   + ", ".join(f"stage {k}: {s.ep}" for k, s in enumerate(stages)) + ")")
+        dims = stages[mixed[0]].dims
+        on = (f"some groups on {dims[0]} and others on {' and '.join(dims[1:])}"
+              if len(dims) > 1 else f"groups on {dims[0]}")
+        why.append(f"{what} split {on} over the same devices (a stage of two degrees would "
+                   f"split every group both ways)")
+    for name, of in (("expert", lambda s: s.ep), ("context", lambda s: (s.cp, s.cp_comm))):
+        if not mixed and len({of(s) for s in stages}) > 1:
+            why.append(f"the stages differ in {name} parallelism ("
+                       + ", ".join(f"stage {k}: {_degree(of(s))}" for k, s in enumerate(stages))
+                       + ")")
     degrees = [(s.dp, s.tp) for s in stages]
     if len(set(degrees)) > 1 and all(d is not None for d, _ in degrees):
         shown = ", ".join(f"stage {k} has {_replicas(s)}" for k, s in enumerate(stages))
@@ -271,7 +296,13 @@ def _check_stages(stages, n_used: int, why: list) -> None:
                    f" devices, the plan uses {n_used}")
 
 
+def _degree(value) -> str:
+    return f"{value[0]} ({value[1]})" if isinstance(value, tuple) else str(value)
+
+
 def _replicas(stage: Stage) -> str:
+    if stage.cp > 1:
+        return f"{stage.cp}-way context parallel"
     if stage.tp and stage.tp > 1:
         return f"{stage.tp}-way tensor parallel"
     return f"{stage.dp} replica{'s' if stage.dp != 1 else ''}"

@@ -31,7 +31,17 @@ framework's configuration names:
   its degree must divide each layer's experts (the graph's ``metadata["moe"]``); Megatron's
   ``--expert-model-parallel-size``, torchtitan's ``expert_parallel_degree``, which torchtitan
   carves from FSDP's shard degree (its expert mesh is ``efsdp x ep`` of the
-  ``data_parallel_shard_degree``): only with FSDP (ZeRO 1 to 3), not with DDP's replicas.
+  ``data_parallel_shard_degree``): only with FSDP (ZeRO 1 to 3), not with DDP's replicas;
+- context parallelism (`PlanShape.cp`, a stage's groups on ``sequence``): Megatron's
+  ``--context-parallel-size`` with ``--cp-comm-type p2p`` (ring) or ``a2a`` (Ulysses: the
+  heads and key/value heads must divide by it); torchtitan's ``context_parallel_degree``,
+  ring only (its ``context_parallel_rotate_method`` "alltoall" passes ring attention's
+  key/value shards, it is no Ulysses), and only under FSDP: torchtitan 0.2.2's
+  ``ParallelDims.fsdp_enabled`` is ``dp_shard > 1 or cp > 1``, so it shards the weights over
+  the CP ranks whatever the plan says (ZeRO 1 to 3, not DDP's replicas). Both cut each
+  sequence into ``2 * cp`` slices for their load-balanced causal split (Megatron's
+  ``get_batch_on_this_cp_rank``, torchtitan's ``seq_len_divisor``): the graph's sequence
+  length, where it names one, must divide so.
 
 A plan runs on **moplace-apply** when its graph came from a front end that ``moplace apply``
 runs (`APPLY_FORMATS`, read from the graph's ``metadata["format"]``): any plan of a Keras
@@ -46,6 +56,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .context import context_of, sequence_misfit
 from .graph import ROLES, OpGraph
 from .options import VIRTUAL_SCHEDULES
 from .planshape import PlanShape, plan_shape
@@ -83,8 +94,9 @@ def pytorch_refusal(graph: OpGraph, strategy) -> str | None:
     only in the traced step is refused when it plans, `moplace.torch.applyprep.prepare`)."""
     if strategy.fp8:
         return "FP8 matmuls: the PyTorch testbed runs on CPUs, which have no FP8 matmul"
-    if any(s.dim == "expert" for s in strategy.splits.values()):
-        return "expert parallelism: the PyTorch testbed runs no split on expert"
+    for dim, what in (("expert", "expert"), ("sequence", "context")):
+        if any(s.dim == dim for s in strategy.splits.values()):
+            return f"{what} parallelism: the PyTorch testbed runs no split on {dim}"
     source = graph.metadata.get("source")
     batch = source.get("batch_size") if isinstance(source, dict) else None
     m = int(strategy.micro_batches)
@@ -173,6 +185,7 @@ def misfit(graph: OpGraph, shape: PlanShape, framework: str) -> tuple[str, ...]:
         why.append(f"tensor parallel over {shape.tp} devices: the {heads} attention heads do "
                    f"not divide among them")
     why += _expert_misfit(graph, shape, framework)
+    why += _context_misfit(graph, shape, framework)
     sizes = batch_sizes(shape)
     if sizes["global"] and not sizes["micro"]:
         why.append(f"batch {sizes['global']} does not divide into {shape.dp} replicas x "
@@ -193,6 +206,27 @@ def _expert_misfit(graph: OpGraph, shape: PlanShape, framework: str) -> list[str
     if framework == "torchtitan" and shape.zero_stage == 0:
         why.append("torchtitan carves expert parallelism from FSDP's shard degree: it needs "
                    "ZeRO 1 to 3 (FSDP), not DDP's replicas")
+    return why
+
+
+def _context_misfit(graph: OpGraph, shape: PlanShape, framework: str) -> list[str]:
+    """Why ``framework`` cannot run the context parallelism of ``shape`` (module docstring)."""
+    if shape.cp <= 1:
+        return []
+    info = context_of(graph)
+    if info is None:  # pragma: no cover (a sequence split needs the graph's context)
+        return ["context parallelism: the graph names no fused attention (metadata.context)"]
+    why = [w for w in (sequence_misfit(info, shape.cp, per=2),) if w]
+    if shape.cp_comm == "a2a":
+        if framework == "torchtitan":
+            why.append("torchtitan runs no all-to-all (Ulysses) context parallelism: its "
+                       "context_parallel_degree is ring attention")
+        elif info.ulysses_misfit(shape.cp):
+            why.append(info.ulysses_misfit(shape.cp))
+    if framework == "torchtitan" and shape.zero_stage == 0:
+        why.append("torchtitan shards the weights over the context-parallel ranks by FSDP "
+                   "whenever context_parallel_degree > 1: it needs ZeRO 1 to 3, not DDP's "
+                   "replicas")
     return why
 
 

@@ -10,6 +10,7 @@ torchtitan job-config TOML (`torchtitan_toml`, the ``[parallelism]``, ``[trainin
 from __future__ import annotations
 
 from ..core.coarsen import expand_names
+from ..core.context import CP_COMM_WORDS, context_of
 from ..core.graph import OpGraph
 from ..core.planshape import PlanShape
 from ..core.runners import FRAMEWORKS, batch_sizes, misfit, runners, stage_layers
@@ -35,8 +36,9 @@ def megatron_flags(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict 
             "--pipeline-model-parallel-size", str(shape.pp)]
     config = {"tensor_model_parallel_size": shape.tp,
               "pipeline_model_parallel_size": shape.pp}
+    cp = f" x context {shape.cp}" if shape.cp > 1 else ""
     notes = [f"data parallel is implied: {len(shape.devices)} ranks / (tensor {shape.tp} x "
-             f"pipeline {shape.pp}) = {shape.dp}"]
+             f"pipeline {shape.pp}{cp}) = {shape.dp}"]
     sizes = batch_sizes(shape)
     if sizes["micro"]:
         args += ["--micro-batch-size", str(sizes["micro"]),
@@ -55,6 +57,10 @@ def megatron_flags(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict 
                  "--moe-token-dispatcher-type", "alltoall"]
         config.update(expert_model_parallel_size=shape.ep, moe_token_dispatcher_type="alltoall")
         notes.append(_experts_note(graph, shape) + " (the model's --num-experts)")
+    if shape.cp > 1:
+        args += ["--context-parallel-size", str(shape.cp), "--cp-comm-type", shape.cp_comm]
+        config.update(context_parallel_size=shape.cp, cp_comm_type=shape.cp_comm)
+        notes.append(_context_note(graph, shape))
     if shape.vp > 1:
         per = stage_layers(graph, shape)[0]
         args += ["--num-layers-per-virtual-pipeline-stage", str(per)]
@@ -112,6 +118,10 @@ def torchtitan_toml(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict
     if shape.ep > 1:
         par["expert_parallel_degree"] = shape.ep
         notes.append(_experts_note(graph, shape) + ", carved from FSDP's shard degree")
+    if shape.cp > 1:
+        par["context_parallel_degree"] = shape.cp
+        notes.append(_context_note(graph, shape) + "; FSDP shards the weights over the "
+                     "context-parallel ranks ([training] seq_len: the traced sequence length)")
     if shape.vp > 1:
         notes.append(f"{shape.vp} virtual stages per pipeline rank "
                      f"({TORCHTITAN_SCHEDULES[shape.schedule]})")
@@ -158,6 +168,16 @@ def _experts_note(graph: OpGraph, shape: PlanShape) -> str:
             f"{experts} experts per rank, tokens sent to them and back by all-to-all")
 
 
+def _context_note(graph: OpGraph, shape: PlanShape) -> str:
+    info = context_of(graph)
+    seq = info.seq_len if info else None
+    tokens = (f"{seq // shape.cp} of each sequence's {seq} tokens" if seq else
+              f"1/{shape.cp} of each sequence's tokens")
+    how = ("attention heads and tokens swapped by all-to-all around each attention (Ulysses)"
+           if shape.cp_comm == "a2a" else "keys and values passed round a ring (ring attention)")
+    return f"context parallel over {shape.cp} ranks: {tokens} per rank, {how}"
+
+
 def _toml_value(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
@@ -183,7 +203,9 @@ def plan_document(graph: OpGraph, strategy: Strategy, shape: PlanShape, device_n
         "ranks": {names[d]: r for r, d in enumerate(shape.devices)},
         "regular": shape.regular,
         "degrees": ({"data": shape.dp, "tensor": shape.tp, "pipeline": shape.pp,
-                     "virtual": shape.vp, "expert": shape.ep} if shape.regular else None),
+                     "virtual": shape.vp, "expert": shape.ep, "context": shape.cp,
+                     **({"context_comm": shape.cp_comm} if shape.cp > 1 else {})}
+                    if shape.regular else None),
         "stages": _stages(graph, shape, names),
         "groups": shape.groups,
         "micro_batches": shape.micro_batches, "schedule": shape.schedule,
@@ -216,6 +238,7 @@ def _stages(graph: OpGraph, shape: PlanShape, names: list) -> list[dict]:
     spans = [[firsts[j], firsts[j] + counts[j] - 1] for j in range(len(counts))] if counts else None
     pp = len(stages)
     return [{"devices": [names[d] for d in s.devices], "data": s.dp, "tensor": s.tp,
+             "context": s.cp,
              "first_op": s.first, "last_op": s.last,
              "groups": [s.first_group + 1, s.last_group + 1] if disjoint else None,
              "group_count": len(s.heads), "ops": s.ops,
@@ -233,14 +256,17 @@ def plan_text(doc: dict, *, title: str) -> str:
                else "")
     experts = (f" (expert parallel x{deg['expert']})" if deg and deg.get("expert", 1) > 1
                else "")
-    lines.append(f"shape: data {deg['data']}{experts} x tensor {deg['tensor']} x pipeline "
-                 f"{deg['pipeline']}{virtual}" if deg else
+    context = (f" x context {deg['context']} ({CP_COMM_WORDS.get(deg.get('context_comm'), '?')})"
+               if deg and deg.get("context", 1) > 1 else "")
+    lines.append(f"shape: data {deg['data']}{experts} x tensor {deg['tensor']}{context} x "
+                 f"pipeline {deg['pipeline']}{virtual}" if deg else
                  "shape: irregular (per-op placement only)")
     stages = doc["stages"]
     what = "stages" if deg else "runs of groups on one device set"
     lines.append(f"{what} ({len(stages)}, in data-flow order, of {doc['groups']} groups):")
     for k, s in enumerate(stages[:8]):
-        width = (f"{s['tensor']}-way tensor parallel" if (s["tensor"] or 1) > 1 else
+        width = (f"{s['context']}-way context parallel" if s.get("context", 1) > 1 else
+                 f"{s['tensor']}-way tensor parallel" if (s["tensor"] or 1) > 1 else
                  f"{s['data']} replica{'s' if s['data'] != 1 else ''}" if s["data"] else
                  "batch and channel splits")
         chunks = s.get("virtual_layers")

@@ -15,6 +15,7 @@ import math
 
 from objectives import OBJECTIVES
 
+from ..core.context import CP_COMM_WORDS
 from ..core.strategy import SCHEDULE_LABELS
 
 TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
@@ -163,17 +164,22 @@ def _whole(value) -> int | None:
 def _degrees_text(degrees: dict) -> str | None:
     """A regular plan's degrees in words: "data parallel ×8", "2 pipeline stages × tensor
     parallel ×4", "data parallel ×8 with expert parallel ×8" (each device of the 8 replicas
-    holds 1/8 of the experts); None when they are not whole numbers >= 1."""
+    holds 1/8 of the experts), "context parallel ×8 (ring)" or "(all-to-all)"; None when they
+    are not whole numbers >= 1."""
     dp, tp, pp = (_whole(degrees.get(k)) for k in ("data", "tensor", "pipeline"))
     if not all((dp, tp, pp)):
         return None
     vp = _whole(degrees.get("virtual")) or 1
     ep = _whole(degrees.get("expert")) or 1
+    cp = _whole(degrees.get("context")) or 1
+    comm = degrees.get("context_comm")
+    comm = CP_COMM_WORDS.get(comm, "ring") if isinstance(comm, str) else "ring"
     parts = ([f"{pp} pipeline stages" + (f" of {vp} virtual" if vp > 1 else "")]
              if pp > 1 else []) \
         + ([f"data parallel ×{dp}" + (f" with expert parallel ×{ep}" if ep > 1 else "")]
            if dp > 1 else []) \
-        + ([f"tensor parallel ×{tp}"] if tp > 1 else [])
+        + ([f"tensor parallel ×{tp}"] if tp > 1 else []) \
+        + ([f"context parallel ×{cp} ({comm})"] if cp > 1 else [])
     return " × ".join(parts) or "1 device"
 
 
