@@ -28,7 +28,10 @@ ROLES = ("forward", "backward", "update", "other")
 #: genome's split options). ``expert``: a mixture-of-experts layer's experts cut by expert
 #: (expert parallelism: each part holds its slice of every ``[E, ...]`` tensor of the layer
 #: and reads its slice of every input, `moplace.simulator.taskgraph`)
-SPLIT_DIMS = ("batch", "channel", "tensor", "expert")
+#: ``sequence``: the tokens of each sequence cut into contiguous slices (context parallelism:
+#: a token-wise op's part computes its slice, a fused attention's reads the keys and values of
+#: every slice, `moplace.torch.context`); held as a third axis beside batch and channel
+SPLIT_DIMS = ("batch", "channel", "tensor", "expert", "sequence")
 
 #: Limits no real training step comes near; a value beyond them is a damaged file, and keeping
 #: them makes every sum the simulator forms fit an int64 of bytes and a finite float of seconds.

@@ -14,33 +14,40 @@ _BATCH, _CHANNEL, _TENSOR = _DIM_CODE["batch"], _DIM_CODE["channel"], _DIM_CODE[
 #: a part of an expert split holds its experts' slice, as a channel slice of the unit square
 #: (the ``[E, C, H]`` buffers' E is its channel axis); it is held as `_CHANNEL` (`held_codes`)
 _EXPERT = _DIM_CODE["expert"]
+#: a part of a sequence split (context parallelism) holds its tokens' slice: the unit square's
+#: third axis (`_SEQ_HELD`); it is a batch split in all else (replicated weights, all-reduced
+#: gradients, ZeRO: the simulator's collectives see it as `_BATCH`)
+_SEQUENCE = _DIM_CODE["sequence"]
 #: what a producer's part holds beyond its split dimension's code: a replica of weights (a
-#: batch split of an op that holds weights and makes no activation: each part the whole) and
-#: a partial sum (of the whole output, `Op.partial_sums`)
-_REPLICA, _PARTIAL = 3, 4
+#: batch split of an op that holds weights and makes no activation: each part the whole), a
+#: partial sum (of the whole output, `Op.partial_sums`) and its slice of the tokens
+_REPLICA, _PARTIAL, _SEQ_HELD = 3, 4, 5
 #: what a consumer's part needs beyond whole (-1), its batch slice (0) and its channel slice
-#: (1): the partial sum of its own index, which it adds to its own (a partial sum of partials)
-_OWN = 2
-_HELD, _NEED = 6, 4  # how many codes each takes (from -1)
+#: (1): the partial sum of its own index, which it adds to its own (a partial sum of partials),
+#: and its slice of the tokens
+_OWN, _SEQ_NEED = 2, 3
+_HELD, _NEED = 7, 5  # how many codes each takes (from -1)
 
 
 def held_codes(a, g, orig, dims) -> np.ndarray:
     """Per op of ``a``'s graph (the plan's, whose ops run ``orig`` of graph ``g``): what each
     of its parts holds, as its dimension's code, `_REPLICA` or `_PARTIAL` (an expert part
-    holds its channel slice: `_CHANNEL`, never the expert code, which is `_REPLICA`'s)."""
-    held = np.where(dims == _EXPERT, _CHANNEL, dims)
+    holds its channel slice: `_CHANNEL`, never the expert code, which is `_REPLICA`'s; a
+    sequence part its tokens: `_SEQ_HELD`)."""
+    held = np.where(dims == _EXPERT, _CHANNEL, np.where(dims == _SEQUENCE, _SEQ_HELD, dims))
     weights = (g.param_bytes[orig] > 0) & (g.output_bytes[orig] == 0) & (a.role != _UPDATE)
-    held[(dims == _BATCH) & weights] = _REPLICA
+    held[((dims == _BATCH) | (dims == _SEQUENCE)) & weights] = _REPLICA
     held[(dims == _TENSOR) & a.partial_sums] = _PARTIAL
     return held
 
 
 def task_memory(a, task_op, parts, held, sharded) -> tuple[np.ndarray, np.ndarray]:
     """Per task its output's and its parameters' bytes; ``sharded`` ops' replicas keep 1/n
-    of the parameters (ZeRO); a partial sum is as large as the whole output."""
+    of the parameters (ZeRO); a partial sum is as large as the whole output; a batch or a
+    sequence part holds its slice of the activations and a whole weight gradient."""
     n = parts[task_op].astype(np.float64)
     h = held[task_op]
-    batch = (h == _BATCH) | (h == _REPLICA)
+    batch = (h == _BATCH) | (h == _REPLICA) | (h == _SEQ_HELD)
     grad = a.grad_bytes[task_op]
     out = a.output_bytes[task_op]
     # a batch part holds its slice of activations but a full weight gradient

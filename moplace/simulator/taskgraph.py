@@ -43,8 +43,10 @@ from ._edgebuild import build_edges
 from ._fill import fill_unsplit
 from .buckets import BucketedCollectives
 from .gathers import held_while_gathered
+from .context import context_edges
 from .holdings import (_BATCH, _CHANNEL, _DIM_CODE, _EXPERT, _HELD, _NEED, _OWN, _PARTIAL,
-                       _REPLICA, _TENSOR, _UPDATE, held_codes, task_memory, task_scratch)
+                       _REPLICA, _SEQ_HELD, _SEQ_NEED, _SEQUENCE, _TENSOR, _UPDATE, held_codes,
+                       task_memory, task_scratch)
 from .microbatch import microbatch_plan
 from .ordering import pipeline_order
 from .recompute import recompute_plan
@@ -139,6 +141,7 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel,
     dev = strategy.placement[task_op].copy()
     dev[parts[vop] > 1] = split_dev  # split ops' parts in op order, so they line up
     held = held_codes(a, graph.arrays, orig, dims)
+    raw_dims, dims = dims, np.where(dims == _SEQUENCE, _BATCH, dims)  # else a batch split
     colls = BucketedCollectives(a, costs, ptr, parts, dims, dev, strategy.bucket_bytes,
                                 int(strategy.zero_stage), n_ops,
                                 plan.partial if strategy.pipelined else None,
@@ -149,7 +152,8 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel,
     par_b = par_b + held_while_gathered(ptr, parts, dev, colls.weighted, a.param_bytes,
                                         vop.size)
     n_compute, n_coll = len(vop), len(colls.ops)
-    edges = _edges(a, ptr, parts, dims, held, dev, colls, n_compute)
+    edges = _edges(a, ptr, parts, raw_dims, held, dev, colls, n_compute,
+                   context_edges(graph), orig)
     moved_bytes = edges.pop("moved_bytes")
     capable = np.concatenate([a.inplace[vop] & costs.inplace, np.zeros(n_coll, bool)])
     ip_src = inplace_sources(edges["e_src"], edges["e_dst"], edges["e_bytes"], edges["out_ptr"],
@@ -249,13 +253,14 @@ def _overlap(n_src: int, dim_src: int, n_dst: int, need_dim: int):
     if dim_src == _REPLICA or (dim_src == _PARTIAL and need_dim == _OWN):
         js = np.arange(n_dst, dtype=np.int64)
         return js * n_src // n_dst, js, np.ones(n_dst)
-    dim_src = {_TENSOR: _CHANNEL, _PARTIAL: -1}.get(dim_src, dim_src)
+    dim_src = {_TENSOR: _CHANNEL, _PARTIAL: -1, _SEQ_HELD: _AXIS_SEQ}.get(dim_src, dim_src)
+    need_dim = _AXIS_SEQ if need_dim == _SEQ_NEED else need_dim
     held = [_region(k, n_src, dim_src) for k in range(n_src)]
     need = [_region(j, n_dst, need_dim) for j in range(n_dst)]
     ks, js, fs = [], [], []
-    for k, (hb, hc) in enumerate(held):
-        for j, (nb, nc) in enumerate(need):
-            f = _len(hb, nb) * _len(hc, nc)
+    for k, h in enumerate(held):
+        for j, w in enumerate(need):
+            f = _len(h[0], w[0]) * _len(h[1], w[1]) * _len(h[2], w[2])
             if f > 0:
                 ks.append(k), js.append(j), fs.append(f)
     return np.array(ks, np.int64), np.array(js, np.int64), np.array(fs)
@@ -268,28 +273,37 @@ def _need_dim(a, dims, held):
     tensor part its shard of a tensor-split input (the shards of a Megatron block stay on
     their devices), its own partial sum of a partial sum it adds to, else the whole input; an
     expert part its experts' slice of every input (each is an ``[E, ...]`` tensor: from a
-    batch-split dispatch, 1/n of every part, an all-to-all)."""
+    batch-split dispatch, 1/n of every part, an all-to-all); a sequence part its tokens'
+    slice (attention's exceptions: `moplace.simulator.context`)."""
     u, v = a.src, a.dst
     dim = dims[v]
     update = a.role[v] == _UPDATE
     need = np.where((dim == _BATCH) & ~update, _BATCH,
-                    np.where(((dim == _CHANNEL) & update) | (dim == _EXPERT), _CHANNEL, -1))
+                    np.where(((dim == _CHANNEL) & update) | (dim == _EXPERT), _CHANNEL,
+                             np.where((dim == _SEQUENCE) & ~update, _SEQ_NEED, -1)))
     own = (held[u] == _PARTIAL) & a.partial_sums[v]
     return np.where(dim == _TENSOR, np.where(held[u] == _TENSOR, _CHANNEL,
                                              np.where(own, _OWN, -1)), need)
 
 
-def _region(k, n, dim):
+#: the unit cube's axes: batch 0, channel 1, the tokens of each sequence `_AXIS_SEQ`
+_AXIS_SEQ = 2
+
+
+def _region(k, n, axis):
+    """Part ``k`` of ``n`` along ``axis`` of the unit cube (another axis: the whole cube)."""
     whole, part = (0.0, 1.0), (k / n, (k + 1) / n)
-    return (part, whole) if dim == 0 else (whole, part) if dim == 1 else (whole, whole)
+    return tuple(part if axis == i else whole for i in range(3))
 
 
 def _len(x, y) -> float:
     return max(0.0, min(x[1], y[1]) - max(x[0], y[0]))
 
 
-def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute) -> dict:
-    """The task edges, sorted by source, and their CSR indexes (`build_edges`)."""
+def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute, context,
+           orig) -> dict:
+    """The task edges, sorted by source, and their CSR indexes (`build_edges`); ``context``:
+    the graph's `ContextEdges` (attention across the sequence) or None."""
     b = colls.bucket_of_op
     # update ops read the reduced gradient from the bucket's last task, not from the parts;
     # an op other than a partial sum reads an all-reduced partial sum from its last task
@@ -302,7 +316,10 @@ def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute
     np.cumsum(serve_ptr, out=serve_ptr)
     mask, first = np.zeros(n_coll, np.int64), np.zeros(n_coll, np.int64)
     mask[colls.exit], first[colls.exit] = colls.mask, colls.first
-    edge_shape, shape_rows, row_j, row_f = _edge_shapes(a, parts, held, _need_dim(a, dims, held))
+    held_e, need = held[a.src], _need_dim(a, dims, held)
+    if context is not None:
+        held_e, need = context.adjust(a, orig, dims, held_e, need)
+    edge_shape, shape_rows, row_j, row_f = _edge_shapes(a, parts, held_e, need)
     (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge) = build_edges(
         a.out_ptr, a.out_edge, a.dst, a.edge_bytes, gated, edge_shape, shape_rows, row_j, row_f,
         ptr, parts, dev, n_compute, colls.feeds_ptr, colls.feeds, colls.succ_ptr, colls.succ,
@@ -311,14 +328,14 @@ def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute
                 out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge, moved_bytes=e_moved)
 
 
-def _edge_shapes(a, parts, held, need):
-    """Each graph edge's shape (parts and holding of its producer, `held_codes`; parts and
+def _edge_shapes(a, parts, held_e, need):
+    """Each graph edge's shape (parts and holding of its producer, ``held_e``; parts and
     ``need``, the needed slice of its consumer) as an index ``s``, and per shape the (consumer
     part, fraction) rows of each producer part k: rows ``shape_rows[s, k]:shape_rows[s, k + 1]``
     of ``row_j``, ``row_f``."""
     u, v = a.src, a.dst
     width = int(parts.max()) + 1 if parts.size else 1
-    code = ((parts[u] * _HELD + held[u] + 1) * width + parts[v]) * _NEED + need + 1
+    code = ((parts[u] * _HELD + held_e + 1) * width + parts[v]) * _NEED + need + 1
     seen = np.zeros(_HELD * _NEED * width * width, bool)
     seen[code] = True
     present = np.flatnonzero(seen)

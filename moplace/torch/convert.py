@@ -23,6 +23,9 @@
 - Mixture-of-experts layers (`moplace.torch.moe`): the routing assumed and each layer's
   dispatch, experts and combine ops, by name, in ``metadata["moe"]`` (`moplace.torch.moegraph`);
   the experts, their weights and updates splittable on ``expert`` too (expert parallelism).
+- Attention all fused (SDPA's flash or memory-efficient kernels): every op splittable on batch
+  is splittable on ``sequence`` too (context parallelism), and ``metadata["context"]`` names
+  the kernels and the edges of their keys, values and their gradients (`moplace.torch.context`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ._torch import torch
 from .features import node_features, update_features
 from .layers import find_layers
 from .megatron import PARTIAL, megatron_blocks
+from .context import context_metadata
 from .moegraph import expert_split, moe_metadata
 from .outputs import separate_outputs
 from .trace import TracedTorchStep
@@ -69,8 +73,10 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     rep, tensor = _fold(nodes, traced)
     kept = [n for n in nodes if rep[n] is n]
     names = {n: _op_name(n, traced) for n in kept}
-    forward = _ancestors(next(n for n in nodes if n.name == traced.loss), rep)
+    loss = rep[next(n for n in nodes if n.name == traced.loss)]
+    forward = _ancestors(loss, rep)
     batched = _batched(kept, traced, twin)
+    batched[loss] = True  # its parts sum their samples' (tokens') losses: no logits gathered
     constants = _constants(kept, traced)
     block_of, status = {}, {}  # kept op -> its tensor-parallel block's name; shard or partial
     for block in megatron_blocks(kept, traced, rep, forward):
@@ -158,10 +164,14 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
         cut = expert_split(ops, edges, moe)  # expert parallelism cuts these by expert
         ops = [replace(op, splittable=(*op.splittable, "expert")) if op.name in cut else op
                for op in ops]
+    context = context_metadata(kept, names, rep, tensor, traced)
+    if context is not None:  # context parallelism cuts the token-wise ops by sequence
+        meta["context"] = context
+        ops = [replace(op, splittable=(*op.splittable, "sequence"))
+               if "batch" in op.splittable else op for op in ops]
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
-    loss = next(n for n in nodes if n.name == traced.loss)
     layers = find_layers(graph, [names[n] for n in kept if n.name in traced.inputs],
-                         names[rep[loss]])
+                         names[loss])
     if layers is not None:
         graph = OpGraph(ops, edges, name=traced.name, metadata={**meta, "layers": layers})
     return with_optimizer(graph, traced.optimizer + ("-mixed" if mixed else ""))
@@ -209,8 +219,9 @@ def _fold(nodes, traced):
 def _splittable(n, batched: bool, gradient: bool, weights: bool,
                 in_block: bool) -> tuple[str, ...]:
     """Matmuls, attention and convolutions: batch or channel. Another op: batch when its
-    output has a batch dimension, or when it sums a weight's gradient over the batch (its
-    parts' sums are then all-reduced, as data parallelism does). A parameter or buffer:
+    output has a batch dimension (the loss is taken to: each part the loss of its samples, so
+    that a data-parallel plan does not gather the logits), or when it sums a weight's
+    gradient over the batch (its parts' sums are then all-reduced, as data parallelism does). A parameter or buffer:
     batch, its replicas each holding all of it. An op of a tensor-parallel block
     (`moplace.torch.megatron`): tensor too."""
     if n.target in SPLITTABLE:

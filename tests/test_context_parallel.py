@@ -1,0 +1,120 @@
+"""Context parallelism in the simulator (issue 49, part 3): a traced Llama's token-wise ops cut
+on ``sequence``, its fused attention reading every part's keys and values (ring attention).
+
+Held to ring attention's traffic: each device receives ``(c - 1) / c`` of every kernel's keys
+and values (forward and backward) and of their gradients; nothing else crosses devices that a
+batch split would not move. Memory: a sequence part holds ``1 / c`` of each activation.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from moplace.cli import main  # noqa: E402
+from moplace.core.baselines import baseline  # noqa: E402
+from moplace.core.presets import load_cluster  # noqa: E402
+from moplace.core.strategy import Split, Strategy  # noqa: E402
+from moplace.costs.costmodel import CostModel  # noqa: E402
+from moplace.io import load_graph  # noqa: E402
+from moplace.simulator import simulate  # noqa: E402
+from moplace.simulator.taskgraph import build_split_task_graph  # noqa: E402
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "vocab_size": 500, "max_position_embeddings": 256, "torch_dtype": "bfloat16"}
+CLUSTER = "8xH100-80GB-NVLink"
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """A 2-layer Llama (GQA: 4 heads, 2 of keys and values) traced at one sequence of 128
+    tokens for H100s: flash attention kernels."""
+    d = tmp_path_factory.mktemp("llama")
+    (d / "config.json").write_text(json.dumps(LLAMA))
+    out = d / "g.json"
+    assert main(["profile", f"hf:{d / 'config.json'}", "--batch", "1", "--seq-len", "128",
+                 "--estimate", "H100", "-o", str(out), "--quiet"]) == 0
+    return load_graph(str(out))
+
+
+def on(graph, c: int, dim: str = "sequence") -> Strategy:
+    """Every group whose ops may all be cut on ``dim``, cut so over devices 0..c-1."""
+    single = baseline("single", graph, 8)
+    splits = {i: Split(dim, tuple(range(c))) for members in graph.groups
+              if all(dim in graph.ops[i].splittable for i in members) for i in members}
+    return Strategy(single.placement, single.priority, splits)
+
+
+def crossing(graph, strategy) -> dict:
+    """Bytes moved between devices per graph edge (producer, reader names), collectives
+    left out."""
+    tg, moved = build_split_task_graph(graph, strategy, CostModel(graph, load_cluster(CLUSTER)))
+    n = tg.n_compute
+    cross = ~tg.e_local & (tg.e_src < n) & (tg.e_dst < n)
+    out: dict = {}
+    for s, d, b in zip(tg.e_src[cross], tg.e_dst[cross], moved[cross]):
+        key = (graph.ops[tg.task_op[s]].name, graph.ops[tg.task_op[d]].name)
+        out[key] = out.get(key, 0.0) + float(b)
+    return out
+
+
+def test_a_fused_attention_graph_names_its_keys_values_and_their_gradients(llama):
+    ctx = llama.metadata["context"]
+    assert len(ctx["attention"]) == 4  # two layers, forward and backward kernels
+    assert (ctx["heads"], ctx["kv_heads"]) == (4, 2)
+    # each kernel reads keys and values from two producers (the rotated keys, the values'
+    # projection); each backward kernel's key and value gradients go to their first readers
+    assert len(ctx["kv"]) == 8 and len(ctx["kv_grads"]) == 4
+    kv_bytes = 128 * 2 * 16 * 2  # tokens x kv heads x head size x bf16
+    edges = {(llama.ops[s].name, llama.ops[d].name): b for s, d, b in
+             zip(llama.arrays.src, llama.arrays.dst, llama.arrays.edge_bytes)}
+    assert {edges[tuple(p)] for p in ctx["kv"] + ctx["kv_grads"]} == {kv_bytes}
+    sequence = [op for op in llama.ops if "sequence" in op.splittable]
+    assert {op.name for op in llama.ops if "batch" in op.splittable} == {op.name for op in sequence}
+
+
+@pytest.mark.parametrize("c", [2, 4, 8])
+def test_ring_attention_moves_c_minus_1_of_c_of_the_keys_values_and_gradients(llama, c):
+    """Each of the c devices receives the c - 1 other slices of every kernel's keys and
+    values and sends its partial gradients of the others' slices: (c - 1) x the tensor's
+    bytes in all, per edge; a batch split of the same ops moves none of it."""
+    ctx = llama.metadata["context"]
+    moved = crossing(llama, on(llama, c))
+    edges = {(llama.ops[s].name, llama.ops[d].name): b for s, d, b in
+             zip(llama.arrays.src, llama.arrays.dst, llama.arrays.edge_bytes)}
+    for pair in ctx["kv"] + ctx["kv_grads"]:
+        assert moved[tuple(pair)] == pytest.approx((c - 1) * edges[tuple(pair)])
+    batch = crossing(llama, on(llama, c, "batch"))
+    ring = {tuple(p) for p in ctx["kv"] + ctx["kv_grads"]}
+    assert not ring & set(batch)
+    assert {k: v for k, v in moved.items() if k not in ring} == pytest.approx(batch)
+
+
+def test_a_sequence_part_holds_its_slice_of_the_tokens(llama):
+    """A token-wise op's part on sequence holds 1/c of its output."""
+    c = 4
+    s = on(llama, c)
+    rms = next(i for i, op in enumerate(llama.ops) if op.type.startswith("rsqrt"))
+    tg, _ = build_split_task_graph(llama, s, CostModel(llama, load_cluster(CLUSTER)))
+    parts = np.flatnonzero(tg.task_op[:tg.n_compute] == rms)
+    assert parts.size == c
+    assert tg.out_bytes[parts] == pytest.approx([llama.ops[rms].output_bytes / c] * c)
+
+
+def test_context_parallelism_divides_activations_and_runs_faster(llama):
+    """On the tiny Llama the step's parameters stay whole on each device (no ZeRO) while its
+    activations fall with c; the ring's traffic is on top of a batch split's."""
+    cluster = load_cluster(CLUSTER)
+    single = simulate(llama, cluster, baseline("single", llama, 8))
+    ring = simulate(llama, cluster, on(llama, 4))
+    batch = simulate(llama, cluster, on(llama, 4, "batch"))
+    assert ring.static_memory.max() == pytest.approx(single.static_memory.max())
+    assert ring.sent.max() > batch.sent.max()
+    act = (ring.peak_memory - ring.static_memory).max()
+    assert act < (single.peak_memory - single.static_memory).max()
