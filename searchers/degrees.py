@@ -4,7 +4,8 @@
 The search starts from the space's own seeds (`space_seeds`: the plans people run, as the
 framework names them: data parallel on every device, with ZeRO or FSDP, with each layer
 checkpointed, and tensor parallel with selective recomputation; on a mixture of experts, data
-parallel with expert parallelism; nothing outside the space).
+parallel with expert parallelism; on a graph of fused attention, context parallelism; nothing
+outside the space).
 Then, with method ``nsga2``, NSGA-II (pymoo: integer genes, simulated binary crossover and
 polynomial mutation, rounded) over the degree genome, its first population the seeds; with
 method ``random``, the space's plans in a random order. Either way a plan is evaluated once:
@@ -50,7 +51,7 @@ def space_seeds(space: DegreeSpace) -> list[tuple[str, Degrees]]:
               ("tensor parallel", Degrees(n, 1, "tensor", 1, "1f1b", "none", 0)),
               ("tensor parallel, selective", Degrees(n, 1, "tensor", 1, "1f1b", "selective", 0)),
               ("one device", Degrees(1, 1, "data", 1, "1f1b", "none", 0))]
-    wanted += _expert_seeds(space)
+    wanted += _expert_seeds(space) + _context_seeds(space)
     out = []
     for label, d in wanted:
         try:
@@ -76,6 +77,23 @@ def _expert_seeds(space: DegreeSpace) -> list[tuple[str, Degrees]]:
         m = next((m for m in (2 * pp, pp) if m in space._choices((n, pp, "data"))), 1)
         return [(f"expert parallel x{w}" + (f", {pp} stages" if pp > 1 else ""),
                  Degrees(n, pp, "data", m, "1f1b", "none", 1, ep=w))]
+    return []
+
+
+def _context_seeds(space: DegreeSpace) -> list[tuple[str, Degrees]]:
+    """Context parallelism where the space offers it: every device on sequence over the fewest
+    pipeline stages that offer it (ring, and all-to-all where offered), with ZeRO-1 (FSDP on
+    torchtitan, which runs CP only so), as many micro-batches as stages where the batch
+    allows."""
+    n = max(space.shapes)
+    for pp in sorted(space.shapes[n]):
+        modes = [m for m in space.shapes[n][pp] if m.startswith("context")]
+        if not modes:
+            continue
+        m = pp if pp in space._choices((n, pp, modes[0])) else 1
+        stages = f", {pp} stages" if pp > 1 else ""
+        return [(f"context parallel x{n // pp}" + (" all-to-all" if mode != "context" else "")
+                 + stages, Degrees(n, pp, mode, m, "1f1b", "none", 1)) for mode in modes]
     return []
 
 

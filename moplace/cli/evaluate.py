@@ -54,6 +54,15 @@ def add_commands(sub) -> None:
                     help="a mixture of experts' experts split over EP devices (each its E/EP "
                          "experts, tokens sent by all-to-all) where the strategy splits them "
                          "on batch over EP devices: the data-parallel baseline on EP devices")
+    ev.add_argument("--context-parallel", type=integer(2, 1024), metavar="C",
+                    help="every group the strategy splits on batch over C devices split on "
+                         "sequence instead (each device its slice of every sequence's "
+                         "tokens): the data-parallel baseline on C devices; needs a graph "
+                         "traced with fused attention (PyTorch, hf:)")
+    ev.add_argument("--cp-comm", choices=("ring", "a2a"),
+                    help="with --context-parallel: ring attention (ring, the default) or "
+                         "all-to-all between tokens and heads around each attention (a2a, "
+                         "Ulysses: the heads must divide by C)")
     model_options(ev)
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object")
     ev.set_defaults(run=_evaluate)
@@ -124,22 +133,45 @@ def _devices(names) -> str:
     return f"{len(names)} device{'s' if len(names) != 1 else ''}: {shown}"
 
 
-def _expert_parallel(graph, runs: dict, ep: int) -> dict:
-    """``runs`` with their experts in expert parallelism over ``ep`` devices where they split
-    them on batch over ``ep`` devices (`with_expert_parallel`: with ``--baseline all``, the
-    data-parallel baseline on ``ep`` devices; the others as they are), refused when none does."""
-    from ..core.baselines import with_expert_parallel
+def _recut(runs: dict, make, label: str) -> dict:
+    """``runs`` made over by ``make`` (`with_expert_parallel`, `with_context_parallel`: the
+    groups a run splits on batch over that many devices cut another way; with ``--baseline
+    all``, the data-parallel baseline on that many devices; the others as they are),
+    ``label`` added to their names; refused when none can be."""
     from ..errors import StrategyError
 
     out, why = {}, None
     for name, s in runs.items():
         try:
-            out[f"{name}, expert parallel ×{ep}"] = with_expert_parallel(graph, s, ep)
+            out[f"{name}, {label}"] = make(s)
         except StrategyError as e:
             out[name], why = s, why or e
     if len(out) == len(runs) and why is not None and all(o in runs for o in out):
         raise why
     return out
+
+
+def _context_parallel(args, graph, cluster, runs: dict) -> dict:
+    """``runs`` in context parallelism (``--context-parallel C [--cp-comm ring|a2a]``),
+    refused by name before anything is simulated."""
+    from ..core.baselines import with_context_parallel
+    from ..errors import StrategyError
+
+    c, comm = args.context_parallel, args.cp_comm or "ring"
+    if c is None:
+        if args.cp_comm:
+            raise MoplaceError("--cp-comm: it says how context parallelism runs; give "
+                               "--context-parallel C too")
+        return runs
+    if c > cluster.n_devices:
+        raise MoplaceError(f"--context-parallel {c}: the cluster has {cluster.n_devices} "
+                           f"devices")
+    way = {"ring": "p2p", "a2a": "a2a"}[comm]
+    try:
+        return _recut(runs, lambda s: with_context_parallel(graph, s, c, way),
+                      f"context parallel ×{c}" + (" (all-to-all)" if way == "a2a" else ""))
+    except StrategyError as e:
+        raise MoplaceError(f"--context-parallel {c}: {e}") from None
 
 
 def _evaluate(args) -> int:
@@ -172,7 +204,11 @@ def _evaluate(args) -> int:
         runs = {name + ("" if args.fp8 == "none" else f", FP8 {args.fp8}"):
                 s.with_options(fp8=mode) for name, s in runs.items()}
     if args.expert_parallel:
-        runs = _expert_parallel(graph, runs, args.expert_parallel)
+        from ..core.baselines import with_expert_parallel
+        ep = args.expert_parallel
+        runs = _recut(runs, lambda s: with_expert_parallel(graph, s, ep),
+                      f"expert parallel ×{ep}")
+    runs = _context_parallel(args, graph, cluster, runs)
     results = {name: evaluate(graph, cluster, s, costs=costs) for name, s in runs.items()}
     for note in origin.get("notes", ()):
         print(f"moplace: note: {note}", file=sys.stderr)

@@ -275,20 +275,62 @@ def with_expert_parallel(graph: OpGraph, strategy: Strategy, ep: int) -> Strateg
                             + (f"the {experts} experts of each layer do not divide among them"
                                if isinstance(experts, int) else "the graph has no mixture of "
                                "experts (its metadata names none)"))
-    splits = dict(strategy.splits)
-    cut = 0
-    for members in graph.groups:
-        first = strategy.splits.get(members[0])
-        if (first is None or first.dim != "batch" or first.parts != ep
-                or not all("expert" in graph.ops[i].splittable for i in members)):
-            continue
-        for i in members:
-            splits[i] = Split("expert", first.devices)
-        cut += 1
-    if not cut:
+    splits = _recut(graph, strategy, ep, lambda g, dims: "expert" if all(
+        "expert" in d for d in dims) else None)
+    if splits is None:
         raise StrategyError(f"expert parallel over {ep} devices: no group of experts is split "
                             f"on batch over {ep} devices (the data-parallel baseline on {ep} "
                             "devices splits them so; a graph traced before experts were "
                             "marked splittable on expert needs tracing again)")
     return Strategy(strategy.placement, strategy.priority, splits,
                     recompute=strategy.recompute, **strategy.options)
+
+
+def with_context_parallel(graph: OpGraph, strategy: Strategy, cp: int,
+                          comm: str = "p2p") -> Strategy:
+    """``strategy`` in context parallelism over ``cp`` devices (`moplace.core.context`): every
+    co-location group that ``strategy`` splits on batch over ``cp`` devices split on
+    ``sequence`` over them instead (each its slice of every sequence's tokens: ring
+    attention), with ``comm`` "a2a" the attention kernels' groups on ``channel`` (heads:
+    Ulysses), as the data-parallel baseline on ``cp`` devices becomes; `StrategyError` where
+    the graph names no fused attention, the tokens or (Ulysses) heads do not divide, or no
+    group is split so."""
+    from ..errors import StrategyError
+    from .context import context_of, sequence_misfit
+
+    info = context_of(graph)
+    why = ("the graph names no fused attention to cut by sequence (metadata.context: a "
+           "PyTorch or hf: model traced with SDPA's flash or memory-efficient kernels)"
+           if info is None else sequence_misfit(info, cp) or (
+               info.ulysses_misfit(cp) if comm == "a2a" else None))
+    if why:
+        raise StrategyError(why if why.startswith(("context", "all-to-all")) else
+                            f"context parallel over {cp} devices: {why}")
+    heads = info.attention_groups if comm == "a2a" else ()
+    splits = _recut(graph, strategy, cp, lambda g, dims: "channel" if g in heads else
+                    "sequence" if all("sequence" in d for d in dims) else None)
+    if splits is None:
+        raise StrategyError(f"context parallel over {cp} devices: no group is split on batch "
+                            f"over {cp} devices (the data-parallel baseline on {cp} devices "
+                            "splits them so)")
+    return Strategy(strategy.placement, strategy.priority, splits,
+                    recompute=strategy.recompute, **strategy.options)
+
+
+def _recut(graph: OpGraph, strategy: Strategy, n: int, dim_of) -> dict | None:
+    """``strategy``'s splits with each co-location group it splits on batch over ``n`` devices
+    split on ``dim_of(group, its ops' splittable sets)`` over them instead (where that is not
+    None); None where no group is."""
+    splits = dict(strategy.splits)
+    cut = 0
+    for g, members in enumerate(graph.groups):
+        first = strategy.splits.get(members[0])
+        if first is None or first.dim != "batch" or first.parts != n:
+            continue
+        dim = dim_of(g, [graph.ops[i].splittable for i in members])
+        if dim is None:
+            continue
+        for i in members:
+            splits[i] = Split(dim, first.devices)
+        cut += 1
+    return splits if cut else None

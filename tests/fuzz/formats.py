@@ -534,6 +534,14 @@ class Arguments:
                                                                   "--fp8", "half"]):
             n.append((f"evaluate {' '.join(extra)[:40]}",
                       ["evaluate", GRAPH, "--cluster", CLUSTER, *extra]))
+        # context parallelism (issue 49): on a graph of no fused attention, over more devices
+        # than the cluster has, a degree or a way that does not exist, --cp-comm alone
+        for extra in (["--context-parallel", "2"], ["--context-parallel", "0"],
+                      ["--context-parallel", "99"], ["--context-parallel", "x"],
+                      ["--cp-comm", "a2a"], ["--context-parallel", "2", "--cp-comm", "ulysses"]):
+            n.append((f"evaluate {' '.join(extra)[:40]}", ["evaluate", GRAPH, "--cluster",
+                                                          CLUSTER, "--baseline", "data-parallel",
+                                                          *extra]))
         # questions asked of a front (issue 34): constraints and goals that do not parse,
         # name no objective or leave nothing; a --save path that cannot be written
         for v in ("runtime", "runtime<=", "runtime=1s", "runtime<=abc", "runtime<=1GiB",
