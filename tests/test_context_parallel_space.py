@@ -24,6 +24,7 @@ from moplace.core.runners import misfit, runners  # noqa: E402
 from moplace.io import load_graph  # noqa: E402
 from moplace.io.export import plan_document, plan_text  # noqa: E402
 from moplace.review.units import plan_text as plan_line  # noqa: E402
+from moplace.simulator.engine import simulate  # noqa: E402
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -97,6 +98,7 @@ def check_plan(graph, space, d, framework) -> dict:
     assert space.of_strategy(s) == d and np.array_equal(space.encode(s), x)
     assert not misfit(graph, shape, framework) and framework in runners(graph, s, shape)
     assert "moplace-apply" not in runners(graph, s, shape)  # the testbed cuts no sequence
+    assert simulate(graph, cluster(d.devices), s).makespan > 0
     dims = {sp.dim for sp in s.splits.values()}
     assert dims == ({"sequence", "channel"} if comm == "a2a" else {"sequence"})
     attention = {graph.index[n] for n in graph.metadata["context"]["attention"]}
@@ -197,7 +199,9 @@ def test_the_frameworks_config_classes_take_every_cp_plan(llama, heads_graph, tm
         for k, d in enumerate(plans):
             path = tmp_path / f"cp{layers}-{k}.toml"
             path.write_text(check_plan(graph, space, d, "torchtitan")["torchtitan"]["toml"])
-            par = ConfigManager().parse_args(["--job.config_file", str(path)]).parallelism
+            job = ConfigManager().parse_args(["--job.config_file", str(path)])
+            par = job.parallelism
+            assert job.training.seq_len == (128 if graph is llama else 2048)  # else its default
             assert par.context_parallel_degree == d.width
             assert par.data_parallel_shard_degree == par.data_parallel_replicate_degree == 1
             assert par.pipeline_parallel_degree == d.pp
@@ -227,6 +231,18 @@ def test_evaluate_context_parallel(llama_file, llama, tmp_path, capsys):
     assert main([*argv, "data-parallel", "--context-parallel", "4", "--json"]) == 0
     said = json.loads(capsys.readouterr().out)
     assert said["strategy"] == "data-parallel, context parallel ×4"
+    # the figures of the data-parallel baseline cut on sequence by hand, simulated: beside
+    # what a batch split sends, each attention's keys and values go round
+    from moplace.core.baselines import data_parallel
+    from moplace.core.strategy import Split, Strategy
+
+    dp = data_parallel(llama, 4)
+    by_hand = Strategy(dp.placement, dp.priority, {i: Split("sequence", sp.devices)
+                                                   for i, sp in dp.splits.items()}, **dp.options)
+    t, t_dp = simulate(llama, cluster(4), by_hand), simulate(llama, cluster(4), dp)
+    assert said["runtime_s"] == pytest.approx(t.makespan)
+    assert said["peak_comm_bytes"] == pytest.approx(float(t.traffic.max()))
+    assert t.sent.sum() > t_dp.sent.sum()
     assert said["plan"]["degrees"] == {"data": 1, "tensor": 1, "pipeline": 1, "context": 4,
                                        "context_comm": "p2p"}
     assert main([*argv, "all", "--context-parallel", "4"]) == 0

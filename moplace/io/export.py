@@ -121,7 +121,7 @@ def torchtitan_toml(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict
     if shape.cp > 1:
         par["context_parallel_degree"] = shape.cp
         notes.append(_context_note(graph, shape) + "; FSDP shards the weights over the "
-                     "context-parallel ranks ([training] seq_len: the traced sequence length)")
+                     "context-parallel ranks")
     if shape.vp > 1:
         notes.append(f"{shape.vp} virtual stages per pipeline rank "
                      f"({TORCHTITAN_SCHEDULES[shape.schedule]})")
@@ -137,6 +137,9 @@ def torchtitan_toml(shape: PlanShape, graph: OpGraph, fp8: str = "none") -> dict
     else:
         notes.append("set [training] local_batch_size and pipeline_parallel_microbatch_size "
                      f"for {shape.micro_batches} micro-batches per replica")
+    seq = context_of(graph).seq_len if shape.cp > 1 and context_of(graph) else None
+    if seq:  # the traced sequence, which CP cuts
+        tables.setdefault("training", {})["seq_len"] = seq
     mode = shape.recompute_mode if shape.recompute_mode in ("full", "selective") else "none"
     tables["activation_checkpoint"] = {"mode": mode}
     if mode == "selective":
