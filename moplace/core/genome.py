@@ -298,5 +298,12 @@ def group_neighbours(graph: OpGraph) -> list[np.ndarray]:
     return [np.array(v, np.int64) for v in out]
 
 
+#: dimensions the per-op genome does not cut on: ``sequence`` (context parallelism) is offered
+#: by the degree spaces and ``evaluate --context-parallel`` as whole plans; per op, mixed with
+#: batch splits of the same tokens, it makes plans neither framework nor testbed runs
+PER_OP_EXCLUDED = ("sequence",)
+
+
 def _common_dims(graph: OpGraph, members) -> list[str]:
-    return [d for d in SPLIT_DIMS if all(d in graph.ops[i].splittable for i in members)]
+    return [d for d in SPLIT_DIMS if d not in PER_OP_EXCLUDED
+            and all(d in graph.ops[i].splittable for i in members)]
