@@ -12,7 +12,6 @@ and ZeRO (issue 49).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -20,28 +19,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import moplace  # noqa: E402
-from moplace.core.baselines import baseline  # noqa: E402
+from moplace.core.baselines import baseline, data_parallel, with_context_parallel  # noqa: E402
 from moplace.core.graph import OpGraph  # noqa: E402
 from moplace.core.recompute import layer_checkpoints  # noqa: E402
-from moplace.core.strategy import Split, Strategy  # noqa: E402
+from report import graph_arguments, hand_out  # noqa: E402
 
 GiB = 2**30
 
 
-def cut(graph, n_devices: int, c: int, dim: str, **levers) -> Strategy:
-    """Every group whose ops may all be cut on ``dim`` cut so over devices 0..c-1."""
-    single = baseline("single", graph, n_devices)
-    splits = {i: Split(dim, tuple(range(c))) for members in graph.groups
-              if all(dim in graph.ops[i].splittable for i in members) for i in members}
-    return Strategy(single.placement, single.priority, splits, **levers)
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("graph")
-    ap.add_argument("--cluster", default="8xH100-80GB-NVLink")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
+    args = graph_arguments(__doc__)
     g, cl = moplace.load_graph(args.graph), moplace.load_cluster(args.cluster)
     n = cl.n_devices
     source = g.metadata.get("source") or {}
@@ -52,42 +39,32 @@ def main() -> int:
     start = time.perf_counter()
     single = moplace.simulate(g, cl, baseline("single", g, n))
     one = (single.peak_memory - single.static_memory).max()
-    rows = [("one device", single)]
     local = OpGraph(g.ops, g.edges, name=g.name,
                     metadata={k: v for k, v in g.metadata.items() if k != "context"})
-    c = 2
+    rows, shares, c = [("one device", single)], [], 2
     while c <= n:
-        rows.append((f"CP {c} (ring), all on sequence", moplace.simulate(g, cl, cut(g, n, c, "sequence"))))
-        rows.append((f"same, keys and values local, {c}",
-                     moplace.simulate(local, cl, cut(g, n, c, "sequence"))))
+        cp = with_context_parallel(g, data_parallel(g, c), c)
+        for label, what, graph in ((f"CP {c} (ring)", f"CP {c}: activations", g),
+                                   (f"same, keys and values local, {c}",
+                                    "  keys and values local:", local)):
+            t = moplace.simulate(graph, cl, cp)
+            rows.append((label, t))
+            shares.append((what, (t.peak_memory - t.static_memory).max(), c))
         c *= 2
-    full = list(layer_checkpoints(g))
+    cp = with_context_parallel(g, data_parallel(g, n), n).with_recompute(layer_checkpoints(g))
     for z in (0, 1, 3):
-        rows.append((f"CP {n}, full recompute, ZeRO-{z}", moplace.simulate(
-            g, cl, cut(g, n, n, "sequence", recompute=full, zero_stage=float(z)))))
+        rows.append((f"CP {n}, full recompute, ZeRO-{z}",
+                     moplace.simulate(g, cl, cp.with_options(zero_stage=float(z)))))
     for label, t in rows:
         act = (t.peak_memory - t.static_memory).max()
         lines.append(f"{label:34} {t.makespan:8.3f} {t.peak_memory.max() / GiB:9.2f} "
                      f"{act / GiB:16.2f} {t.static_memory.max() / GiB:11.2f} "
                      f"{t.sent.max() / GiB:9.2f}")
     lines.append("")
-    for label, t in rows[1:]:
-        if label.startswith("CP") and "recompute" not in label:
-            c = int(label.split()[1])
-            act = (t.peak_memory - t.static_memory).max()
-            lines.append(f"CP {c}: activations {act / GiB:.2f} GiB, one device's / {c} "
-                         f"{one / c / GiB:.2f} GiB ({100 * (act / (one / c) - 1):+.1f}%)")
-        if label.startswith("same, keys"):
-            c = int(label.split()[-1])
-            act = (t.peak_memory - t.static_memory).max()
-            lines.append(f"  keys and values local: {act / GiB:.2f} GiB "
-                         f"({100 * (act / (one / c) - 1):+.1f}%)")
+    lines += [f"{what} {act / GiB:.2f} GiB, one device's / {c} {one / c / GiB:.2f} GiB "
+              f"({100 * (act / (one / c) - 1):+.1f}%)" for what, act, c in shares]
     lines.append(f"({time.perf_counter() - start:.1f} s to simulate)")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return hand_out(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import moplace  # noqa: E402
 from moplace.core.strategy import SCHEDULES, Strategy  # noqa: E402
 from moplace.core.synthetic import pipeline_chain, pipeline_chain_placement  # noqa: E402
 from moplace.costs.costmodel import CostModel  # noqa: E402
+from report import hand_out  # noqa: E402
 
 MS = 1e-3
 
@@ -66,11 +67,7 @@ def main() -> int:
                              f"{bubble(p, 1, m, '1f1b', *times):>8.4f}")
     lines.append(f"largest miss: {100 * worst:.2f}%")
     lines.append(f"({time.perf_counter() - start:.1f} s)")
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return hand_out(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ pipeline shapes (issue 49).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -20,17 +19,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import moplace  # noqa: E402
 from moplace.core.degrees import Degrees, regular_plan  # noqa: E402
 from moplace.costs.costmodel import CostModel  # noqa: E402
+from report import graph_arguments, hand_out  # noqa: E402
 
 SCHEDULES = (("1f1b", 1), ("gpipe", 1), ("interleaved", 2), ("interleaved", 3),
              ("zero-bubble", 1), ("zero-bubble", 3))
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("graph")
-    ap.add_argument("--cluster", default="8xH100-80GB-NVLink")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
+    args = graph_arguments(__doc__)
     g, c = moplace.load_graph(args.graph), moplace.load_cluster(args.cluster)
     costs = CostModel(g, c)
     layers = g.metadata["layers"]["count"]
@@ -50,11 +46,7 @@ def main() -> int:
             cells.append(f"{tr.makespan * 1e3:>8.2f} {tr.peak_memory.max() / 2**30:>6.2f}G")
         lines.append(f"{n:>7} {pp:>3} {m:>3}  " + "  ".join(cells))
     lines.append(f"({time.perf_counter() - start:.1f} s)")
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return hand_out(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,30 @@ def vgg():
     return Problem(moplace.load_graph("pipedream:vgg16"), moplace.load_cluster("4xV100-NVLink"))
 
 
+#: a 2-layer Llama with grouped-query attention (4 heads, 2 of keys and values)
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 500, "max_position_embeddings": 256, "torch_dtype": "bfloat16"}
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_file(tmp_path_factory):
+    """`TINY_LLAMA` traced at one sequence of 128 tokens for H100s (flash attention kernels:
+    its graph names them in metadata.context), as an op-graph file; traced once a session."""
+    pytest.importorskip("torch", reason="the PyTorch front end needs torch")
+    pytest.importorskip("transformers", reason="hf: models need transformers ('moplace[torch]')")
+    import json
+
+    from moplace.cli import main
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    (folder / "config.json").write_text(json.dumps(TINY_LLAMA))
+    out = folder / "g.json"
+    assert main(["profile", f"hf:{folder / 'config.json'}", "--batch", "1", "--seq-len", "128",
+                 "--estimate", "H100", "--quiet", "--no-cache", "-o", str(out)]) == 0
+    return out
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` need a CUDA device: skipped where torch sees none (CI, laptops).
     torch is imported only when such a test was collected."""

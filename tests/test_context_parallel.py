@@ -8,47 +8,35 @@ batch split would not move. Memory: a sequence part holds ``1 / c`` of each acti
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from moplace.cli import main  # noqa: E402
-from moplace.core.baselines import baseline  # noqa: E402
+from moplace.core.baselines import baseline, data_parallel, with_context_parallel  # noqa: E402
+from moplace.core.graph import OpGraph  # noqa: E402
 from moplace.core.presets import load_cluster  # noqa: E402
-from moplace.core.strategy import Split, Strategy  # noqa: E402
 from moplace.costs.costmodel import CostModel  # noqa: E402
 from moplace.io import load_graph  # noqa: E402
 from moplace.simulator import simulate  # noqa: E402
 from moplace.simulator.taskgraph import build_split_task_graph  # noqa: E402
 
-LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
-         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-         "vocab_size": 500, "max_position_embeddings": 256, "torch_dtype": "bfloat16"}
 CLUSTER = "8xH100-80GB-NVLink"
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    """A 2-layer Llama (GQA: 4 heads, 2 of keys and values) traced at one sequence of 128
-    tokens for H100s: flash attention kernels."""
-    d = tmp_path_factory.mktemp("llama")
-    (d / "config.json").write_text(json.dumps(LLAMA))
-    out = d / "g.json"
-    assert main(["profile", f"hf:{d / 'config.json'}", "--batch", "1", "--seq-len", "128",
-                 "--estimate", "H100", "-o", str(out), "--quiet"]) == 0
-    return load_graph(str(out))
+def llama(tiny_llama_file):
+    """The tiny Llama (GQA: 4 heads, 2 of keys and values) at one sequence of 128 tokens for
+    H100s: flash attention kernels (tests/conftest.py)."""
+    return load_graph(str(tiny_llama_file))
 
 
-def on(graph, c: int, dim: str = "sequence") -> Strategy:
-    """Every group whose ops may all be cut on ``dim``, cut so over devices 0..c-1."""
-    single = baseline("single", graph, 8)
-    splits = {i: Split(dim, tuple(range(c))) for members in graph.groups
-              if all(dim in graph.ops[i].splittable for i in members) for i in members}
-    return Strategy(single.placement, single.priority, splits)
+def on(graph, c: int, dim: str = "sequence"):
+    """The data-parallel baseline on c devices, with ``dim`` "sequence" in context
+    parallelism (`with_context_parallel`: ring attention)."""
+    dp = data_parallel(graph, c)
+    return dp if dim == "batch" else with_context_parallel(graph, dp, c)
 
 
 def crossing(graph, strategy) -> dict:
@@ -75,11 +63,12 @@ def test_a_fused_attention_graph_names_its_keys_values_and_their_gradients(llama
     edges = {(llama.ops[s].name, llama.ops[d].name): b for s, d, b in
              zip(llama.arrays.src, llama.arrays.dst, llama.arrays.edge_bytes)}
     assert {edges[tuple(p)] for p in ctx["kv"] + ctx["kv_grads"]} == {kv_bytes}
-    # every op a batch split may cut, and the loss (each part its tokens' sum: no plan
+    # every op a batch split may cut, and the loss (each part its tokens' sum: no CP plan
     # gathers the logits), with the output it keeps apart
     sequence = {op.name for op in llama.ops if "sequence" in op.splittable}
     batch = {op.name for op in llama.ops if "batch" in op.splittable}
-    assert sequence == batch
+    assert sequence - batch == {"nll_loss_forward", "nll_loss_forward.output1"}
+    assert batch <= sequence
 
 
 @pytest.mark.parametrize("c", [2, 4, 8])
@@ -97,9 +86,8 @@ def test_ring_attention_moves_c_minus_1_of_c_of_the_keys_values_and_gradients(ll
     batch = crossing(llama, on(llama, c, "batch"))
     ring = {tuple(p) for p in ctx["kv"] + ctx["kv_grads"]}
     assert not ring & set(batch)
-    loss = ("nll_loss_forward", "nll_loss_forward.output1")
-    apart = (lambda d: {k: v for k, v in d.items() if k not in ring
-                        and not {k[0], k[1]} & set(loss)})
+    loss = {"nll_loss_forward", "nll_loss_forward.output1"}  # a batch split leaves it whole
+    apart = (lambda d: {k: v for k, v in d.items() if k not in ring and not set(k) & loss})
     assert apart(moved) == pytest.approx(apart(batch))
 
 
@@ -118,8 +106,6 @@ def test_context_parallelism_divides_activations_and_passes_keys_and_values(llam
     """On the tiny Llama the step's parameters stay whole on each device (no ZeRO) while its
     activations fall with c; the ring's traffic is on top of the same split's without the
     graph's attention named (each kernel's part reading only its tokens' keys and values)."""
-    from moplace.core.graph import OpGraph
-
     cluster = load_cluster(CLUSTER)
     single = simulate(llama, cluster, baseline("single", llama, 8))
     ring = simulate(llama, cluster, on(llama, 4))

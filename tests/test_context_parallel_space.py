@@ -26,11 +26,6 @@ from moplace.io.export import plan_document, plan_text  # noqa: E402
 from moplace.review.units import plan_text as plan_line  # noqa: E402
 from moplace.simulator.engine import simulate  # noqa: E402
 
-LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
-         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-         "vocab_size": 500, "max_position_embeddings": 256, "torch_dtype": "bfloat16"}
-
-
 def _attention_alone() -> str:
     """tests/test_torch_attention.py's model file (one causal attention over an embedding)
     without the output projection: no tensor-parallel block holds the kernels, whose groups
@@ -48,22 +43,19 @@ def _attention_alone() -> str:
     return text
 
 
-def _profile(model: str, out, *extra) -> None:
-    assert main(["profile", model, "--batch", "1", *extra, "--estimate", "H100", "--quiet",
+def _profile(model: str, out) -> None:
+    assert main(["profile", model, "--batch", "1", "--estimate", "H100", "--quiet",
                  "--no-cache", "-o", str(out)]) == 0
 
 
 @pytest.fixture(scope="module")
-def llama_file(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("llama")
-    (folder / "config.json").write_text(json.dumps(LLAMA))
-    _profile(f"hf:{folder / 'config.json'}", folder / "g.json", "--seq-len", "128")
-    return folder / "g.json"
+def llama_file(tiny_llama_file):
+    return tiny_llama_file
 
 
 @pytest.fixture(scope="module")
-def llama(llama_file):
-    return load_graph(str(llama_file))
+def llama(tiny_llama_file):
+    return load_graph(str(tiny_llama_file))
 
 
 @pytest.fixture(scope="module")

@@ -313,9 +313,10 @@ def with_context_parallel(graph: OpGraph, strategy: Strategy, cp: int,
         raise StrategyError(f"context parallel over {cp} devices: no group is split on batch "
                             f"over {cp} devices (the data-parallel baseline on {cp} devices "
                             "splits them so)")
-    devices = next(sp.devices for sp in splits.values() if sp.dim == "sequence")
+    devices = next((sp.devices for sp in splits.values() if sp.dim == "sequence"), ())
     for members in graph.groups:  # what no batch split cuts but a sequence split may: the loss
-        if members[0] not in strategy.splits and strategy.placement[members[0]] == devices[0] \
+        if devices and members[0] not in strategy.splits \
+                and strategy.placement[members[0]] == devices[0] \
                 and all("sequence" in graph.ops[i].splittable for i in members):
             splits.update((i, Split("sequence", devices)) for i in members)
     return Strategy(strategy.placement, strategy.priority, splits,

@@ -32,12 +32,14 @@ CP_COMM_WORDS = {"p2p": "ring", "a2a": "all-to-all"}
 class ContextInfo:
     """A graph's facts for CP: ``heads`` and ``kv_heads`` of its attention (None where
     unnamed), ``seq_len`` its sequences' tokens (``metadata["source"]``, None where unnamed),
-    ``attention_groups`` the co-location groups holding an attention kernel and ``ulysses``
-    whether each of them may split on ``channel`` (module docstring)."""
+    ``kernels`` the attention kernels' ops, ``attention_groups`` the co-location groups
+    holding them and ``ulysses`` whether each of those may split on ``channel`` (module
+    docstring)."""
 
     heads: int | None
     kv_heads: int | None
     seq_len: int | None
+    kernels: tuple[int, ...]
     attention_groups: frozenset[int]
     ulysses: bool
 
@@ -73,8 +75,8 @@ def context_of(graph: OpGraph) -> ContextInfo | None:
                                    for g in groups for i in graph.groups[g])
     source = graph.metadata.get("source")
     seq = _whole(source.get("seq_len")) if isinstance(source, dict) else None
-    return ContextInfo(_whole(meta.get("heads")), _whole(meta.get("kv_heads")), seq, groups,
-                       ulysses)
+    return ContextInfo(_whole(meta.get("heads")), _whole(meta.get("kv_heads")), seq,
+                       tuple(ops), groups, ulysses)
 
 
 def sequence_misfit(info: ContextInfo, c: int, per: int = 1) -> str | None:

@@ -226,15 +226,20 @@ def _runs(sets) -> list[list[int]]:
 
 
 def _replicate_unsplittable(graph, order, sets, dims) -> None:
-    """A group that cannot be split at all (a loss, an index computation), placed on a device
-    of exactly one split device set, belongs to that set's stage: trainers run it on every
-    rank of the stage, as they do what they cannot shard."""
-    split_sets = {s for s, d in zip(sets, dims) if d is not None}
+    """A group left whole that cannot be split on any dimension its device's split set uses
+    (a loss under data parallelism, an index computation), placed on a device of exactly one
+    split device set, belongs to that set's stage: trainers run it on every rank of the
+    stage, as they do what they cannot shard."""
+    used: dict = {}  # split device set -> the dimensions its groups are split on
+    for s, d in zip(sets, dims):
+        if d is not None:
+            used.setdefault(s, set()).add(d)
     for i, g in enumerate(order.tolist()):
-        if dims[i] is not None or any(graph.ops[op].splittable for op in graph.groups[g]):
+        if dims[i] is not None:
             continue
-        holding = [s for s in split_sets if sets[i][0] in s]
-        if len(holding) == 1:
+        holding = [s for s in used if sets[i][0] in s]
+        if len(holding) == 1 and not any(d in graph.ops[op].splittable
+                                         for op in graph.groups[g] for d in used[holding[0]]):
             sets[i] = holding[0]
 
 

@@ -25,11 +25,11 @@ of the kernel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.context import context_of
 from .holdings import _CHANNEL, _PARTIAL, _SEQUENCE
 from .plancache import PlanCache
 
@@ -51,30 +51,32 @@ class ContextEdges:
         """``held_e`` (per edge of ``a``'s graph, what its producer's part holds) and ``need``
         (what its reader's part needs) with attention's exceptions; ``orig``: each op of
         ``a``'s graph's op in the traced graph, ``dims`` its split dimension code."""
+        seq, chan = dims == _SEQUENCE, dims == _CHANNEL
+        if not (seq.any() or (chan & self.heads_wise[orig]).any()):
+            return held_e, need  # nothing of the plan crosses the sequence
         u, v = a.src, a.dst
         key = orig[u] * self.n_ops + orig[v]
-        kv = (dims[v] == _SEQUENCE) & _member(key, self.kv)
+        kv = seq[v] & _member(key, self.kv)
         need = np.where(kv, -1, need)
-        heads = self.heads_wise[orig[v]] & (dims[v] == _CHANNEL) & (need == -1)
+        heads = self.heads_wise[orig[v]] & chan[v] & (need == -1)
         need = np.where(heads, _CHANNEL, need)
-        grads = (dims[u] == _SEQUENCE) & _member(key, self.kv_grads)
+        grads = seq[u] & _member(key, self.kv_grads)
         return np.where(grads, _PARTIAL, held_e), need
 
 
 def context_edges(graph) -> ContextEdges | None:
-    """The `ContextEdges` of ``graph``, kept per graph; None when its metadata names no
-    fused attention (a profile, a Keras graph, eager attention)."""
-    meta = graph.metadata.get("context")
-    if not isinstance(meta, Mapping) or not meta.get("attention"):
+    """The `ContextEdges` of ``graph``, kept per graph; None when it names no fused attention
+    (`moplace.core.context.context_of`: a profile, a Keras graph, eager attention)."""
+    info = context_of(graph)
+    if info is None or not info.kernels:
         return None
-    return _KEPT.get(graph, "context", lambda: _make(graph, meta))
+    return _KEPT.get(graph, "context", lambda: _make(graph, info.kernels))
 
 
-def _make(graph, meta: Mapping) -> ContextEdges:
-    index, n = graph.index, len(graph.ops)
-    kernels = [index[x] for x in meta.get("attention") if isinstance(x, str) and x in index]
+def _make(graph, kernels) -> ContextEdges:
+    meta, index, n = graph.metadata["context"], graph.index, len(graph.ops)
     heads_wise = np.zeros(n, bool)
-    heads_wise[kernels] = True
+    heads_wise[list(kernels)] = True
     a = graph.arrays
     output = np.array([op.type == "Output" for op in graph.ops], bool)
     heads_wise[a.dst[heads_wise[a.src] & output[a.dst]]] = True
@@ -83,7 +85,7 @@ def _make(graph, meta: Mapping) -> ContextEdges:
 
 
 def _keys(pairs, index, n: int) -> np.ndarray:
-    keys = [index[p[0]] * n + index[p[1]] for p in pairs or ()
+    keys = [index[p[0]] * n + index[p[1]] for p in (pairs if isinstance(pairs, list) else ())
             if isinstance(p, (list, tuple)) and len(p) == 2
             and all(isinstance(x, str) and x in index for x in p)]
     return np.unique(np.array(keys, np.int64))

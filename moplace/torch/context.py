@@ -45,7 +45,7 @@ def context_metadata(kept, names, rep, tensor, traced) -> dict | None:
     kernels = [n for n in kept if n.target in FUSED]
     if not kernels or not _all_fused(traced):
         return None
-    attention, kv, grads = [], [], []
+    attention, kv, grads = [], {}, []  # kv: the (producer, kernel) pairs, in order, once
     heads = kv_heads = None
     for n in kernels:
         backward = FUSED[n.target]
@@ -53,19 +53,19 @@ def context_metadata(kept, names, rep, tensor, traced) -> dict | None:
         for k in _KV_ARGS[backward]:
             src = rep.get(n.args[k]) if k < len(n.args) else None
             if src is not None and src is not n:
-                kv.append([names[src], names[n]])
+                kv[names[src], names[n]] = None
         if not backward and heads is None:
             heads, kv_heads = _heads(n)
-    backward = {n for n in kernels if FUSED[n.target]}
+    backwards = {n for n in kernels if FUSED[n.target]}
     summed: set = set()  # (kernel, output) whose first reader sums it
     for m in kept:  # each key or value gradient's first reader, in graph order
         for i in m.all_input_nodes:
             src, which = tensor.get(i) or (None, None)
-            if src in backward and which in _KV_GRAD_OUTPUTS and m is not src \
+            if src in backwards and which in _KV_GRAD_OUTPUTS and m is not src \
                     and (src, which) not in summed:
                 summed.add((src, which))
                 grads.append([names[src], names[m]])
-    return {"attention": attention, "kv": _unique(kv), "kv_grads": grads,
+    return {"attention": attention, "kv": [list(p) for p in kv], "kv_grads": grads,
             "heads": heads, "kv_heads": kv_heads}
 
 
@@ -78,15 +78,8 @@ def _all_fused(traced) -> bool:
 
 def _heads(n) -> tuple[int | None, int | None]:
     """The query and key/value heads of a forward kernel (its ``[b, h, s, d]`` arguments)."""
-    shapes = [tuple(t.shape) for a in n.args[:2] for t in tensors(getattr(a, "meta", {}).get("val"))]
+    shapes = [tuple(t.shape) for a in n.args[:2]
+              for t in tensors(getattr(a, "meta", {}).get("val"))]
     if len(shapes) == 2 and all(len(s) == 4 for s in shapes):
         return int(shapes[0][1]), int(shapes[1][1])
     return None, None
-
-
-def _unique(pairs: list) -> list:
-    out = []
-    for p in pairs:
-        if p not in out:
-            out.append(p)
-    return out

@@ -166,8 +166,12 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     context = context_metadata(kept, names, rep, tensor, traced)
     if context is not None:  # context parallelism cuts the token-wise ops by sequence
         meta["context"] = context
+        # the loss too, each part its tokens' sum, so that no CP plan gathers the logits (a
+        # batch split of it is not offered: the PyTorch testbed runs batch splits, and a
+        # mean's parts would need weighting there)
+        loss_ops = {names[loss]} | {sep.name for sep in apart.values() if sep.producer is loss}
         ops = [replace(op, splittable=(*op.splittable, "sequence"))
-               if "batch" in op.splittable else op for op in ops]
+               if "batch" in op.splittable or op.name in loss_ops else op for op in ops]
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
     layers = find_layers(graph, [names[n] for n in kept if n.name in traced.inputs],
                          names[loss])
