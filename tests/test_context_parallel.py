@@ -1,9 +1,11 @@
 """Context parallelism in the simulator (issue 49, part 3): a traced Llama's token-wise ops cut
 on ``sequence``, its fused attention reading every part's keys and values (ring attention).
 
-Held to ring attention's traffic: each device receives ``(c - 1) / c`` of every kernel's keys
-and values (forward and backward) and of their gradients; nothing else crosses devices that a
-batch split would not move. Memory: a sequence part holds ``1 / c`` of each activation.
+Held to ring attention's traffic: each device receives ``(c - 1) / c`` of every forward
+kernel's keys and values, and in the backward ``(c - 1) / c`` of them again with their
+gradients; nothing else crosses devices that a batch split would not move. Memory: a sequence
+part holds ``1 / c`` of each activation, and the step's activations under CP are those of one
+device divided by c, but for the blocks a forward kernel receives while it runs.
 """
 
 from __future__ import annotations
@@ -73,16 +75,24 @@ def test_a_fused_attention_graph_names_its_keys_values_and_their_gradients(llama
 
 @pytest.mark.parametrize("c", [2, 4, 8])
 def test_ring_attention_moves_c_minus_1_of_c_of_the_keys_values_and_gradients(llama, c):
-    """Each of the c devices receives the c - 1 other slices of every kernel's keys and
-    values and sends its partial gradients of the others' slices: (c - 1) x the tensor's
-    bytes in all, per edge; a batch split of the same ops moves none of it, and every edge
-    else moves what it moves there (but the loss's, which a batch split leaves whole)."""
+    """Each of the c devices receives the c - 1 other slices of every forward kernel's keys
+    and values: (c - 1) x the tensor's bytes in all, per edge. In the backward the ring
+    passes the keys and values again with their partial gradients, moved with the gradients:
+    2 (c - 1) x each gradient's bytes, and the backward kernel reads its own keys and values.
+    A batch split of the same ops moves none of it, and every edge else moves what it moves
+    there (but the loss's, which a batch split leaves whole)."""
     ctx = llama.metadata["context"]
     moved = crossing(llama, on(llama, c))
     edges = {(llama.ops[s].name, llama.ops[d].name): b for s, d, b in
              zip(llama.arrays.src, llama.arrays.dst, llama.arrays.edge_bytes)}
-    for pair in ctx["kv"] + ctx["kv_grads"]:
-        assert moved[tuple(pair)] == pytest.approx((c - 1) * edges[tuple(pair)])
+    role = {op.name: op.role for op in llama.ops}
+    for pair in ctx["kv"]:
+        forward = role[pair[1]] == "forward"
+        assert moved.get(tuple(pair), 0.0) == pytest.approx(
+            (c - 1) * edges[tuple(pair)] if forward else 0.0)
+    assert {role[p[1]] for p in ctx["kv"]} == {"forward", "backward"}
+    for pair in ctx["kv_grads"]:
+        assert moved[tuple(pair)] == pytest.approx(2 * (c - 1) * edges[tuple(pair)])
     batch = crossing(llama, on(llama, c, "batch"))
     ring = {tuple(p) for p in ctx["kv"] + ctx["kv_grads"]}
     assert not ring & set(batch)
@@ -116,3 +126,33 @@ def test_context_parallelism_divides_activations_and_passes_keys_and_values(llam
     assert ring.sent.max() > local.sent.max()
     act = (ring.peak_memory - ring.static_memory).max()
     assert act < (single.peak_memory - single.static_memory).max()
+
+
+@pytest.fixture(scope="module")
+def long_llama(tmp_path_factory):
+    """The tiny Llama at one sequence of 4,096 tokens: activations that grow with the tokens
+    dominate, as in the long contexts CP is for."""
+    import json
+
+    from moplace.cli import main
+    from conftest import TINY_LLAMA
+
+    folder = tmp_path_factory.mktemp("long-llama")
+    (folder / "config.json").write_text(json.dumps({**TINY_LLAMA,
+                                                    "max_position_embeddings": 4096}))
+    out = folder / "g.json"
+    assert main(["profile", f"hf:{folder / 'config.json'}", "--batch", "1", "--seq-len",
+                 "4096", "--estimate", "H100", "--quiet", "--no-cache", "-o", str(out)]) == 0
+    return load_graph(str(out))
+
+
+@pytest.mark.parametrize("c", [2, 4, 8])
+def test_activations_under_cp_are_one_devices_over_c(long_llama, c):
+    """The step's activations under CP c are within 5% of one device's divided by c (issue
+    49): a device holds its slice of every token-wise tensor, the keys and values it receives
+    only while its forward kernel runs, and runs no backward op before the loss."""
+    cluster = load_cluster(CLUSTER)
+    act = (lambda t: (t.peak_memory - t.static_memory).max())
+    one = act(simulate(long_llama, cluster, baseline("single", long_llama, 8)))
+    ring = act(simulate(long_llama, cluster, on(long_llama, c)))
+    assert ring == pytest.approx(one / c, rel=0.05)

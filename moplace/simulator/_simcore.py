@@ -13,6 +13,9 @@ from numba import njit
 
 from ._heaps import _ev_pop, _ev_push, _free, _mem_put, _rq4_pop as _rq_pop, _rq4_push as _rq_push
 
+#: a gate's parked list once its backward has begun (`simulate_core`'s ``gate``)
+_OPEN = -2
+
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _take(buf, o, k):
@@ -21,11 +24,16 @@ def _take(buf, o, k):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _ready(c, d, n_compute, prio, rq, rq_key, rq_base, rq_n, busy, ready_stack, n_ready, wmask):
+def _ready(c, d, n_compute, prio, rq, rq_key, rq_base, rq_n, busy, ready_stack, n_ready, wmask,
+           gate, park_head, park_next):
     """Task ``c`` (on device ``d`` when a compute task) has all its inputs: a compute task goes
-    to its device's ready heap (flagging the device if idle), a collective onto the stack of
-    those to start. Returns the new stack size and flags."""
-    if c < n_compute:
+    to its device's ready heap (flagging the device if idle), or, gated behind a backward that
+    has not begun, onto its gate's parked list; a collective onto the stack of those to start.
+    Returns the new stack size and flags."""
+    if c < n_compute and gate.shape[0] > 0 and gate[c] >= 0 and park_head[gate[c]] != _OPEN:
+        park_next[c] = park_head[gate[c]]
+        park_head[gate[c]] = c
+    elif c < n_compute:
         _rq_push(rq, rq_key, rq_base[d], rq_n[d], prio[c], c)
         rq_n[d] += 1
         wmask |= (busy[d] == 0) << min(d, 62)
@@ -41,7 +49,7 @@ def work_sizes(n: int, n_compute: int, n_e: int, n_dev: int, n_res: int,
     ``n`` tasks (``n_compute`` of them compute tasks) and ``n_e`` edges."""
     cap = n + n_e + 1
     rec = n_e if record else 0
-    return (3 * n + n_compute + 2 * cap + 8 * n_e + 5 * n_dev + 1 + rec,
+    return (3 * n + 3 * n_compute + 1 + 2 * cap + 8 * n_e + 5 * n_dev + 1 + rec,
             2 * n_dev + n_res + n_compute + cap + n_e + 2 * rec + n)
 
 
@@ -50,7 +58,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
                   coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes, ip_src,
-                  scratch, static_mem, record, iw, fw, start, end):
+                  scratch, gate, opens, static_mem, record, iw, fw, start, end):
     """Run the task graph: fills ``start`` and ``end`` (one entry per task) and returns (sent,
     recv, peak_mem, n_transfers, n_done, transfers, memory).
 
@@ -89,6 +97,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     x_of_dev, o = _take(iw, o, n_dev)
     touched, o = _take(iw, o, n_dev)
     x_src, o = _take(iw, o, n_rec)
+    park_head, o = _take(iw, o, n_compute + 1)  # per gate: its parked tasks, or _OPEN
+    park_next, o = _take(iw, o, n_compute)
     cur, f = _take(fw, 0, n_dev)
     xb, f = _take(fw, f, n_dev)
     res_free, f = _take(fw, f, n_res)
@@ -114,6 +124,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     rq_base[n_dev] = 0
     for r in range(n_res):
         res_free[r] = 0.0
+    for k in range(n_compute + 1):
+        park_head[k] = -1
     for t in range(n):
         pending[t] = in_ptr[t + 1] - in_ptr[t]
         refs[t] = 0
@@ -146,7 +158,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     for t in range(n):
         if pending[t] == 0:  # (every device is flagged below)
             n_ready, _ = _ready(t, dev[t], n_compute, prio, rq, rq_key, rq_base, rq_n, busy,
-                                ready_stack, n_ready, 0)
+                                ready_stack, n_ready, 0, gate, park_head, park_next)
 
     now = 0.0
     n_done = 0
@@ -211,6 +223,15 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 if t < n_compute:
                     busy[dev[t]] = 0
                     wmask |= 1 << min(dev[t], 62)
+                    if opens.shape[0] > 0 and opens[t] >= 0 and park_head[opens[t]] != _OPEN:
+                        k = park_head[opens[t]]  # the backward begins: its gated tasks queue
+                        park_head[opens[t]] = _OPEN
+                        while k >= 0:
+                            d = dev[k]
+                            _rq_push(rq, rq_key, rq_base[d], rq_n[d], prio[k], k)
+                            rq_n[d] += 1
+                            wmask |= (busy[d] == 0) << min(d, 62)
+                            k = park_next[k]
                 # release inputs held for this task
                 for k in range(in_ptr[t], in_ptr[t + 1]):
                     code = in_code[k]
@@ -235,7 +256,7 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                         if pending[c] == 0:
                             n_ready, wmask = _ready(c, dev[c], n_compute, prio, rq, rq_key,
                                                     rq_base, rq_n, busy, ready_stack, n_ready,
-                                                    wmask)
+                                                    wmask, gate, park_head, park_next)
                     else:
                         dd = dev[-1 - c]
                         sd = e_srcdev[e]  # one source device per producer (see TaskGraph)
@@ -299,7 +320,8 @@ def simulate_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                     pending[c] -= 1
                     if pending[c] == 0:
                         n_ready, wmask = _ready(c, dd, n_compute, prio, rq, rq_key, rq_base, rq_n,
-                                                busy, ready_stack, n_ready, wmask)
+                                                busy, ready_stack, n_ready, wmask, gate,
+                                                park_head, park_next)
     transfers = np.empty((n_x if record else 0, 6))
     for x in range(transfers.shape[0]):
         transfers[x, 0] = x_task[x]

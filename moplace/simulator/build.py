@@ -36,6 +36,7 @@ from ..core.graph import OpGraph
 from ..costs.costmodel import CostModel
 from ..costs.fp8 import fp8_costs, fp8_weight_bytes
 from ._fill import fill_instance
+from .backward import with_backward_gates
 from .delta import SimulationBase, patched_task_graph
 from .microbatch import microbatch_plan
 from .schedule import ScheduleShape
@@ -66,10 +67,17 @@ def build(graph: OpGraph, strategy: Strategy, costs: CostModel,
     for this strategy's placement and priorities (and, with micro-batches, ordered by its
     schedule: `pipeline_order`). Every path gives the same arrays. A strategy with FP8
     matmuls is built on ``costs`` timing them in FP8 (`moplace.costs.fp8`), its weights'
-    FP8 copies added to what they keep (`with_fp8_weights`)."""
+    FP8 copies added to what they keep (`with_fp8_weights`). In a traced PyTorch step the
+    backward's roots wait for the forward's end (`moplace.simulator.backward`)."""
+    tg, how = _build(graph, strategy, costs, parent)
+    return with_backward_gates(tg, graph), how
+
+
+def _build(graph: OpGraph, strategy: Strategy, costs: CostModel,
+           parent: SimulationBase | None) -> tuple[TaskGraph, str]:
     if strategy.fp8:
         costs = fp8_costs(costs, strategy.fp8_mode)
-        tg, how = build(graph, strategy.with_options(fp8=0), costs, parent)
+        tg, how = _build(graph, strategy.with_options(fp8=0), costs, parent)
         return with_fp8_weights(tg, graph, strategy.fp8_mode), how
     if not strategy.splits and not strategy.recompute and not strategy.pipelined:
         return unsplit_task_graph(graph, strategy, costs), UNSPLIT

@@ -166,7 +166,7 @@ def run_task_graph(tg: TaskGraph, cluster, n_ops: int, record: bool = False) -> 
         cluster.route_ptr, cluster.route_res, cluster.n_resources,
         cluster.bandwidth, cluster.latency,
         tg.coll_ptr, tg.coll_dev, tg.coll_res_ptr, tg.coll_res, tg.coll_dur, tg.coll_bytes,
-        tg.ip_src, tg.scratch, static, record, iw, fw, start, end)
+        tg.ip_src, tg.scratch, tg.gate, tg.opens, static, record, iw, fw, start, end)
     return trace_from_outputs(tg, cluster, n_ops, static, start, end, *out)
 
 

@@ -22,7 +22,7 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                   out_ptr, e_src, e_dst, e_bytes, e_srcdev, e_local, in_ptr, in_edge,
                   route_ptr, route_res, n_res, bandwidth, latency,
                   coll_ptr, coll_dev, coll_res_ptr, coll_res, coll_dur, coll_bytes, ip_src,
-                  scratch, static_mem, record=False):
+                  scratch, gate, opens, static_mem, record=False):
     """Run the task graph; returns (start, end, sent, recv, peak_mem, n_transfers, n_done,
     transfers, memory). With ``record``, ``transfers`` is a (n_transfers, 6) array, one row per
     transfer in issue order: producing task, source device, destination device, bytes, start
@@ -83,6 +83,8 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
     x_of_dev = np.full(n_dev, -1, np.int64)
     touched = np.empty(n_dev, np.int64)
 
+    park_head = np.full(n_compute + 1, -1, np.int64)  # per gate: its parked tasks, or -2 open
+    park_next = np.empty(max(n_compute, 1), np.int64)
     ready_stack = np.empty(n, np.int64)  # tasks whose inputs are all in, to be queued
     n_ready = 0
     for t in range(n):
@@ -97,7 +99,10 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
         while n_ready > 0:
             n_ready -= 1
             t = ready_stack[n_ready]
-            if t < n_compute:
+            if t < n_compute and gate.shape[0] > 0 and gate[t] >= 0 and park_head[gate[t]] != -2:
+                park_next[t] = park_head[gate[t]]  # gated behind a backward not yet begun
+                park_head[gate[t]] = t
+            elif t < n_compute:
                 d = dev[t]
                 _rq_push(rq, rq_key, rq_base[d], rq_n[d], prio[t], t)
                 rq_n[d] += 1
@@ -148,6 +153,13 @@ def reference_core(n_dev, dev, dur, prio, out_bytes, n_compute,
                 n_done += 1
                 if t < n_compute:
                     busy[dev[t]] = False
+                    if opens.shape[0] > 0 and opens[t] >= 0 and park_head[opens[t]] != -2:
+                        k = park_head[opens[t]]  # the backward begins: its gated tasks queue
+                        park_head[opens[t]] = -2
+                        while k >= 0:
+                            ready_stack[n_ready] = k
+                            n_ready += 1
+                            k = park_next[k]
                 # release inputs held for this task
                 for k in range(in_ptr[t], in_ptr[t + 1]):
                     e = in_edge[k]
@@ -253,5 +265,5 @@ def reference_trace(tg: TaskGraph, cluster, n_ops: int, record: bool = False) ->
         cluster.route_ptr, cluster.route_res, cluster.n_resources,
         cluster.bandwidth, cluster.latency,
         tg.coll_ptr, tg.coll_dev, tg.coll_res_ptr, tg.coll_res, tg.coll_dur, tg.coll_bytes,
-        tg.ip_src, tg.scratch, static, record)
+        tg.ip_src, tg.scratch, tg.gate, tg.opens, static, record)
     return trace_from_outputs(tg, cluster, n_ops, static, *out)

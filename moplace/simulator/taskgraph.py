@@ -74,6 +74,9 @@ class TaskGraph:
     and ``stage``, per device its pipeline stage (1 first, 0: none;
     `moplace.simulator.schedule.stage_limits`). ``scratch``: per task, bytes it holds only
     while it runs (`moplace.core.graph.Op.scratch_bytes`; empty when no op has any).
+    ``gate`` and ``opens`` (per compute task; both empty: none): the backward's program order
+    (`moplace.simulator.backward`): a task with ``gate`` k >= 0 waits, its inputs in, until a
+    task with ``opens`` k has finished.
     """
 
     n_compute: int
@@ -105,6 +108,8 @@ class TaskGraph:
     n_recomputed: int = -1
     stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     scratch: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    gate: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    opens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_tasks(self) -> int:
@@ -316,12 +321,13 @@ def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute
     np.cumsum(serve_ptr, out=serve_ptr)
     mask, first = np.zeros(n_coll, np.int64), np.zeros(n_coll, np.int64)
     mask[colls.exit], first[colls.exit] = colls.mask, colls.first
-    held_e, need = held[a.src], _need_dim(a, dims, held)
+    held_e, need, scale = held[a.src], _need_dim(a, dims, held), None
     if context is not None:
-        held_e, need = context.adjust(a, orig, dims, held_e, need)
+        held_e, need, scale = context.adjust(a, orig, dims, held_e, need)
     edge_shape, shape_rows, row_j, row_f = _edge_shapes(a, parts, held_e, need)
+    g_bytes = a.edge_bytes if scale is None else a.edge_bytes * scale
     (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge) = build_edges(
-        a.out_ptr, a.out_edge, a.dst, a.edge_bytes, gated, edge_shape, shape_rows, row_j, row_f,
+        a.out_ptr, a.out_edge, a.dst, g_bytes, gated, edge_shape, shape_rows, row_j, row_f,
         ptr, parts, dev, n_compute, colls.feeds_ptr, colls.feeds, colls.succ_ptr, colls.succ,
         serve_ptr, colls.serve, mask, first, colls.fed_ptr, colls.fed)
     return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
