@@ -65,12 +65,13 @@ def test_a_fused_attention_graph_names_its_keys_values_and_their_gradients(llama
     edges = {(llama.ops[s].name, llama.ops[d].name): b for s, d, b in
              zip(llama.arrays.src, llama.arrays.dst, llama.arrays.edge_bytes)}
     assert {edges[tuple(p)] for p in ctx["kv"] + ctx["kv_grads"]} == {kv_bytes}
-    # every op a batch split may cut, and the loss (each part its tokens' sum: no CP plan
-    # gathers the logits), with the output it keeps apart
+    # every op a batch split may cut, the loss too (each part its tokens' loss: no CP or
+    # data-parallel plan gathers the logits), with the output it keeps apart
     sequence = {op.name for op in llama.ops if "sequence" in op.splittable}
     batch = {op.name for op in llama.ops if "batch" in op.splittable}
-    assert sequence - batch == {"nll_loss_forward", "nll_loss_forward.output1"}
-    assert batch <= sequence
+    assert sequence == batch
+    assert llama.metadata["loss"] == ["nll_loss_forward", "nll_loss_forward.output1"]
+    assert set(llama.metadata["loss"]) <= sequence
 
 
 @pytest.mark.parametrize("c", [2, 4, 8])
@@ -96,8 +97,7 @@ def test_ring_attention_moves_c_minus_1_of_c_of_the_keys_values_and_gradients(ll
     batch = crossing(llama, on(llama, c, "batch"))
     ring = {tuple(p) for p in ctx["kv"] + ctx["kv_grads"]}
     assert not ring & set(batch)
-    loss = {"nll_loss_forward", "nll_loss_forward.output1"}  # a batch split leaves it whole
-    apart = (lambda d: {k: v for k, v in d.items() if k not in ring and not set(k) & loss})
+    apart = (lambda d: {k: v for k, v in d.items() if k not in ring})
     assert apart(moved) == pytest.approx(apart(batch))
 
 
@@ -156,3 +156,13 @@ def test_activations_under_cp_are_one_devices_over_c(long_llama, c):
     one = act(simulate(long_llama, cluster, baseline("single", long_llama, 8)))
     ring = act(simulate(long_llama, cluster, on(long_llama, c)))
     assert ring == pytest.approx(one / c, rel=0.05)
+
+
+@pytest.mark.parametrize("dim", ["batch", "sequence"])
+def test_no_data_or_context_parallel_plan_gathers_the_logits(llama, dim):
+    """Each rank computes its own tokens' loss, as data-parallel trainers do: the loss is cut
+    with the rest, and nothing crosses devices into it (the graph's ``metadata["loss"]``)."""
+    plan = on(llama, 4, dim)
+    loss = set(llama.metadata["loss"])
+    assert all(plan.splits[llama.index[x]].dim == dim for x in loss)
+    assert not {k: v for k, v in crossing(llama, plan).items() if k[1] in loss}

@@ -61,7 +61,9 @@ def test_an_mlp_step_is_forward_backward_and_one_update_per_parameter(tmp_path):
     # linear, relu, linear: a Megatron MLP block, which may also split on tensor
     assert by["addmm"].splittable == ("batch", "channel", "tensor")
     assert by["addmm_1"].partial_sums and not by["addmm"].partial_sums
-    assert not by["nll_loss_forward"].splittable  # the scalar loss
+    # the scalar loss: each part its samples' loss, as each data-parallel rank computes its own
+    assert by["nll_loss_forward"].splittable == ("batch",)
+    assert g.metadata["loss"][0] == "nll_loss_forward"
     assert set(g.metadata["estimated"]) == {"H100"} and g.metadata["optimizer"] == "adam"
     assert all(op.compute["H100"] >= 0 for op in g.ops)
     assert g.metadata["folded_views"] > 0 and not any(op.type == "t.default" for op in g.ops)

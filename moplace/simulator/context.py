@@ -65,7 +65,10 @@ class ContextEdges:
         key = orig[u] * self.n_ops + orig[v]
         kv = _member(key, self.kv)
         need = np.where(seq[v] & kv & self.forward[orig[v]], -1, need)
-        heads = self.heads_wise[orig[v]] & chan[v] & (need == -1)
+        # its heads from a part on sequence (Ulysses' all-to-all) or a whole tensor; from
+        # channel parts (a packed projection's columns need not be its heads) all of them
+        heads = self.heads_wise[orig[v]] & chan[v] & (need == -1) & (
+            (dims[u] == _SEQUENCE) | (dims[u] < 0))
         need = np.where(heads, _CHANNEL, need)
         grads = seq[u] & _member(key, self.kv_grads)
         scale = np.where(grads, 2.0, 1.0) if grads.any() else None  # the keys and values too

@@ -23,6 +23,8 @@ import os
 import pickle
 import tempfile
 
+import numpy as np
+
 from ..core.strategy import Strategy
 from ..errors import MoplaceError
 from ..progress import Ticker
@@ -55,6 +57,7 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
     if testbed is None:
         TorchTestbed.check_device(device, n)
     strategy.validate(graph, n)
+    strategy = testbed_strategy(graph, strategy)
     trace = simulate(graph, cluster, strategy)
     ticker = Ticker(progress, warmup + steps + 2)
     ticker.stage("planning each rank's part (tracing the model at each batch it runs at)")
@@ -129,3 +132,24 @@ def _collect(job_dir: str, n: int, weights: bool, names: list) -> ApplyResult:
             merged.update(torch.load(os.path.join(job_dir, f"rank-{k}.pt")))
         result.weights = merged
     return result
+
+
+def testbed_strategy(graph, strategy: Strategy) -> Strategy:
+    """``strategy`` as the testbed runs it: the loss (the ops ``metadata["loss"]`` names)
+    whole on the first device of its batch cut. Each part of a cut loss is the mean of its
+    samples' losses, as each data-parallel rank computes its own; the testbed sums the
+    parts' weight gradients, which would need weighting by the parts' shares. Run whole, it
+    sends the parts' log-probabilities to one device, a little more than the simulated plan
+    moves (tests/test_torch_apply.py: such plans compute the one-device step)."""
+    names = graph.metadata.get("loss")
+    ops = [graph.index[x] for x in names if isinstance(x, str) and x in graph.index] \
+        if isinstance(names, list) else []
+    cut = [i for i in ops if i in strategy.splits and strategy.splits[i].dim == "batch"]
+    if not cut:
+        return strategy
+    placement = np.array(strategy.placement, copy=True)
+    for i in cut:
+        placement[i] = strategy.splits[i].devices[0]
+    splits = {i: s for i, s in strategy.splits.items() if i not in cut}
+    return Strategy(placement, strategy.priority, splits, recompute=strategy.recompute,
+                    **strategy.options)

@@ -76,6 +76,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     loss = rep[next(n for n in nodes if n.name == traced.loss)]
     forward = _ancestors(loss, rep)
     batched = _batched(kept, traced, twin)
+    batched[loss] = True  # its parts each their samples' (tokens') loss: no logits gathered
     constants = _constants(kept, traced)
     block_of, status = {}, {}  # kept op -> its tensor-parallel block's name; shard or partial
     for block in megatron_blocks(kept, traced, rep, forward):
@@ -155,6 +156,7 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
             "trace_seconds": traced.seconds, "optimizer": traced.optimizer,
             "estimated": est.estimate_notes(kinds, calibrations), "cost_features": feats,
             "folded_views": len(nodes) - len(kept), "attention": traced.attention,
+            "loss": [names[loss], *(sep.name for sep in apart.values() if sep.producer is loss)],
             **({"profiled_on": measured.kind, "measured": measured.metadata()}
                if measured is not None else {})}
     moe = moe_metadata(kept, names, rep, traced, forward)
@@ -166,12 +168,8 @@ def to_op_graph(traced: TracedTorchStep, kinds, twin: TracedTorchStep | None = N
     context = context_metadata(kept, names, rep, tensor, traced)
     if context is not None:  # context parallelism cuts the token-wise ops by sequence
         meta["context"] = context
-        # the loss too, each part its tokens' sum, so that no CP plan gathers the logits (a
-        # batch split of it is not offered: the PyTorch testbed runs batch splits, and a
-        # mean's parts would need weighting there)
-        loss_ops = {names[loss]} | {sep.name for sep in apart.values() if sep.producer is loss}
         ops = [replace(op, splittable=(*op.splittable, "sequence"))
-               if "batch" in op.splittable or op.name in loss_ops else op for op in ops]
+               if "batch" in op.splittable else op for op in ops]
     graph = OpGraph(ops, edges, name=traced.name, metadata=meta)
     layers = find_layers(graph, [names[n] for n in kept if n.name in traced.inputs],
                          names[loss])
@@ -222,8 +220,11 @@ def _fold(nodes, traced):
 def _splittable(n, batched: bool, gradient: bool, weights: bool,
                 in_block: bool) -> tuple[str, ...]:
     """Matmuls, attention and convolutions: batch or channel. Another op: batch when its
-    output has a batch dimension, or when it sums a weight's gradient over the batch (its
-    parts' sums are then all-reduced, as data parallelism does). A parameter or buffer:
+    output has a batch dimension or it is the loss (each part its samples' loss, as each
+    data-parallel rank computes its own: no logits gathered; the testbed runs such a cut
+    whole, `moplace.torch.apply.testbed_strategy`), or when it sums a weight's gradient over
+    the batch (its parts' sums are then all-reduced, as data parallelism does). A parameter
+    or buffer:
     batch, its replicas each holding all of it. An op of a tensor-parallel block
     (`moplace.torch.megatron`): tensor too."""
     if n.target in SPLITTABLE:
