@@ -166,3 +166,14 @@ def test_no_data_or_context_parallel_plan_gathers_the_logits(llama, dim):
     loss = set(llama.metadata["loss"])
     assert all(plan.splits[llama.index[x]].dim == dim for x in loss)
     assert not {k: v for k, v in crossing(llama, plan).items() if k[1] in loss}
+
+
+def test_a_cp_plan_reads_with_its_gradient_levers(llama):
+    """Weights are replicas over the CP ranks: the plan's line names its buckets and ZeRO."""
+    from moplace.core.levers import plan_of
+    from moplace.review.units import plan_text
+
+    plan = plan_of(on(llama, 4).with_options(zero_stage=1.0), llama)
+    assert plan["replicas"] and plan["degrees"]["context"] == 4
+    assert plan_text(plan).startswith("context parallel ×4 (ring)")
+    assert "ZeRO-1" in plan_text(plan)

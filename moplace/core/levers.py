@@ -4,7 +4,7 @@ the one vocabulary of tables, `show` and `export`: splits counted in ops (``spli
 of them ``tensor_ops`` on tensor), recomputation in co-location groups; a regular plan by its
 degrees (``degrees``: data, tensor and pipeline, with ``virtual``, ``expert`` and ``context``
 (and its ``context_comm``, "p2p" or "a2a") where more than 1, `moplace.core.planshape`), so that a data-parallel point reads "data parallel x8"; and whether the gradient levers act at all
-(``replicas``: some op's weights are replicated on batch, so its gradients are all-reduced in
+(``replicas``: some op's weights are replicated on batch or sequence, so its gradients are all-reduced in
 buckets and ZeRO has something to shard; on one device or a pipeline without replicas they
 change nothing and a table leaves them out). The per-group counts of earlier files
 (``split_groups``, ``tensor_groups``) are kept."""
@@ -24,7 +24,8 @@ def plan_of(strategy: Strategy, graph: OpGraph) -> dict:
     t = strategy.split_table
     on_tensor = t.dims == SPLIT_DIMS.index("tensor")
     tensor = t.ops[on_tensor]
-    batch = t.ops[t.dims == SPLIT_DIMS.index("batch")]
+    # a sequence split (context parallelism) replicates weights as a batch split does
+    batch = t.ops[np.isin(t.dims, [SPLIT_DIMS.index("batch"), SPLIT_DIMS.index("sequence")])]
     a = graph.arrays
     shape = plan_shape(graph, strategy)
     return {"devices": len(strategy.used_devices),
