@@ -36,3 +36,11 @@ def csr_ptr(keys: np.ndarray, n: int) -> np.ndarray:
 def segment_ranks(counts: np.ndarray) -> np.ndarray:
     """``0..counts[0]-1, 0..counts[1]-1, ...`` concatenated: each item's rank in its segment."""
     return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def frozen(a: np.ndarray) -> np.ndarray:
+    """``a``, made read-only (and returned): the simulator keeps the arrays a task graph shares
+    read-only, so that the event loop's argument types (and so its compiled specialisation)
+    do not depend on how a task graph was made."""
+    a.flags.writeable = False
+    return a

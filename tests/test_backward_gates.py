@@ -46,12 +46,10 @@ def _unordered(graph) -> OpGraph:
                    metadata={**graph.metadata, "format": "elsewhere"})
 
 
-def _early_roots(graph, strategy, cluster) -> int:
-    """Roots of the backward that started before the forward's last op of their micro-batch
-    ended, on a trace of ``strategy``."""
-    root, last = backward_gates(graph if graph.metadata.get("format") == "pytorch"
-                                else OpGraph(graph.ops, graph.edges, name=graph.name,
-                                             metadata={**graph.metadata, "format": "pytorch"}))
+def _early_roots(graph, strategy, cluster, gates) -> int:
+    """Roots of the backward (``gates``: `backward_gates` of the traced graph) that started
+    before the forward's last op of their micro-batch ended, on a trace of ``strategy``."""
+    root, last = gates
     tg = build_task_graph(graph, strategy, CostModel(graph, cluster))
     trace = run_task_graph(tg, cluster, len(graph.ops))
     nc = tg.n_compute
@@ -77,7 +75,7 @@ def test_a_traced_steps_backward_has_roots_and_begins_at_the_loss(llama):
                                   "one device"])
 def test_no_root_of_the_backward_starts_before_the_forward_ends(llama, plan):
     cluster = load_cluster(CLUSTER)
-    assert _early_roots(llama, _plans(llama)[plan], cluster) == 0
+    assert _early_roots(llama, _plans(llama)[plan], cluster, backward_gates(llama)) == 0
 
 
 def test_without_the_order_a_waiting_device_runs_backward_roots_early(llama):
@@ -85,7 +83,34 @@ def test_without_the_order_a_waiting_device_runs_backward_roots_early(llama):
     in the forward while a device waits (what the gates prevent)."""
     cluster = load_cluster(CLUSTER)
     free = _unordered(llama)
-    assert sum(_early_roots(free, s, cluster) for s in _plans(free).values()) > 0
+    gates = backward_gates(llama)
+    assert sum(_early_roots(free, s, cluster, gates) for s in _plans(free).values()) > 0
+
+
+def test_every_way_of_building_gives_the_full_builds_gates(llama):
+    """The gates come with the task graph's shape: a skeleton's instance and a patch of a
+    parent's carry what a full build makes."""
+    from moplace.simulator.build import FILLED, PATCHED, build
+    from moplace.simulator.delta import SimulationBase
+    from moplace.simulator.taskgraph import build_split_task_graph
+
+    costs = CostModel(llama, load_cluster(CLUSTER))
+    for name, strategy in _plans(llama).items():
+        if not strategy.splits and not strategy.pipelined:
+            continue
+        full, _ = build_split_task_graph(llama, strategy, costs)
+        filled, how = build(llama, strategy, costs)
+        assert how == FILLED
+        for tg in (full, filled):
+            assert np.array_equal(tg.gate, full.gate) and np.array_equal(tg.opens, full.opens)
+        if strategy.pipelined:
+            continue
+        moved = strategy.derive(priority=strategy.priority[::-1].copy())
+        patched, how = build(llama, moved, costs, SimulationBase(strategy, filled, llama, costs))
+        assert how == PATCHED and np.array_equal(patched.gate, full.gate)
+    one, _ = build(llama, _plans(llama)["one device"], costs)
+    root, last = backward_gates(llama)
+    assert np.array_equal(one.gate >= 0, root) and np.array_equal(one.opens >= 0, last)
 
 
 def test_the_fast_loop_gives_the_reference_trace_with_the_gates(llama):

@@ -187,6 +187,26 @@ def test_tensor_parts_hold_their_heads_of_a_fused_projection_and_sum_partials(gp
                        "update/blocks.0.attn.in_proj"))  # each part updates its own shard
 
 
+def test_the_testbed_runs_a_cut_loss_whole_and_reads_a_damaged_loss_list_as_none(gpt_graph):
+    """Data parallelism cuts the loss (each rank its samples' loss); the testbed runs it whole
+    on its cut's first device and leaves every other split as it is. A graph whose
+    ``metadata["loss"]`` is damaged names no loss: the plan runs as it is."""
+    from moplace.core.graph import OpGraph
+    from moplace.torch.apply import testbed_strategy
+
+    dp = base.data_parallel(gpt_graph, 2)
+    loss = [gpt_graph.index[x] for x in gpt_graph.metadata["loss"]]
+    assert loss and all(dp.splits[i].dim == "batch" for i in loss)
+    run = testbed_strategy(gpt_graph, dp)
+    assert all(i not in run.splits and run.placement[i] == dp.splits[i].devices[0]
+               for i in loss)
+    assert {i: s for i, s in dp.splits.items() if i not in loss} == dict(run.splits)
+    for damaged in (5, "nll_loss_forward", [3, None, "no such op"], {"a": 1}):
+        g = OpGraph(gpt_graph.ops, gpt_graph.edges, name=gpt_graph.name,
+                    metadata={**gpt_graph.metadata, "loss": damaged})
+        assert testbed_strategy(g, dp) is dp
+
+
 def test_what_the_testbed_cannot_run_is_refused_by_name_before_any_process(gpt_graph):
     from moplace.torch.apply import apply_torch
 

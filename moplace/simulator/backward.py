@@ -20,24 +20,45 @@ of PipeDream and of the NeurIPS'20 dataset chain each backward from the loss alr
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
+from ..arrays import frozen
 from ..core.graph import ROLES, OpGraph
 from .plancache import PlanCache
-from .taskgraph import TaskGraph
 
 _KEPT = PlanCache(limit=1)
 _FORWARD, _BACKWARD = ROLES.index("forward"), ROLES.index("backward")
+#: the gates of a task graph without program order
+NO_GATES = (frozen(np.zeros(0, np.int64)), frozen(np.zeros(0, np.int64)))
 
 
 def backward_gates(graph: OpGraph) -> tuple[np.ndarray, np.ndarray] | None:
     """Per op of ``graph``: is it a root of the backward, and does its end begin the backward
     (the deepest forward ops)? None where the backward keeps no program order (see module
     docstring) or has no root."""
+    return _kept(graph)[0]
+
+
+def task_gates(graph: OpGraph, task_op: np.ndarray | None = None,
+               task_mb: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A task graph's ``gate`` and ``opens`` (per compute task: the micro-batch whose backward
+    it waits for, or begins; -1: none; both empty where `backward_gates` is None), for its
+    compute tasks' ops ``task_op`` and micro-batches ``task_mb`` (empty or None: all 0);
+    without ``task_op``, a task per op (an unsplit plan's, kept per graph). Made with the task
+    graph's shape (`moplace.simulator.taskgraph`), so once per split configuration."""
+    gates, per_op = _kept(graph)
+    if gates is None or task_op is None:
+        return per_op
+    root, last = gates
+    mb = task_mb if task_mb is not None and task_mb.size else np.zeros(task_op.size, np.int64)
+    return (frozen(np.where(root[task_op], mb, -1).astype(np.int64)),
+            frozen(np.where(last[task_op], mb, -1).astype(np.int64)))
+
+
+def _kept(graph: OpGraph):
+    """(root, last) per op, or None; and the gates of a task per op. Kept per graph."""
     if graph.metadata.get("format") != "pytorch":
-        return None
+        return None, NO_GATES
     return _KEPT.get(graph, "backward", lambda: _gates(graph))
 
 
@@ -48,21 +69,8 @@ def _gates(graph: OpGraph):
     fed[a.dst[backward[a.src]]] = True
     root = backward & ~fed
     if not root.any() or not forward.any():
-        return None
+        return None, NO_GATES
     depth = graph.depth
     last = forward & (depth == depth[forward].max())
-    return root, last
-
-
-def with_backward_gates(tg: TaskGraph, graph: OpGraph) -> TaskGraph:
-    """``tg`` with its ``gate`` and ``opens`` (per compute task: the micro-batch whose
-    backward it waits for, or begins; -1: none); unchanged where `backward_gates` is None."""
-    gates = backward_gates(graph)
-    if gates is None:
-        return tg
-    root, last = gates
-    nc = tg.n_compute
-    op = tg.task_op[:nc]
-    mb = tg.task_mb[:nc] if tg.task_mb.size else np.zeros(nc, np.int64)
-    return replace(tg, gate=np.where(root[op], mb, -1).astype(np.int64),
-                   opens=np.where(last[op], mb, -1).astype(np.int64))
+    return (root, last), (frozen(np.where(root, 0, -1).astype(np.int64)),
+                          frozen(np.where(last, 0, -1).astype(np.int64)))

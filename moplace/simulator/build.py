@@ -36,7 +36,6 @@ from ..core.graph import OpGraph
 from ..costs.costmodel import CostModel
 from ..costs.fp8 import fp8_costs, fp8_weight_bytes
 from ._fill import fill_instance
-from .backward import with_backward_gates
 from .delta import SimulationBase, patched_task_graph
 from .microbatch import microbatch_plan
 from .schedule import ScheduleShape
@@ -67,17 +66,10 @@ def build(graph: OpGraph, strategy: Strategy, costs: CostModel,
     for this strategy's placement and priorities (and, with micro-batches, ordered by its
     schedule: `pipeline_order`). Every path gives the same arrays. A strategy with FP8
     matmuls is built on ``costs`` timing them in FP8 (`moplace.costs.fp8`), its weights'
-    FP8 copies added to what they keep (`with_fp8_weights`). In a traced PyTorch step the
-    backward's roots wait for the forward's end (`moplace.simulator.backward`)."""
-    tg, how = _build(graph, strategy, costs, parent)
-    return with_backward_gates(tg, graph), how
-
-
-def _build(graph: OpGraph, strategy: Strategy, costs: CostModel,
-           parent: SimulationBase | None) -> tuple[TaskGraph, str]:
+    FP8 copies added to what they keep (`with_fp8_weights`)."""
     if strategy.fp8:
         costs = fp8_costs(costs, strategy.fp8_mode)
-        tg, how = _build(graph, strategy.with_options(fp8=0), costs, parent)
+        tg, how = build(graph, strategy.with_options(fp8=0), costs, parent)
         return with_fp8_weights(tg, graph, strategy.fp8_mode), how
     if not strategy.splits and not strategy.recompute and not strategy.pipelined:
         return unsplit_task_graph(graph, strategy, costs), UNSPLIT
@@ -209,7 +201,7 @@ class Skeleton:
             coll_res_ptr=tg.coll_res_ptr, coll_res=tg.coll_res, coll_dur=tg.coll_dur,
             coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind, scratch=tg.scratch,
             ip_src=tg.ip_src, coll_mask=tg.coll_mask, task_mb=tg.task_mb,
-            n_recomputed=tg.n_recomputed)
+            n_recomputed=tg.n_recomputed, gate=tg.gate, opens=tg.opens)
         if self.m > 1:
             if self.shape is None:
                 plan = microbatch_plan(self.graph, strategy.recompute, self.m)

@@ -84,7 +84,7 @@ def patched_task_graph(base: SimulationBase, strategy: Strategy, graph, costs) -
         in_ptr=tg.in_ptr, in_edge=tg.in_edge, coll_ptr=tg.coll_ptr, coll_dev=tg.coll_dev,
         coll_res_ptr=tg.coll_res_ptr, coll_res=tg.coll_res, coll_dur=tg.coll_dur,
         coll_bytes=tg.coll_bytes, op_ptr=tg.op_ptr, coll_kind=tg.coll_kind, ip_src=tg.ip_src,
-        coll_mask=tg.coll_mask, scratch=tg.scratch)
+        coll_mask=tg.coll_mask, scratch=tg.scratch, gate=tg.gate, opens=tg.opens)
 
 
 def _same_splits(a: Strategy, b: Strategy) -> bool:

@@ -35,7 +35,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..arrays import segment_ranks
+from ..arrays import frozen, segment_ranks
 from ..core.graph import OpGraph, inplace_sources
 from ..core.strategy import Strategy
 from ..costs.costmodel import CostModel
@@ -43,6 +43,7 @@ from ._edgebuild import build_edges
 from ._fill import fill_unsplit
 from .buckets import BucketedCollectives
 from .gathers import held_while_gathered
+from .backward import NO_GATES as _NO_GATES, task_gates
 from .context import context_edges
 from .holdings import (_BATCH, _CHANNEL, _DIM_CODE, _EXPERT, _HELD, _NEED, _OWN, _PARTIAL,
                        _REPLICA, _SEQ_HELD, _SEQ_NEED, _SEQUENCE, _TENSOR, _UPDATE, held_codes,
@@ -75,8 +76,8 @@ class TaskGraph:
     `moplace.simulator.schedule.stage_limits`). ``scratch``: per task, bytes it holds only
     while it runs (`moplace.core.graph.Op.scratch_bytes`; empty when no op has any).
     ``gate`` and ``opens`` (per compute task; both empty: none): the backward's program order
-    (`moplace.simulator.backward`): a task with ``gate`` k >= 0 waits, its inputs in, until a
-    task with ``opens`` k has finished.
+    (`moplace.simulator.backward.task_gates`, made with the shape): a task with ``gate`` k >= 0
+    waits, its inputs in, until a task with ``opens`` k has finished.
     """
 
     n_compute: int
@@ -108,8 +109,8 @@ class TaskGraph:
     n_recomputed: int = -1
     stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     scratch: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    gate: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    opens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gate: np.ndarray = field(default_factory=lambda: _NO_GATES[0])
+    opens: np.ndarray = field(default_factory=lambda: _NO_GATES[1])
 
     @property
     def n_tasks(self) -> int:
@@ -178,8 +179,9 @@ def build_split_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel,
     if strategy.pipelined:
         tg.task_mb = np.concatenate([plan.mb[vop], np.full(n_coll, -1, np.int64)])
         tg.n_recomputed = int(ptr[-1] - ptr[orig.size - plan.n_clone_ops])
-        if ordered:
-            tg, moved_bytes = pipeline_order(tg, moved_bytes, graph, strategy, costs)
+    tg.gate, tg.opens = task_gates(graph, task_op, tg.task_mb[:n_compute])
+    if strategy.pipelined and ordered:
+        tg, moved_bytes = pipeline_order(tg, moved_bytes, graph, strategy, costs)
     return tg, moved_bytes
 
 
@@ -205,28 +207,25 @@ def unsplit_task_graph(graph: OpGraph, strategy: Strategy, costs: CostModel) -> 
     n = dev.shape[0]
     dur, e_srcdev, e_local = np.empty(n), np.empty(a.src.size, np.int64), np.empty(a.src.size, bool)
     fill_unsplit(dev, costs.compute, a.src, a.dst, a.edge_bytes, dur, e_srcdev, e_local)
+    gate, opens = task_gates(graph)
     return TaskGraph(
         n_compute=n, task_op=np.arange(n), dev=dev, dur=dur,
         prio=strategy.priority, out_bytes=a.output_bytes, param_bytes=a.param_bytes,
         e_src=a.src, e_dst=a.dst, e_bytes=a.edge_bytes, e_srcdev=e_srcdev, e_local=e_local,
         out_ptr=a.out_ptr, in_ptr=a.in_ptr, in_edge=a.in_edge, op_ptr=np.arange(n + 1),
         ip_src=costs.inplace_source,
-        scratch=_NO_SCRATCH if a.scratch_bytes is None else a.scratch_bytes, **_NO_COLLECTIVES)
+        scratch=_NO_SCRATCH if a.scratch_bytes is None else a.scratch_bytes,
+        gate=gate, opens=opens, **_NO_COLLECTIVES)
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
-
-
-_NO_COLLECTIVES = {k: _frozen(v) for k, v in dict(
+_NO_COLLECTIVES = {k: frozen(v) for k, v in dict(
     coll_ptr=np.zeros(1, np.int64), coll_dev=np.zeros(0, np.int64),
     coll_res_ptr=np.zeros(1, np.int64), coll_res=np.zeros(0, np.int64),
     coll_dur=np.zeros(0), coll_bytes=np.zeros(0), coll_kind=np.zeros(0, np.int64),
     coll_mask=np.zeros(0, np.int64)).items()}
 #: read-only as the graph's own scratch is, so the event loop's argument types (and so its
 #: compiled specialisation) do not depend on whether the graph has scratch
-_NO_SCRATCH = _frozen(np.zeros(0))
+_NO_SCRATCH = frozen(np.zeros(0))
 
 
 def _durations(a, costs, ptr, vop, orig, dev, parts, dims, sharded) -> np.ndarray:

@@ -43,7 +43,8 @@ def apply_torch(graph, strategy: Strategy, cluster, *, steps: int = 10, warmup: 
     (``weights``: also ``result.weights``, every parameter after the last step;
     ``time_ops``: also ``result.op_seconds``, op index -> the median over the timed steps of
     its tasks' mean wall-clock seconds on the rank running it; on GPUs the peak memory of
-    each) and the simulator's step for the same strategy on ``cluster``."""
+    each) and the simulator's step on ``cluster`` for the strategy as the testbed runs it
+    (`testbed_strategy`)."""
     from .applyprep import node_rows, prepare
     from .testbed import TorchTestbed
 
