@@ -207,6 +207,8 @@ def shrink(argv: list[str]) -> list[str]:
         argv = with_option(with_option(argv, "--batch", "2"), "--steps", "1")
     elif sub == "apply":
         argv = with_option(argv, "--steps", "1")
+    elif sub == "evaluate" and "--plan" in argv:  # its graph, profiled at --batch 2 above
+        argv = with_option(argv, "--plan", re.sub(r"mbs=\d+", "mbs=2", _value(argv, "--plan")))
     elif sub == "fidelity":
         for option, value in (("--batch", "8"), ("--steps", "3"), ("--budget", "30"),
                               ("--front-points", "1"), ("--calibration", "1")):

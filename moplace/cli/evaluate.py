@@ -3,6 +3,7 @@
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE [--point K] | --baseline NAME|all)
                      [--memory-limit SIZE] [--no-inplace] [--optimizer NAME] [--json]
     moplace evaluate FRONT_JSON --point K      # the graph, cluster and options it records
+    moplace evaluate GRAPH --cluster pod:H100:N --plan "tp=8,pp=16,dp=128,mbs=1,gbs=2048"
 
 ``--point K`` counts a front.json's points as `moplace search` printed them: the front, or the
 least-violating points when nothing fitted (evaluated and reported infeasible). A strategy or
@@ -37,6 +38,13 @@ def add_commands(sub) -> None:
     how = ev.add_mutually_exclusive_group()
     how.add_argument("--strategy", type=file_arg, help="strategy JSON file")
     how.add_argument("--baseline", help="single, data-parallel, round-robin, layer-split, or all")
+    how.add_argument("--plan", metavar="DEGREES",
+                     help="a regular plan by its degrees, e.g. \"tp=8,pp=16,v=1,dp=128,ep=1,"
+                          "mbs=1,gbs=2048\" (and recompute=, zero=, precision=, schedule=, "
+                          "cp=, cp_comm=, overlap=), evaluated at any scale: one replica "
+                          "simulated, the collectives across replicas modelled; the graph is "
+                          "one micro-batch (traced at --batch mbs), --cluster a pod "
+                          "(pod:H100:16384) or a cluster file")
     ev.add_argument("--point", type=integer(0, 10**6), help="which point of a front.json given as --strategy")
     ev.add_argument("--micro-batches", type=integer(1, MAX_MICRO_BATCHES), metavar="M",
                     help="run the strategy (or baselines) as M micro-batches (a pipeline; "
@@ -180,6 +188,9 @@ def _evaluate(args) -> int:
     from ..review.report import evaluation_table, report_units, summary_table
     from ..simulator.evaluation import evaluate
 
+    if args.plan is not None:
+        from .planeval import evaluate_plan
+        return evaluate_plan(args)
     from_front(args, needs_cluster=True)
     if not (args.strategy or args.baseline):
         raise MoplaceError("say what to evaluate: --strategy FILE or --baseline NAME")

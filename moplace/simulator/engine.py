@@ -37,8 +37,28 @@ from .build import build_task_graph
 from .taskgraph import TaskGraph
 
 
+class DeviceFigures:
+    """What a step's per-device ``sent``, ``received``, ``peak_memory`` and ``capacity`` say
+    (a `Trace`'s, and a regular plan's at scale: `moplace.simulator.atscale.ScaledTrace`)."""
+
+    @property
+    def traffic(self) -> np.ndarray:
+        """Bytes each device sends plus receives."""
+        return self.sent + self.received
+
+    @property
+    def memory_excess(self) -> np.ndarray:
+        """Bytes by which each device's peak memory exceeds its capacity (0 where it fits)."""
+        return np.maximum(self.peak_memory - self.capacity, 0.0)
+
+    @property
+    def feasible(self) -> bool:
+        """True when every device's peak memory fits its capacity."""
+        return bool(np.all(self.memory_excess == 0))
+
+
 @dataclass(frozen=True, eq=False)
-class Trace:
+class Trace(DeviceFigures):
     """What one simulated training step did. Times in seconds, sizes in bytes.
 
     Per task (an op or one part of a split op; collectives last): ``task_op``, ``task_device``
@@ -114,20 +134,6 @@ class Trace:
         flags[n_compute - self.n_recomputed:n_compute] = True
         return flags
 
-    @property
-    def traffic(self) -> np.ndarray:
-        """Bytes each device sends plus receives."""
-        return self.sent + self.received
-
-    @property
-    def memory_excess(self) -> np.ndarray:
-        """Bytes by which each device's peak memory exceeds its capacity (0 where it fits)."""
-        return np.maximum(self.peak_memory - self.capacity, 0.0)
-
-    @property
-    def feasible(self) -> bool:
-        """True when every device's peak memory fits its capacity."""
-        return bool(np.all(self.memory_excess == 0))
 
 
 def compiled_on_disk() -> bool:

@@ -542,6 +542,19 @@ class Arguments:
             n.append((f"evaluate {' '.join(extra)[:40]}", ["evaluate", GRAPH, "--cluster",
                                                           CLUSTER, "--baseline", "data-parallel",
                                                           *extra]))
+        # regular plans at scale (issue 50): degrees that do not parse or do not fit, pods
+        # that are not, and a pod given to a command that places ops
+        for plan in ("", "tp", "tp=", "tp=x", "tp=1,tp=2", "nosuch=1", "tp=0,pp=1,dp=4,mbs=1,gbs=4",
+                     "tp=1,pp=1,dp=4", "tp=1,pp=1,dp=4,mbs=1,gbs=4", "tp=1,pp=3,dp=1,mbs=1,gbs=1",
+                     "tp=1,pp=1,dp=1,mbs=1,gbs=1,zero=9", "tp=1,pp=1,dp=1,mbs=1,gbs=1,ep=2",
+                     "tp=1,pp=1,dp=1,mbs=1,gbs=1,precision=fp4", "tp=99999999999,pp=1,dp=1,mbs=1,gbs=1",
+                     "tp=1,pp=1,dp=1,mbs=1,gbs=1,v=2", "tp=1,,pp=1"):
+            for cl in ("pod:V100:8", "pod:H100:8", "pod:H100:12", "pod:H100:99999999", "pod:",
+                       CLUSTER):
+                n.append((f"evaluate --plan {plan[:24]!r} {cl}", ["evaluate", GRAPH, "--cluster",
+                                                                cl, "--plan", plan]))
+        n.append(("evaluate pod baseline", ["evaluate", GRAPH, "--cluster", "pod:H100:16",
+                                            "--baseline", "all"]))
         # questions asked of a front (issue 34): constraints and goals that do not parse,
         # name no objective or leave nothing; a --save path that cannot be written
         for v in ("runtime", "runtime<=", "runtime=1s", "runtime<=abc", "runtime<=1GiB",

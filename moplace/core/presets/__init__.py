@@ -16,7 +16,8 @@ from ...errors import (MAX_ERROR_LINE, ClusterError, FormatError, did_you_mean,
                        names_within, parse_toml, shown)
 from ..cluster import KIND_SPEED, Cluster, Device, kind_speed
 
-__all__ = ["KIND_SPEED", "kind_speed", "list_presets", "load_cluster", "parse_cluster"]
+__all__ = ["KIND_SPEED", "kind_speed", "list_presets", "load_cluster", "parse_cluster",
+           "parse_cluster_doc"]
 
 SHARING = ("dedicated", "port", "bus")
 #: Limits no cluster a step is placed on comes near (the papers' largest is 64 GPUs); beyond
@@ -47,6 +48,8 @@ def load_cluster(preset_or_path) -> Cluster:
     if isinstance(preset_or_path, Cluster):
         return preset_or_path
     text = str(preset_or_path)
+    if text.lower().startswith("pod:"):
+        raise ClusterError(f"--cluster {shown(text)}: {POD_ONLY}")
     names = list_presets()
     path = Path(text)
     try:
@@ -100,7 +103,21 @@ def _suggested(text: str, names: list[str]) -> str:
 
 def parse_cluster(text: str, path="<cluster>") -> Cluster:
     """Build a cluster from TOML ``text``; ``path`` names the source in error messages."""
-    return _Builder(parse_toml(text, path), path).build()
+    return parse_cluster_doc(parse_toml(text, path), path)
+
+
+def parse_cluster_doc(doc: dict, path="<cluster>") -> Cluster:
+    """Build a cluster from a parsed cluster document (`parse_cluster`)."""
+    if isinstance(doc, dict) and "pod" in doc:
+        raise FormatError(path, POD_ONLY, field="pod")
+    return _Builder(doc, path).build()
+
+
+#: what a pod is for, said where a command that places ops is given one
+POD_ONLY = ("a pod (pod:KIND:GPUS, or a file with a [pod] table) is evaluated by regular plans "
+            "only: moplace evaluate GRAPH --cluster POD --plan \"tp=8,pp=16,dp=128,...\"")
+
+
 
 
 class _Builder:

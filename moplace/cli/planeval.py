@@ -1,0 +1,80 @@
+"""``moplace evaluate GRAPH --cluster POD_OR_CLUSTER --plan "tp=8,pp=16,dp=128,mbs=1,gbs=2048"``:
+a regular plan given by its degrees, evaluated at any scale (`moplace.simulator.atscale`).
+
+The graph is one micro-batch (traced at ``--batch`` = mbs); the cluster a pod
+(``pod:H100:16384``, a file with a ``[pod]`` table) or any listed cluster of equal servers.
+Prints the step, throughput, peak memory and traffic, where the time goes and which parts were
+simulated and which modelled; ``--json`` one strict JSON object.
+"""
+
+from __future__ import annotations
+
+from .. import strictjson
+from ..errors import MoplaceError
+
+
+def evaluate_plan(args) -> int:
+    from objectives import DEFAULT, json_key
+
+    from ..core.pod import Pod
+    from ..core.pod import load_target
+    from ..core.regular import parse_plan
+    from ..costs.origin import estimated_notes
+    from ..review.units import fmt
+    from ..simulator.atscale import evaluate_regular
+    from .problem import graph_arg
+
+    for flag in ("strategy", "baseline", "micro_batches", "schedule", "fp8", "expert_parallel",
+                 "context_parallel", "point"):
+        if getattr(args, flag, None) not in (None, False):
+            raise MoplaceError(f"--plan states the whole plan; drop --{flag.replace('_', '-')} "
+                               f"(say it in the plan: schedule=, precision=, ep=, cp=)")
+    if not args.cluster:
+        raise MoplaceError("--plan needs --cluster: a pod (pod:H100:16384) or a cluster file")
+    plan = parse_plan(args.plan)
+    target = load_target(args.cluster)
+    graph = graph_arg(args)
+    ev = evaluate_regular(graph, target, plan, objectives=DEFAULT,
+                          memory_limit=args.memory_limit or None)
+    kind_cluster = target.servers(1) if isinstance(target, Pod) else target
+    notes = estimated_notes(graph, kind_cluster)
+    if plan.precision != "bf16":
+        from ..costs.fp8 import FP8_NOTE
+        notes.append(FP8_NOTE)
+    name = target.name
+    if args.json:
+        out = {"graph": graph.name, "cluster": name, "gpus": ev.gpus, "plan": plan.spec(),
+               "plan_text": plan.text(),
+               **{json_key(n): v for n, v in zip(ev.names, ev.values.tolist())},
+               "feasible": ev.feasible, "memory_excess_bytes": ev.violation,
+               "micro_batches": plan.micro_batches, "tokens_per_step": ev.tokens_per_step,
+               "tokens_per_s_per_gpu": ev.tokens_per_s_per_gpu,
+               "time_parts_s": ev.parts, "algorithms": ev.algorithms, "how": ev.how(),
+               "cost_notes": notes}
+        print(strictjson.dumps(out))
+        return 0
+    t = ev.trace
+    cap = float(t.capacity.min())
+    mem = float(t.peak_memory.max())
+    print(f"graph {graph.name} (one micro-batch of {plan.mbs} sequence"
+          f"{'s' if plan.mbs > 1 else ''}) on {target.describe() if isinstance(target, Pod) else name}")
+    for note in notes:
+        print(f"note: {note}")
+    print(f"\nplan {plan.text()}: {plan.micro_batches} micro-batches per replica")
+    rate = (f" ({ev.tokens_per_s_per_gpu:,.0f} tokens/s per GPU)" if ev.tokens_per_step else "")
+    print(f"  step           {fmt(ev.runtime_s, 'time')}{rate}")
+    fits = "fits" if ev.feasible else f"over by {fmt(mem - cap, 'bytes')}"
+    print(f"  peak memory    {fmt(mem, 'bytes')} of {fmt(cap, 'bytes')} ({fits})")
+    print(f"  peak traffic   {fmt(float(t.traffic.max()), 'bytes')} per GPU per step")
+    p = ev.parts
+    print("  where the time goes:")
+    print(f"    simulated replica            {fmt(p['simulated_s'], 'time')}")
+    if p["all_to_all_s"]:
+        print(f"      of it expert all-to-alls   {fmt(p['all_to_all_s'], 'time')}")
+    if p["grad_reduce_s"] or p["param_gather_s"]:
+        algo = ", ".join(f"{k}: {v}" for k, v in ev.algorithms.items())
+        print(f"    data-parallel collectives    {fmt(p['grad_reduce_s'], 'time')} gradients + "
+              f"{fmt(p['param_gather_s'], 'time')} weights ({algo}); exposed "
+              f"{fmt(p['exposed_s'], 'time')}")
+    print(f"  how: {ev.how()}")
+    return 0

@@ -1,0 +1,234 @@
+"""A regular plan evaluated at any scale: one replica simulated op by op, the collectives that
+cross replicas modelled (what ``moplace evaluate --plan`` prints).
+
+`evaluate_regular` takes a graph of one micro-batch, a pod (`moplace.core.pod.Pod`) or a
+listed cluster, and a `moplace.core.regular.RegularPlan`:
+
+1. **Simulated**: one pipeline replica (``tp x cp x pp`` GPUs, as they sit in the pod's
+   servers, `moplace.simulator.replica`) runs its ``m`` micro-batches under the plan's
+   schedule, recomputation and precision, its tensor- and context-parallel collectives and its
+   pipeline's sends op by op, its experts' all-to-alls on the compute stream.
+2. **Modelled**: each stage's data-parallel collectives over its ``dp`` replicas (the
+   experts' over ``dp / ep``), timed by `moplace.simulator.nccl`: with ZeRO, a reduce-scatter
+   of the gradients and an all-gather of the weights; without, an all-reduce. With
+   ``overlap`` (Megatron's ``--overlap-grad-reduce --overlap-param-gather``) the reduction
+   runs during the stage's last micro-batch's backward (its ops' time on the stage: the window)
+   and only what exceeds the window, or the last bucket (DDP's 25 MiB) when it fits, is
+   exposed, and the gather runs under the next step's forward, exposing its first bucket;
+   without, both are exposed whole. The stage's step ends when its simulated work and its
+   exposed collectives have: the step's time is the latest stage's.
+
+Memory is the replica's simulated peak (its graph already holds the EP and ZeRO shards).
+Communication is the replica's busiest device's simulated traffic plus the bytes it sends
+and receives in the modelled collectives and all-to-alls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from objectives import DEFAULT, evaluate_trace
+
+from ..core.baselines import DDP_BUCKET_BYTES
+from ..core.degrees import Degrees, regular_plan
+from ..core.graph import ROLES, OpGraph
+from ..core.pod import Pod, pod_of_cluster
+from ..costs.costmodel import CostModel
+from ..errors import StrategyError
+from .engine import DeviceFigures, Trace, simulate
+from .nccl import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, collective_time, moved_bytes
+from .replica import replica_cluster, replica_graph, stride_of
+
+_BACKWARD, _UPDATE = ROLES.index("backward"), ROLES.index("update")
+#: the data-parallel collectives' bucket (PyTorch DDP's 25 MiB)
+BUCKET_BYTES = DDP_BUCKET_BYTES
+
+
+@dataclass(frozen=True, eq=False)
+class ScaledTrace(DeviceFigures):
+    """What the objectives read of a regular plan's step: per simulated device (the replica's)
+    ``sent``, ``received``, ``peak_memory``, ``capacity``; the step's ``makespan``; and the
+    replica's own `Trace`."""
+
+    makespan: float
+    sent: np.ndarray
+    received: np.ndarray
+    peak_memory: np.ndarray
+    capacity: np.ndarray
+    replica: Trace
+
+
+@dataclass(frozen=True, eq=False)
+class ScaledEvaluation:
+    """A regular plan scored: objective ``values`` (``names`` order), memory ``violation``,
+    the `ScaledTrace`, and ``parts``: seconds of the step by cause (``simulated_s``: the
+    replica's makespan; ``grad_reduce_s`` / ``param_gather_s``: the slowest stage's
+    data-parallel collectives, whole, and ``exposed_s`` what of them lengthens the step;
+    ``all_to_all_s``: the expert all-to-alls inside the simulated step), the ``algorithms``
+    NCCL would pick and ``tokens_per_s`` over the whole pod."""
+
+    plan: object
+    names: tuple[str, ...]
+    values: np.ndarray
+    violation: float
+    trace: ScaledTrace
+    parts: dict = field(default_factory=dict)
+    algorithms: dict = field(default_factory=dict)
+    gpus: int = 0
+    tokens_per_step: int = 0
+
+    @property
+    def feasible(self) -> bool:
+        return self.violation == 0.0
+
+    @property
+    def runtime_s(self) -> float:
+        return float(self.trace.makespan)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_step / self.runtime_s / self.gpus if self.runtime_s else 0.0
+
+    def objectives(self) -> dict[str, float]:
+        return dict(zip(self.names, self.values.tolist()))
+
+    def how(self) -> str:
+        """Which parts were simulated and which modelled, in words."""
+        p = self.plan
+        sim = (f"simulated op by op: one replica of {p.replica_gpus} GPUs "
+               f"(TP{p.tp} x CP{p.cp} x PP{p.pp}), {p.micro_batches} micro-batches")
+        mod = [f"data-parallel {'reduce-scatter + all-gather' if p.zero else 'all-reduce'} "
+               f"over {p.dp} replicas"]
+        if p.ep > 1:
+            mod.append(f"all-to-all over EP{p.ep}")
+        return sim + "; modelled (NCCL's cost model): " + ", ".join(mod)
+
+
+def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
+                     memory_limit: float | None = None) -> ScaledEvaluation:
+    """Score regular ``plan`` of ``graph`` (one micro-batch) on ``target``, a `Pod` or a
+    listed `moplace.core.cluster.Cluster` (module docstring), each GPU's memory capped at
+    ``memory_limit`` bytes when given; `StrategyError` naming what does not fit."""
+    pod = target if isinstance(target, Pod) else pod_of_cluster(target)
+    why = plan.misfit(graph, pod.gpus)
+    if why:
+        raise StrategyError(f"--plan ({plan.text()}): {why}")
+    rg = replica_graph(graph, plan, pod)
+    cluster = replica_cluster(target, pod, plan)
+    if memory_limit:
+        cluster = cluster.capped(memory_limit)
+    strategy = replica_strategy(rg.graph, plan)
+    costs = _costs(rg.graph, cluster, plan.tp * plan.cp > 1)
+    trace = simulate(rg.graph, cluster, strategy, costs=costs)
+    w = plan.tp * plan.cp
+    stage_of_device = np.arange(cluster.n_devices) // w
+    ends = np.zeros(plan.pp)
+    np.maximum.at(ends, stage_of_device[trace.task_device[trace.task_device >= 0]],
+                  trace.task_end[trace.task_device >= 0])
+    sync = _data_parallel(graph, rg, plan, pod, strategy, costs, stage_of_device)
+    stage_end = ends + sync["exposed"]
+    makespan = float(max(stage_end.max(), trace.makespan))
+    moved = sync["moved"][stage_of_device] + rg.a2a_bytes * plan.micro_batches
+    st = ScaledTrace(makespan, trace.sent + moved, trace.received + moved, trace.peak_memory,
+                     trace.capacity, trace)
+    slow = int(np.argmax(stage_end))
+    parts = {"simulated_s": float(trace.makespan),
+             "grad_reduce_s": float(sync["reduce"][slow]),
+             "param_gather_s": float(sync["gather"][slow]),
+             "exposed_s": float(makespan - trace.makespan),
+             "all_to_all_s": float(rg.a2a_s * plan.micro_batches)}
+    seq = (graph.metadata.get("source") or {}).get("seq_len") or 0
+    values = evaluate_trace(st, tuple(objectives))
+    return ScaledEvaluation(plan, tuple(objectives), values,
+                            float(st.memory_excess.sum()), st, parts, sync["algorithms"],
+                            pod.gpus, int(plan.gbs * int(seq or 0)))
+
+
+def replica_strategy(graph: OpGraph, plan):
+    """The replica's strategy: the plan's stages over ``pp`` groups of ``tp x cp`` devices
+    (`moplace.core.degrees.regular_plan`)."""
+    mode = ("tensor" if plan.tp > 1 else "data" if plan.cp == 1 else
+            "context" if plan.cp_comm == "p2p" else "context-a2a")
+    m = plan.micro_batches
+    schedule = plan.schedule if plan.pp > 1 and m > 1 else "1f1b"
+    d = Degrees(plan.replica_gpus, plan.pp, mode, m, schedule, plan.recompute,
+                min(plan.zero, 1) if plan.cp > 1 else 0, plan.v, plan.fp8,
+                expert_split_in_tensor_group(graph, plan))
+    return regular_plan(graph, d)
+
+
+def expert_split_in_tensor_group(graph: OpGraph, plan) -> int:
+    """How many ways the replica splits each MoE layer's experts inside a tensor-parallel
+    group: ``tp`` where the experts divide by ``tp x ep`` (each rank its ``E / (tp ep)``
+    experts, as Megatron-Core's expert tensor parallelism holds ``1 / (tp ep)`` of them; the
+    tokens exchanged inside the server by all-to-all, simulated), else 1 (the experts' ops cut
+    on the tokens, each rank holding its ``E / ep`` experts whole: ``tp`` times Megatron's
+    expert weights)."""
+    moe = graph.metadata.get("moe")
+    experts = moe.get("experts") if isinstance(moe, dict) else None
+    if plan.tp > 1 and isinstance(experts, int) and experts % (plan.tp * plan.ep) == 0:
+        return plan.tp
+    return 1
+
+
+@lru_cache(maxsize=2)
+def _costs(graph, cluster, split: bool) -> CostModel:
+    """The replica's cost model: its micro-batch copies are the traced micro-batch's ops,
+    whole, so no split overhead is added to them but where the replica cuts ops (tensor or
+    context parallel parts: `moplace.costs.costmodel.DEFAULT_SPLIT_OVERHEAD_S` per part)."""
+    return CostModel(graph, cluster, **({} if split else {"split_overhead_s": 0.0}))
+
+
+def _data_parallel(graph, rg, plan, pod, strategy, costs, stage_of_device) -> dict:
+    """Per stage: the data-parallel collectives' seconds (``reduce``, ``gather``), what of
+    them is ``exposed``, the bytes each rank ``moved`` in them; and the ``algorithms`` used."""
+    a = rg.graph.arrays
+    pp, m = plan.pp, plan.micro_batches
+    stage = stage_of_device[strategy.placement]
+    parts = np.ones(len(graph.ops))
+    for op, split in strategy.splits.items():
+        parts[op] = len(split.devices)
+    tensor = np.array([op in strategy.splits and strategy.splits[op].dim in ("tensor", "expert")
+                       for op in range(len(graph.ops))])
+    shard = np.where(tensor, parts, 1.0)
+    weights = (a.param_bytes > 0) & (a.output_bytes == 0) & (a.role != _UPDATE)
+    out = {k: np.zeros(pp) for k in ("reduce", "gather", "exposed", "moved")}
+    algorithms: dict = {}
+    groups = (("dense", ~rg.expert, plan.dp, stride_of(plan, "dp")),
+              ("expert", rg.expert, plan.dp // plan.ep, stride_of(plan, "expert-dp")))
+    window = np.zeros(pp)
+    back = a.role == _BACKWARD
+    np.add.at(window, stage[back], costs.compute[back, 0] / m / parts[back])
+    for s in range(pp):
+        on = stage == s
+        for name, mask, n, stride in groups:
+            grads = float((a.grad_bytes[on & mask] / shard[on & mask]).sum())
+            held = float((a.param_bytes[on & mask & weights] / shard[on & mask & weights]).sum())
+            if n <= 1 or grads <= 0:
+                continue
+            if plan.zero:
+                t_r, alg = collective_time(pod, REDUCE_SCATTER, grads, n, stride)
+                t_g, _ = collective_time(pod, ALL_GATHER, held, n, stride)
+                moved = moved_bytes(REDUCE_SCATTER, grads, n) + moved_bytes(ALL_GATHER, held, n)
+            else:
+                t_r, alg = collective_time(pod, ALL_REDUCE, grads, n, stride)
+                t_g, moved = 0.0, moved_bytes(ALL_REDUCE, grads, n)
+            algorithms[f"{name} gradients"] = alg
+            out["reduce"][s] += t_r
+            out["gather"][s] += t_g
+            out["moved"][s] += moved
+        total = out["reduce"][s] + out["gather"][s]
+        if not total:
+            continue
+        grads_all = float((a.grad_bytes[on] / shard[on]).sum()) or 1.0
+        bucket = min(1.0, BUCKET_BYTES / grads_all)
+        if plan.overlap:
+            out["exposed"][s] = (max(out["reduce"][s] * bucket, out["reduce"][s] - window[s])
+                                 + out["gather"][s] * bucket)
+        else:
+            out["exposed"][s] = total
+    out["algorithms"] = algorithms
+    return out

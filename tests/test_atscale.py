@@ -1,0 +1,281 @@
+"""Regular plans at any scale (issue 50, part 1, for issue 49's 64-GPU Mixtral mapping): pods
+of 8-GPU servers named without listing devices (`moplace.core.pod`), collectives timed by
+NCCL's cost model (`moplace.simulator.nccl`), plans given by their degrees
+(`moplace.core.regular`), one replica simulated with the cross-replica collectives modelled
+(`moplace.simulator.replica`, `moplace.simulator.atscale`), held to the full simulation where
+both run, and ``moplace evaluate --plan``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moplace.cli import main
+from moplace.core.degrees import Degrees, regular_plan
+from moplace.core.pod import load_target, pod_of_cluster, pod_preset, sub_cluster
+from moplace.core.presets import load_cluster
+from moplace.core.regular import parse_plan
+from moplace.costs.costmodel import CostModel
+from moplace.errors import ClusterError, FormatError, StrategyError
+from moplace.io import load_graph
+from moplace.simulator import nccl
+from moplace.simulator.atscale import evaluate_regular
+from moplace.simulator.evaluation import evaluate
+from moplace.simulator.replica import _replica_graph, replica_devices
+
+TINY = Path(__file__).parent / "data" / "tiny-llama.json"
+POD4 = """name = "test-pod"
+[pod]
+gpus = 4
+[[servers]]
+count = 2
+nics = 2
+kind = "H100"
+memory = "80GiB"
+[servers.interconnect]
+bandwidth = "370GB/s"
+latency = "2us"
+sharing = "port"
+[network]
+bandwidth = "48GB/s"
+latency = "5us"
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_graph(str(TINY))
+
+
+@pytest.fixture
+def pod4(tmp_path):
+    path = tmp_path / "pod4.toml"
+    path.write_text(POD4)
+    return load_target(str(path))
+
+
+# -- pods -------------------------------------------------------------------------------------
+
+def test_pod_presets_carry_the_cited_figures():
+    pod = pod_preset("pod:H100:16384")
+    assert (pod.gpus, pod.per_server, pod.n_servers, pod.kind) == (16384, 8, 2048, "H100")
+    assert (pod.nvlink_bandwidth, pod.nic_bandwidth, pod.nvls_bandwidth) == (370e9, 48e9, 480e9)
+    two = pod.servers(2)
+    assert two.n_devices == 16 and two.n_servers == 2
+    assert two.bandwidth[0, 1] == 370e9 and two.bandwidth[0, 8] == 48e9
+    assert pod_preset("pod:b200:64").kind == "B200"
+
+
+@pytest.mark.parametrize("name", ["pod:X:8", "pod:H100:12", "pod:H100:4", "pod:H100:65536",
+                                  "pod:H100", "pod:"])
+def test_bad_pod_names_are_one_line(name):
+    with pytest.raises(ClusterError) as e:
+        pod_preset(name)
+    assert "\n" not in str(e.value) and "pod" in str(e.value)
+
+
+def test_a_pod_is_only_for_regular_plans(tmp_path):
+    with pytest.raises(ClusterError, match="regular plans only"):
+        load_cluster("pod:H100:64")
+    path = tmp_path / "p.toml"
+    path.write_text(POD4)
+    with pytest.raises(FormatError, match="regular plans only"):
+        load_cluster(str(path))
+
+
+@pytest.mark.parametrize("edit, field", [
+    (("gpus = 4", "gpus = 5"), "pod.gpus"), (("gpus = 4", "gpus = true"), "pod.gpus"),
+    (("gpus = 4", "gpus = 4\nfoo = 1"), "pod.foo"), (("count = 2", "count = 2\nrepeat = 2"),
+                                                      "servers")])
+def test_bad_pod_files_name_the_field(tmp_path, edit, field):
+    path = tmp_path / "p.toml"
+    path.write_text(POD4.replace(*edit))
+    with pytest.raises(FormatError) as e:
+        load_target(str(path))
+    assert field in str(e.value)
+
+
+def test_pod_file_and_listed_cluster_as_pods(pod4):
+    assert (pod4.gpus, pod4.per_server, pod4.nic_bandwidth) == (4, 2, 48e9)
+    listed = load_cluster("2x8xH100-80GB-8xIB400")
+    as_pod = pod_of_cluster(listed)
+    assert (as_pod.gpus, as_pod.per_server, as_pod.nvlink_bandwidth) == (16, 8, 370e9)
+    sub = sub_cluster(listed, [0, 8, 1, 9])
+    assert sub.n_servers == 2 and sub.bandwidth[0, 2] == 370e9 and sub.bandwidth[0, 1] == 48e9
+
+
+# -- NCCL's cost model ------------------------------------------------------------------------
+
+def test_ring_inside_a_server_by_hand():
+    pod = pod_preset("pod:H100:64")
+    b = 100e6
+    t, alg = nccl.collective_time(pod, nccl.ALL_REDUCE, b, 8, 1)
+    steps = 14
+    assert alg == "ring"
+    assert t == pytest.approx(8.4e-6 + steps * 3.4e-6 + b / (370e9 * 8 / steps))
+    # above 256 MB an all-reduce in one server runs on NVLink SHARP's bus
+    t2, _ = nccl.collective_time(pod, nccl.ALL_REDUCE, 1e9, 8, 1)
+    assert t2 == pytest.approx(8.4e-6 + steps * 3.4e-6 + 1e9 / (480e9 * 8 / steps))
+
+
+def test_across_servers_each_rank_brings_its_nic():
+    pod = pod_preset("pod:H100:1024")
+    # 16 ranks one per server (stride 8): one NIC each; 8 per server: NVLink's ring bounds
+    assert nccl.bus_bandwidth(pod, 16, 8) == 48e9
+    assert nccl.bus_bandwidth(pod, 16, 1) == 370e9
+    assert nccl.group_servers(16, 2, 8) == (4, 4)
+    t, alg = nccl.collective_time(pod, nccl.REDUCE_SCATTER, 1e9, 16, 8)
+    assert alg == "ring"
+    assert t == pytest.approx(8.4e-6 + 15 * 9.6e-6 + 1e9 / (48e9 * 16 / 15))
+
+
+def test_tree_wins_small_all_reduces_over_many_servers():
+    pod = pod_preset("pod:H100:8192")
+    small = nccl.collective_time(pod, nccl.ALL_REDUCE, 1e6, 1024, 8)
+    big = nccl.collective_time(pod, nccl.ALL_REDUCE, 4e9, 16, 8)
+    assert small[1] == "tree" and big[1] == "ring"
+    r, servers = 1, 1024
+    assert small[0] == pytest.approx(2 * (math.log2(servers) * 50e-6) + 1e6 / (0.45 * 48e9))
+    del r
+
+
+def test_all_to_all_by_hand():
+    pod = pod_preset("pod:H100:64")
+    b = 64 * 2**20
+    t, _ = nccl.collective_time(pod, nccl.ALL_TO_ALL, b, 8, 1)  # one server
+    assert t == pytest.approx(b * 7 / 8 / 370e9 + 2e-6)
+    t, _ = nccl.collective_time(pod, nccl.ALL_TO_ALL, b, 8, 2)  # 4 per server, 2 servers
+    assert t == pytest.approx(max(b * 3 / 8 / 370e9, b * 4 / 8 / 48e9) + 5e-6)
+    assert nccl.moved_bytes(nccl.ALL_REDUCE, 8.0, 4) == 12.0
+    assert nccl.collective_time(pod, nccl.ALL_REDUCE, 1e6, 1) == (0.0, "none")
+
+
+# -- plans by their degrees --------------------------------------------------------------------
+
+def test_parse_plan_reads_what_people_write():
+    p = parse_plan("tp=8, cp=1, pp=16, v=2, dp=128, ep=1, mbs=1, gbs=2048, recompute=selective")
+    assert (p.tp, p.pp, p.v, p.dp, p.gpus, p.micro_batches) == (8, 16, 2, 128, 16384, 16)
+    assert p.schedule == "interleaved" and p.zero == 1
+    assert p.text() == ("TP8 PP16 (v2) DP128, mbs 1, gbs 2,048, interleaved, recompute "
+                        "selective, ZeRO-1")
+    assert parse_plan(p.spec()) == p
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "give the degrees"), ("tp", "not key=value"), ("tp=x,pp=1,dp=1,mbs=1,gbs=1", "whole"),
+    ("tp=1,tp=2", "twice"), ("foo=1", "unknown key"), ("tp=1,pp=1", "dp, mbs, gbs missing"),
+    ("tp=0,pp=1,dp=1,mbs=1,gbs=1", "from 1"), ("tp=1,pp=1,dp=1,mbs=1,gbs=1,zero=3", "from 0 to 2"),
+    ("tp=1,pp=1,dp=1,mbs=1,gbs=1,precision=fp4", "one of bf16")])
+def test_bad_plans_are_one_line_naming_the_key(text, words):
+    with pytest.raises(StrategyError) as e:
+        parse_plan(text)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_misfits_say_why(tiny):
+    fits = parse_plan("tp=1,pp=2,dp=2,mbs=8,gbs=64")
+    assert fits.misfit(tiny, 4) is None
+    assert "4 GPUs, but the cluster has 8" in fits.misfit(tiny, 8)
+    assert "trace it at --batch 4" in parse_plan("tp=1,pp=2,dp=2,mbs=4,gbs=64").misfit(tiny, 4)
+    assert "whole layers" in parse_plan("tp=1,pp=4,v=2,dp=1,mbs=8,gbs=64").misfit(tiny, 4)
+    assert "multiples of pp" in parse_plan("tp=1,pp=2,v=2,dp=1,mbs=8,gbs=8").misfit(tiny, 2)
+    assert "no mixture of experts" in parse_plan("tp=1,pp=1,dp=2,ep=2,mbs=8,gbs=16").misfit(tiny, 2)
+
+
+def test_replica_ranks_follow_megatron_order():
+    # tp fastest, then cp, (ep within) dp, pp outermost
+    assert replica_devices(parse_plan("tp=2,pp=2,dp=4,mbs=1,gbs=8"), 8) == [0, 1, 8, 9]
+    assert replica_devices(parse_plan("tp=8,pp=4,dp=2,mbs=1,gbs=8"), 8)[8] == 16
+
+
+# -- one replica against the whole --------------------------------------------------------------
+
+def _full(graph, plan, pod):
+    """The plan simulated whole: the micro-batch graph made the step's (times and activations
+    dp x m over, linear as the replica assumes), every replica's devices op by op."""
+    full = _replica_graph(graph, plan.micro_batches * plan.dp, 1, 1, pod, 1).graph
+    cl = pod.servers(pod.n_servers)
+    s = regular_plan(full, Degrees(plan.gpus, plan.pp, "data", plan.micro_batches,
+                                   plan.schedule, plan.recompute, plan.zero, plan.v, plan.fp8, 1))
+    return evaluate(full, cl, s, costs=CostModel(full, cl, split_overhead_s=0.0))
+
+
+@pytest.mark.parametrize("spec, time_tol", [("tp=1,pp=2,dp=2,mbs=8,gbs=64,zero=1", 0.03),
+                                            ("tp=1,pp=2,dp=2,mbs=8,gbs=64,zero=0", 0.03),
+                                            ("tp=1,pp=2,dp=2,mbs=8,gbs=16,zero=0", 0.03),
+                                            ("tp=1,pp=1,dp=4,mbs=8,gbs=64,zero=1", 0.15)])
+def test_one_replica_is_the_whole_plan(tiny, pod4, spec, time_tol):
+    """Where the full simulation runs the plan (4 GPUs), the replica's step is within a few
+    percent of it (the full one's first device also runs the few ops that do not split on
+    batch, for the whole batch: 11% of this tiny model's step with 4 replicas, and sends the
+    others their slices) and its traffic within 5% of the other devices'; its memory within 5% of theirs where the pipeline runs
+    one micro-batch or there is no pipeline. (With 2 stages and 4 micro-batches the full
+    simulation holds 1.2 to 2.7 MB more per device than the same pipeline without data
+    parallelism, which the replica matches exactly: `test_replica_is_its_pipeline`.)"""
+    plan = parse_plan(spec)
+    ev = evaluate_regular(tiny, pod4, plan)
+    ref = _full(tiny, plan, pod4)
+    rt = ref.trace
+    assert ev.runtime_s == pytest.approx(float(rt.makespan), rel=time_tol)
+    others = [1, 2, 3] if plan.pp == 1 else [1, 3]  # each stage's second replica
+    replica = [0, 0, 0] if plan.pp == 1 else [0, 1]
+    assert ev.trace.received[replica] == pytest.approx(rt.received[others], rel=0.05)
+    if plan.pp == 1 or plan.micro_batches == 1:
+        assert ev.trace.peak_memory[replica] == pytest.approx(rt.peak_memory[others], rel=0.05)
+    assert ev.parts["grad_reduce_s"] > 0 and ev.how().startswith("simulated op by op")
+
+
+def test_replica_is_its_pipeline(tiny, pod4):
+    """The replica's simulated part is the plan's pipeline, micro-batches and all, exactly:
+    the full simulation of one pipeline on the same two GPUs, its graph the step's."""
+    plan = parse_plan("tp=1,pp=2,dp=2,mbs=8,gbs=64,zero=0")
+    ev = evaluate_regular(tiny, pod4, plan)
+    full = _replica_graph(tiny, plan.micro_batches, 1, 1, pod4, 1).graph
+    cl = sub_cluster(pod4.servers(2), [0, 2])
+    s = regular_plan(full, Degrees(2, 2, "data", 4, "1f1b", "none", 0, 1, "none", 1))
+    ref = evaluate(full, cl, s, costs=CostModel(full, cl, split_overhead_s=0.0)).trace
+    assert np.array_equal(ev.trace.peak_memory, ref.peak_memory)
+    assert ev.parts["simulated_s"] == float(ref.makespan)
+
+
+def test_same_plan_same_numbers(tiny, pod4):
+    plan = parse_plan("tp=1,pp=2,dp=2,mbs=8,gbs=64")
+    a, b = evaluate_regular(tiny, pod4, plan), evaluate_regular(tiny, pod4, plan)
+    assert np.array_equal(a.values, b.values) and a.parts == b.parts
+
+
+def test_overlap_hides_what_fits_its_window(tiny, pod4, monkeypatch):
+    """Overlapped, the reduction exposes what exceeds its window or the last bucket, the
+    gather its first bucket (buckets of 1 KiB here: the tiny model's gradients fit DDP's one)."""
+    from moplace.simulator import atscale
+
+    monkeypatch.setattr(atscale, "BUCKET_BYTES", 1024)
+    on = evaluate_regular(tiny, pod4, parse_plan("tp=1,pp=1,dp=4,mbs=8,gbs=32"))
+    off = evaluate_regular(tiny, pod4, parse_plan("tp=1,pp=1,dp=4,mbs=8,gbs=32,overlap=0"))
+    whole = off.parts["grad_reduce_s"] + off.parts["param_gather_s"]
+    assert off.parts["exposed_s"] == pytest.approx(whole)
+    assert on.parts["exposed_s"] < whole and on.runtime_s < off.runtime_s
+
+
+def test_evaluate_plan_cli(tiny, tmp_path, capsys):
+    path = tmp_path / "pod4.toml"
+    path.write_text(POD4)
+    argv = ["evaluate", str(TINY), "--cluster", str(path), "--plan",
+            "tp=1,pp=2,dp=2,mbs=8,gbs=64"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "TP1 PP2 DP2" in out and "tokens/s per GPU" in out and "modelled" in out
+    assert main(argv + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["gpus"] == 4 and data["micro_batches"] == 4 and data["runtime_s"] > 0
+    assert data["tokens_per_step"] == 64 * 32
+    assert main(["evaluate", str(TINY), "--cluster", str(path), "--plan",
+                 "tp=1,pp=2,dp=2,mbs=8,gbs=64", "--baseline", "all"]) == 2
+    assert main(["evaluate", str(TINY), "--cluster", "pod:H100:8", "--plan",
+                 "tp=1,pp=2,dp=2,mbs=8,gbs=64"]) == 2
+    err = capsys.readouterr().err
+    assert "8 GPUs" in err or "cluster has 8" in err
