@@ -279,3 +279,20 @@ def test_evaluate_plan_cli(tiny, tmp_path, capsys):
                  "tp=1,pp=2,dp=2,mbs=8,gbs=64"]) == 2
     err = capsys.readouterr().err
     assert "8 GPUs" in err or "cluster has 8" in err
+
+
+def test_regular_space_lists_what_runs(tiny):
+    """Every plan of the space fits the graph and GPUs; Megatron has no zero-bubble schedule,
+    torchtitan shards (FSDP); recomputation modes that recompute nothing are not offered."""
+    from moplace.core.recompute import attention_cores
+    from moplace.core.regularspace import RegularSpace
+
+    mega = RegularSpace(tiny, 4, 64).all()
+    assert mega and all(p.misfit(tiny, 4) is None for p in mega)
+    assert {p.schedule for p in mega} == {"1f1b", "interleaved"}
+    assert {(p.tp, p.pp, p.dp) for p in mega} >= {(1, 1, 4), (2, 2, 1), (4, 1, 1), (1, 4, 1)}
+    titan = RegularSpace(tiny, 4, 64, framework="torchtitan").all()
+    assert "zero-bubble" in {p.schedule for p in titan} and {p.zero for p in titan} == {1}
+    modes = {p.recompute for p in mega}
+    assert ("selective" in modes) == bool(attention_cores(tiny).size)
+    assert len(set(p.spec() for p in mega)) == len(mega)
