@@ -10,7 +10,9 @@ micro-batch). Recomputed clones belong to their micro-batch's backward.
 - **GPipe**: F0 .. F(m-1), then B0 .. B(m-1).
 - **1F1B** (PipeDream-Flush): the devices running forward copies are **stages**, ranked by
   where their forward tasks sit in the data flow (the mean depth, `OpGraph.depth`, of the
-  ops they run, weighted by time; devices running a replicated stage share their rank);
+  ops they run, weighted by time); devices that run parts of one forward op are one stage
+  (a replicated or tensor-parallel stage, whatever else its first device runs) and share
+  their rank;
   stage k of S (k = 0 first) keeps L = S - k micro-batches in flight: F0 .. F(L-1), then
   B0, F(L), B1, F(L+1), ..., then the last backwards. Priorities alone cannot hold the limit
   (a ready task always runs), so 1F1B adds waits (`one_f_one_b_waits`): each forward copy of
@@ -130,14 +132,28 @@ def last_of(key, position, task, n_keys):
 
 @njit(cache=True, nogil=True)
 def _stage_limits(dev, dur, task_op, phase, depth, n_dev):
-    """What `stage_limits` returns, compiled."""
+    """What `stage_limits` returns, compiled: devices that run parts of one forward op are
+    one stage (a data- or tensor-parallel stage's devices, whichever other ops its first
+    device also runs), ranked by the mean depth of all their forward tasks."""
+    parent = np.arange(n_dev)
+    first = np.full(task_op.max() + 1 if task_op.size else 1, -1, np.int64)
+    for t in range(dev.shape[0]):
+        if phase[t] == FORWARD:
+            op = task_op[t]
+            if first[op] < 0:
+                first[op] = dev[t]
+            else:
+                a, b = _root(parent, dev[t]), _root(parent, first[op])
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
     wsum = np.zeros(n_dev)
     key = np.zeros(n_dev)
     for t in range(dev.shape[0]):
         if phase[t] == FORWARD:
             w = dur[t] + 1e-12
-            wsum[dev[t]] += w
-            key[dev[t]] += w * depth[task_op[t]]
+            g = _root(parent, dev[t])
+            wsum[g] += w
+            key[g] += w * depth[task_op[t]]
     limit = np.zeros(n_dev, np.int64)
     staged = np.flatnonzero(wsum > 0)
     if staged.size == 0:
@@ -150,9 +166,20 @@ def _stage_limits(dev, dur, task_op, phase, depth, n_dev):
         if i > 0 and k[order[i]] != k[order[i - 1]]:
             r += 1
         rank[order[i]] = r
-    for i in range(staged.size):
-        limit[staged[i]] = r + 1 - rank[i]
+    for d in range(n_dev):
+        g = _root(parent, d)
+        for i in range(staged.size):
+            if staged[i] == g:
+                limit[d] = r + 1 - rank[i]
     return limit
+
+
+@njit(cache=True, nogil=True)
+def _root(parent, d):
+    while parent[d] != d:
+        parent[d] = parent[parent[d]]
+        d = parent[d]
+    return d
 
 
 @njit(cache=True, nogil=True)
