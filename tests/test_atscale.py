@@ -296,3 +296,36 @@ def test_regular_space_lists_what_runs(tiny):
     modes = {p.recompute for p in mega}
     assert ("selective" in modes) == bool(attention_cores(tiny).size)
     assert len(set(p.spec() for p in mega)) == len(mega)
+
+
+def test_throughput_in_the_words_people_use(tiny, pod4):
+    """Tokens/s and model TFLOP/s per GPU and MFU, the FLOPs counted as Megatron-LM does
+    (`moplace.core.flops`) from the shape the graph records; none without one."""
+    from moplace.core.flops import TransformerShape, megatron_flops
+    from moplace.core.graph import OpGraph
+
+    plan = parse_plan("tp=1,pp=2,dp=2,mbs=8,gbs=64")
+    bare = evaluate_regular(tiny, pod4, plan)
+    assert bare.tflops_per_gpu is None and "no transformer shape" in bare.flops_note
+    shape = TransformerShape(hidden=64, layers=4, heads=4, kv_heads=4, head_dim=16, ffn=128,
+                             vocab=128, gated=True)
+    g = OpGraph(tiny.ops, tiny.edges, name=tiny.name,
+                metadata={**tiny.metadata, "transformer": shape.as_dict()})
+    ev = evaluate_regular(g, pod4, plan)
+    flops = megatron_flops(shape, 64, 32)[0]
+    assert ev.tokens_per_s_per_gpu == pytest.approx(64 * 32 / ev.runtime_s / 4)
+    assert ev.tflops_per_gpu == pytest.approx(flops / ev.runtime_s / 4 / 1e12)
+    assert ev.mfu == pytest.approx(ev.tflops_per_gpu * 1e12 / 989.5e12)
+    assert ev.summary().startswith("TP1 PP2 DP2, ") and "MFU" in ev.summary()
+
+
+def test_where_the_step_goes(tiny, pod4):
+    """The step on its slowest stage by cause adds up to the step; full recomputation shows
+    as its own share, and a pipeline's bubble as another."""
+    plain = evaluate_regular(tiny, pod4, parse_plan("tp=1,pp=2,dp=2,mbs=8,gbs=64"))
+    again = evaluate_regular(tiny, pod4, parse_plan("tp=1,pp=2,dp=2,mbs=8,gbs=64,"
+                                                    "recompute=full"))
+    for ev in (plain, again):
+        assert sum(ev.losses.values()) == pytest.approx(ev.runtime_s, rel=1e-9)
+        assert ev.losses["pipeline bubble and waits"] > 0
+    assert plain.losses["recomputation"] == 0 < again.losses["recomputation"]

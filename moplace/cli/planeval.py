@@ -49,7 +49,9 @@ def evaluate_plan(args) -> int:
                "feasible": ev.feasible, "memory_excess_bytes": ev.violation,
                "micro_batches": plan.micro_batches, "tokens_per_step": ev.tokens_per_step,
                "tokens_per_s_per_gpu": ev.tokens_per_s_per_gpu,
-               "time_parts_s": ev.parts, "algorithms": ev.algorithms, "how": ev.how(),
+               "model_flops": ev.model_flops, "tflops_per_gpu": ev.tflops_per_gpu,
+               "mfu": ev.mfu, "flops_convention": ev.flops_note, "summary": ev.summary(),
+               "time_parts_s": ev.parts, "step_shares_s": ev.losses, "algorithms": ev.algorithms, "how": ev.how(),
                "cost_notes": notes}
         print(strictjson.dumps(out))
         return 0
@@ -60,14 +62,24 @@ def evaluate_plan(args) -> int:
           f"{'s' if plan.mbs > 1 else ''}) on {target.describe() if isinstance(target, Pod) else name}")
     for note in notes:
         print(f"note: {note}")
-    print(f"\nplan {plan.text()}: {plan.micro_batches} micro-batches per replica")
+    print(f"\n{ev.summary()}\nplan {plan.text()}: {plan.micro_batches} micro-batches per "
+          f"replica")
     rate = (f" ({ev.tokens_per_s_per_gpu:,.0f} tokens/s per GPU)" if ev.tokens_per_step else "")
     print(f"  step           {fmt(ev.runtime_s, 'time')}{rate}")
+    if ev.tflops_per_gpu is not None:
+        mfu = f", {ev.mfu:.1%} MFU" if ev.mfu else ""
+        print(f"  throughput     {ev.tflops_per_gpu:,.1f} TFLOP/s per GPU{mfu} ({ev.flops_note})")
+    else:
+        print(f"  throughput     model FLOPs not counted: {ev.flops_note}")
     fits = "fits" if ev.feasible else f"over by {fmt(mem - cap, 'bytes')}"
     print(f"  peak memory    {fmt(mem, 'bytes')} of {fmt(cap, 'bytes')} ({fits})")
     print(f"  peak traffic   {fmt(float(t.traffic.max()), 'bytes')} per GPU per step")
     p = ev.parts
-    print("  where the time goes:")
+    print("  the step on its slowest stage:")
+    for cause, seconds in ev.losses.items():
+        if seconds > 0:
+            print(f"    {cause:<38} {fmt(seconds, 'time'):>10} {seconds / ev.runtime_s:>6.1%}")
+    print("  simulated and modelled:")
     print(f"    simulated replica            {fmt(p['simulated_s'], 'time')}")
     if p["all_to_all_s"]:
         print(f"      of it expert all-to-alls   {fmt(p['all_to_all_s'], 'time')}")

@@ -34,9 +34,11 @@ from objectives import DEFAULT, evaluate_trace
 
 from ..core.baselines import DDP_BUCKET_BYTES
 from ..core.degrees import Degrees, regular_plan
+from ..core.flops import TransformerShape, megatron_flops
 from ..core.graph import ROLES, OpGraph
 from ..core.pod import Pod, pod_of_cluster
 from ..costs.costmodel import CostModel
+from ..costs.devicespecs import device_spec
 from ..errors import StrategyError
 from .engine import DeviceFigures, Trace, simulate
 from .nccl import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, collective_time, moved_bytes
@@ -79,6 +81,13 @@ class ScaledEvaluation:
     algorithms: dict = field(default_factory=dict)
     gpus: int = 0
     tokens_per_step: int = 0
+    #: the step's model FLOPs (`moplace.core.flops.megatron_flops`; None: not counted, and
+    #: ``flops_note`` says why) and each GPU's dense BF16 peak (FLOP/s; 0: unknown)
+    model_flops: float | None = None
+    flops_note: str = ""
+    peak_flops: float = 0.0
+    #: the step's seconds on the last stage to finish by cause (`_losses`), in step order
+    losses: dict = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
@@ -91,6 +100,29 @@ class ScaledEvaluation:
     @property
     def tokens_per_s_per_gpu(self) -> float:
         return self.tokens_per_step / self.runtime_s / self.gpus if self.runtime_s else 0.0
+
+    @property
+    def tflops_per_gpu(self) -> float | None:
+        """Model TFLOP/s per GPU (``flops_note`` says how they are counted)."""
+        if self.model_flops is None or not self.runtime_s:
+            return None
+        return self.model_flops / self.runtime_s / self.gpus / 1e12
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilization: `tflops_per_gpu` over the GPUs' dense BF16 peak."""
+        t = self.tflops_per_gpu
+        return t * 1e12 / self.peak_flops if t is not None and self.peak_flops else None
+
+    def summary(self) -> str:
+        """The point in the words of the people who run it: ``TP8 PP16 DP128, 400 TFLOP/s/GPU,
+        41% MFU``."""
+        p = self.plan
+        head = p.text().split(",")[0]
+        t = self.tflops_per_gpu
+        rate = (f"{t:,.0f} TFLOP/s/GPU" + (f", {self.mfu:.0%} MFU" if self.mfu else "")
+                if t is not None else f"{self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU")
+        return f"{head}, {rate}"
 
     def objectives(self) -> dict[str, float]:
         return dict(zip(self.names, self.values.tolist()))
@@ -140,11 +172,34 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
              "param_gather_s": float(sync["gather"][slow]),
              "exposed_s": float(makespan - trace.makespan),
              "all_to_all_s": float(rg.a2a_s * plan.micro_batches)}
-    seq = (graph.metadata.get("source") or {}).get("seq_len") or 0
+    shares = _losses(trace, plan, rg, makespan, slow * w)
+    seq = int((graph.metadata.get("source") or {}).get("seq_len") or 0)
+    flops, note = megatron_flops(TransformerShape.of(graph), plan.gbs, seq) if seq else \
+        (None, "the graph records no sequence length")
+    spec = device_spec(pod.kind)
     values = evaluate_trace(st, tuple(objectives))
     return ScaledEvaluation(plan, tuple(objectives), values,
                             float(st.memory_excess.sum()), st, parts, sync["algorithms"],
-                            pod.gpus, int(plan.gbs * int(seq or 0)))
+                            pod.gpus, plan.gbs * seq, flops, note,
+                            spec.peak("bfloat16") if spec else 0.0, shares)
+
+
+def _losses(trace, plan, rg, makespan: float, device: int) -> dict:
+    """Where the step goes on ``device`` (the first of the stage that ends last), in seconds:
+    ``compute`` (its ops, the first run), ``recomputation`` (recomputed ops run again),
+    ``expert all-to-all`` (its share of the replica's all-to-alls: each stage's layers', cut
+    with its ops over the stage's tp x cp ranks), ``exposed data-parallel communication``
+    and ``pipeline bubble and waits`` (the rest: idle while the pipeline fills and drains,
+    waiting on tensor-, context- and pipeline-parallel transfers)."""
+    on = trace.task_device == device
+    span = trace.task_end - trace.task_start
+    recomputed = float(span[on & trace.recomputed].sum())
+    a2a = rg.a2a_s * plan.micro_batches / (plan.pp * plan.tp * plan.cp)
+    busy = float(trace.busy[device])
+    exposed = makespan - trace.makespan
+    return {"compute": max(busy - recomputed - a2a, 0.0), "recomputation": recomputed,
+            "expert all-to-all": a2a, "exposed data-parallel communication": exposed,
+            "pipeline bubble and waits": max(makespan - busy - exposed, 0.0)}
 
 
 def replica_strategy(graph: OpGraph, plan):

@@ -93,6 +93,7 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
     if key is not None:
         kept = store.load(key)
         if kept is not None:
+            kept = _with_shape(kept, setup)
             ticker.tick(len(STAGES) - 1)
             return TracedModel(kept, int(parameters),
                                float(kept.metadata.get("trace_seconds", 0.0)),
@@ -119,11 +120,24 @@ def profile_torch_model(path, batch_size: int, kinds, *, seq_len: int | None = N
               **({"seq_len": setup.x[0].shape[1], "dtype": dtype}
                  if str(path).startswith("hf:") else {}),
               **({"routing": dataclasses.asdict(routing)} if stated else {})}
-    graph = type(graph)(graph.ops, graph.edges, name=setup.name,
-                        metadata={**graph.metadata, "source": source,
-                                  "parameters": int(parameters)})
+    graph = _with_shape(type(graph)(graph.ops, graph.edges, name=setup.name,
+                                    metadata={**graph.metadata, "source": source,
+                                              "parameters": int(parameters)}), setup)
     ticker.tick()
     if key is not None:
         store.store(key, graph)
     return TracedModel(graph, int(parameters), traced.seconds, time.perf_counter() - t0,
                        measured)
+
+
+def _with_shape(graph, setup):
+    """``graph`` with its model's transformer shape in ``metadata["transformer"]`` (for its
+    FLOPs: `moplace.core.flops`), when the model is a Hugging Face transformer."""
+    from .modelshape import transformer_shape
+
+    config = getattr(setup.model, "config", None)
+    shape = transformer_shape(config) if config is not None else None
+    if shape is None or graph.metadata.get("transformer") == shape:
+        return graph
+    return type(graph)(graph.ops, graph.edges, name=graph.name,
+                       metadata={**graph.metadata, "transformer": shape})
