@@ -136,7 +136,7 @@ def main(argv=None) -> int:
                  f"weights, gradients and optimizer state than a GPU's memory"
                  + (f", and {big} replicas of over {args.max_tasks:,} tasks were left out"
                     if big else "") + f"); {len(feasible)} fit; "
-                 f"{fmt_duration(took)} on {args.workers} workers")
+                 f"{fmt_duration(took)} on {args.workers} worker{'s' if args.workers > 1 else ''}")
     vals = {s: np.array(r[0]) for s, r in feasible.items()}
     keys = list(vals)
     mat = np.array([vals[k] for k in keys])

@@ -1,6 +1,7 @@
 """The moplace command line (`moplace --help` lists the commands with examples).
 
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE | --baseline NAME|all) [--json]
+    moplace evaluate GRAPH --cluster pod:H100:N --plan "tp=8,pp=16,dp=128,mbs=1,gbs=2048" [--json]
     moplace search GRAPH --cluster C --searcher NAME [--set K=V] [--budget N | --time 60s] [--checkpoint F] [--json]
     moplace compare GRAPH --cluster C --searchers a,b [--set NAME.K=V] [--budget N | --time 60s] [--json]
     moplace sweep SWEEP.toml [--trials N] [--workers N] [--storage URL] [--dask ADDRESS] [--json]
@@ -19,7 +20,7 @@
     moplace calibrate GRAPH... --kind KIND -o FILE [--kernels KERNELS.json] [--json]
 
 User errors print one line on stderr and exit 2; no tracebacks. One module per command group:
-`evaluate`, `search` (search, compare), `sweep`, `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers), `tf` (the
+`evaluate` (`planeval`: a regular plan at scale), `search` (search, compare), `sweep`, `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers), `tf` (the
 TensorFlow front end) and `fidelity`; each imports what its commands need only when they run.
 """
 

@@ -51,15 +51,16 @@ def evaluate_plan(args) -> int:
                "tokens_per_s_per_gpu": ev.tokens_per_s_per_gpu,
                "model_flops": ev.model_flops, "tflops_per_gpu": ev.tflops_per_gpu,
                "mfu": ev.mfu, "flops_convention": ev.flops_note, "summary": ev.summary(),
-               "time_parts_s": ev.parts, "step_shares_s": ev.losses, "algorithms": ev.algorithms, "how": ev.how(),
-               "cost_notes": notes}
+               "time_parts_s": ev.parts, "step_shares_s": ev.losses,
+               "algorithms": ev.algorithms, "how": ev.how(), "cost_notes": notes}
         print(strictjson.dumps(out))
         return 0
     t = ev.trace
     cap = float(t.capacity.min())
     mem = float(t.peak_memory.max())
+    where = target.describe() if isinstance(target, Pod) else name
     print(f"graph {graph.name} (one micro-batch of {plan.mbs} sequence"
-          f"{'s' if plan.mbs > 1 else ''}) on {target.describe() if isinstance(target, Pod) else name}")
+          f"{'s' if plan.mbs > 1 else ''}) on {where}")
     for note in notes:
         print(f"note: {note}")
     print(f"\n{ev.summary()}\nplan {plan.text()}: {plan.micro_batches} micro-batches per "
