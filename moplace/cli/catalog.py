@@ -53,6 +53,12 @@ def _clusters(args) -> int:
                                                 "between servers"})))
     print(f"\n{SPEED}\n`moplace clusters --all` lists every device and link; a cluster of "
           f"your own: a TOML file (docs/cluster-format.md)")
+    from ..core.pod import MAX_POD_GPUS, POD_KINDS
+
+    servers = ", ".join(p for p, _ in POD_KINDS.values())
+    print(f"pods of 8-GPU servers at any scale, for regular plans (evaluate --plan): "
+          f"{', '.join(f'pod:{k}:N' for k in POD_KINDS)} (the {servers} servers, N up to "
+          f"{MAX_POD_GPUS:,}), or a file with a [pod] table")
     return 0
 
 
