@@ -91,8 +91,9 @@ class ReplicaGraph:
     """The replica's graph (module docstring), and what was folded into it: ``a2a_s``, the
     all-to-all seconds per micro-batch added to the ops (all layers, forward and backward),
     ``a2a_bytes`` the bytes each rank sends in them per micro-batch; per op of the graph
-    ``expert`` (an op of the experts) and ``expert_update``; ``grad_bytes`` of the dense and
-    the experts' weights on each op (for the data-parallel reduction)."""
+    ``expert`` (an op of the experts: its gradients are reduced over the expert-data-parallel
+    ranks, the others' over all data-parallel ranks) and ``expert_update`` (an update of the
+    experts' weights)."""
 
     graph: OpGraph
     a2a_s: float
