@@ -329,3 +329,41 @@ def test_where_the_step_goes(tiny, pod4):
         assert sum(ev.losses.values()) == pytest.approx(ev.runtime_s, rel=1e-9)
         assert ev.losses["pipeline bubble and waits"] > 0
     assert plain.losses["recomputation"] == 0 < again.losses["recomputation"]
+
+
+def test_splits_past_the_63rd_device_are_refused_not_miscounted():
+    """Device sets are 63-bit masks: an op split onto device 63 or later is refused in one
+    line (it once gave collectives over the wrong devices, silently or with an IndexError);
+    an op placed whole there needs no collective and runs."""
+    from moplace.core.baselines import data_parallel
+    from moplace.core.cluster import Cluster
+    from moplace.core.strategy import Strategy
+    from moplace.simulator.engine import simulate
+
+    g = load_graph("pipedream:alexnet")
+    big = Cluster.uniform(128, kind="H100", memory_bytes=80 * 2**30, bandwidth=100e9,
+                          latency=1e-6)
+    with pytest.raises(StrategyError, match="past the first 63"):
+        simulate(g, big, data_parallel(g, 128))
+    far = np.full(len(g.ops), 100)
+    assert simulate(g, big, Strategy(far)).makespan > 0
+
+
+def test_uneven_first_and_last_stages(tiny):
+    """first= and last= set the first and last stages' layers (Megatron's
+    --decoder-first/last-pipeline-num-layers), the others sharing the rest: what a 126-layer
+    model needs for 16 stages."""
+    from moplace.core.cluster import Cluster
+
+    plan = parse_plan("tp=1,pp=3,dp=1,mbs=8,gbs=16,first=1,last=1")
+    assert plan.stage_layers(4) == (1, 2, 1) and "1 first, 1 last" in plan.text()
+    assert parse_plan("tp=1,pp=16,dp=1,mbs=1,gbs=16,first=7,last=7").stage_layers(126) == \
+        (7,) + (8,) * 14 + (7,)
+    assert "not a whole number" in parse_plan("tp=1,pp=2,dp=1,mbs=8,gbs=16,first=3,last=3"
+                                              ).misfit(tiny, 2)
+    three = Cluster.uniform(3, kind="H100", memory_bytes=80 * 2**30, bandwidth=100e9,
+                            latency=1e-6)
+    ev = evaluate_regular(tiny, three, plan)
+    even = evaluate_regular(tiny, three, parse_plan("tp=1,pp=3,dp=1,mbs=8,gbs=16,first=2"))
+    busy, busy2 = ev.trace.replica.busy, even.trace.replica.busy
+    assert busy[1] > busy[0] and busy2[0] > busy2[2]  # the middle stage has 2 layers, then 1

@@ -16,6 +16,7 @@ from moplace import CostModel, list_bundled, load_cluster, load_graph
 from moplace.core.baselines import BASELINES, baseline
 from moplace.core.genome import GenomeSpace
 from moplace.core.synthetic import layered_dag
+from moplace.errors import StrategyError
 from moplace.simulator.engine import run_task_graph
 from moplace.simulator.reference import reference_trace
 from moplace.simulator.build import build_task_graph
@@ -45,11 +46,18 @@ def _strategies(graph, n_dev, seed):
     return out
 
 
-def _compare(graph, cluster, seed=0):
+def _compare(graph, cluster, seed=0, refused_ok=False):
+    """How many traces were compared; ``refused_ok``: skip the strategies the simulator
+    refuses (splits past its 63-device masks)."""
     costs = CostModel(graph, cluster)
     n = 0
     for name, strategy in _strategies(graph, cluster.n_devices, seed).items():
-        tg = build_task_graph(graph, strategy, costs)
+        try:
+            tg = build_task_graph(graph, strategy, costs)
+        except StrategyError:
+            if not refused_ok:
+                raise
+            continue
         for record in (False, True):
             fast = run_task_graph(tg, cluster, len(graph.ops), record=record)
             ref = reference_trace(tg, cluster, len(graph.ops), record=record)
@@ -81,8 +89,9 @@ def test_more_devices_than_the_flag_bits_give_the_reference_trace():
     # 70 devices: beyond the 62 bits the loop keeps idle devices in, it scans all of them
     from conftest import make_cluster
 
+    # (splits past device 62 are refused: the unsplit plans, round-robin over all 70, remain)
     cluster = make_cluster(70, bandwidth=5e9, latency=2e-6)
-    _compare(layered_dag(300, width=80, seed=1), cluster, 1)
+    assert _compare(layered_dag(300, width=80, seed=1), cluster, 1, refused_ok=True) >= 4
 
 
 def test_the_comparison_can_fail():

@@ -313,7 +313,8 @@ class DegreeSpace:
                             size=(n, len(GENES))).astype(np.float64)
 
 
-def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None) -> Strategy:
+def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None,
+                 stage_layers: tuple[int, ...] | None = None) -> Strategy:
     """The strategy of plan ``d`` on devices 0..d.devices-1: ``d.pp * d.vp`` stages cut at
     the layer boundaries (`moplace.core.runners.stage_of_groups`), stage k on devices
     ``(k mod pp) * width ..``; in each stage every group split on ``batch`` over them (data
@@ -321,7 +322,9 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
     ``expert``), or (tensor parallel) on ``tensor`` where it may and on ``batch`` elsewhere,
     or (context parallel) on ``sequence``, with ``context-a2a`` the attention kernels' groups
     on ``channel``; a group that may not split runs on the stage's first device. Ops run in topological order;
-    gradients go in DDP's buckets where replicas reduce them."""
+    gradients go in DDP's buckets where replicas reduce them. ``stage_layers``: the layers of
+    each of the ``pp * vp`` stages when they are not equal (Megatron's first and last stage
+    layer counts), else None."""
     if recompute_heads is None:
         recompute_heads = {"none": np.empty(0, np.int64), "full": layer_checkpoints(graph),
                            "selective": attention_cores(graph)}
@@ -329,10 +332,11 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
     if d.pp > 1:
         layers, n_stages = graph.metadata["layers"], d.pp * d.vp
         names, period = layers["boundaries"], layers["period"]
-        per = layers["count"] // n_stages
+        counts = stage_layers or (layers["count"] // n_stages,) * n_stages
+        starts = np.cumsum(counts)[:-1]
         depth = graph.depth
-        cuts = np.array([depth[graph.index[names[k * per * period]]]
-                         for k in range(1, n_stages)], np.float64)
+        cuts = np.array([depth[graph.index[names[int(k) * period]]] for k in starts],
+                        np.float64)
         stage = stage_of_groups(graph, cuts) % d.pp
     else:
         stage = np.zeros(graph.arrays.n_groups, np.int64)

@@ -27,7 +27,7 @@ from .options import FP8_MODES, SCHEDULES, VIRTUAL_SCHEDULES
 RECOMPUTE = ("none", "full", "selective")
 PRECISIONS = {"bf16": "none", "fp8": "all", "fp8-inner": "inner"}
 CP_COMMS = ("p2p", "a2a")
-_INTS = ("tp", "cp", "pp", "v", "dp", "ep", "mbs", "gbs", "zero", "overlap")
+_INTS = ("tp", "cp", "pp", "v", "dp", "ep", "mbs", "gbs", "zero", "overlap", "first", "last")
 _WORDS = {"recompute": RECOMPUTE, "precision": tuple(PRECISIONS), "schedule": SCHEDULES,
           "cp_comm": CP_COMMS}
 _REQUIRED = ("tp", "pp", "dp", "mbs", "gbs")
@@ -51,6 +51,8 @@ class RegularPlan:
     schedule: str = ""
     cp_comm: str = "p2p"
     overlap: int = 1
+    first: int = 0
+    last: int = 0
 
     def __post_init__(self):
         if not self.schedule:
@@ -64,6 +66,18 @@ class RegularPlan:
     def replica_gpus(self) -> int:
         """The GPUs of one pipeline replica: TP x CP x PP."""
         return self.tp * self.cp * self.pp
+
+    def stage_layers(self, layers: int) -> tuple[int, ...] | None:
+        """The layers of each pipeline stage when ``first`` or ``last`` sets the first or last
+        stage's (Megatron's ``--decoder-first-pipeline-num-layers`` and
+        ``--decoder-last-pipeline-num-layers``), the others sharing the rest equally; None
+        when every stage has ``layers / pp``."""
+        if not (self.first or self.last):
+            return None
+        ends = bool(self.first) + bool(self.last)
+        middle = (layers - self.first - self.last) // (self.pp - ends)
+        return ((self.first,) if self.first else ()) + (middle,) * (self.pp - ends) + \
+            ((self.last,) if self.last else ())
 
     @property
     def micro_batches(self) -> int:
@@ -79,7 +93,10 @@ class RegularPlan:
         """The plan in the words of the people who run it: ``TP8 PP16 (v2) DP128 EP8``."""
         parts = [f"TP{self.tp}"] + ([f"CP{self.cp}" + ("" if self.cp_comm == "p2p" else
                                                        " (a2a)")] if self.cp > 1 else [])
-        parts += [f"PP{self.pp}" + (f" (v{self.v})" if self.v > 1 else ""), f"DP{self.dp}"]
+        uneven = (f" ({self.first or '='} first, {self.last or '='} last layers)"
+                  if self.first or self.last else "")
+        parts += [f"PP{self.pp}" + (f" (v{self.v})" if self.v > 1 else "") + uneven,
+                  f"DP{self.dp}"]
         parts += [f"EP{self.ep}"] if self.ep > 1 else []
         lever = [f"mbs {self.mbs}", f"gbs {self.gbs:,}"]
         lever += [self.schedule] if self.pp > 1 else []
@@ -110,7 +127,17 @@ class RegularPlan:
                     f"(mbs)")
         layers = graph.metadata.get("layers")
         count = layers.get("count") if isinstance(layers, dict) else None
-        if self.pp * self.v > 1 and not (count and count % (self.pp * self.v) == 0):
+        if self.first or self.last:
+            ends = bool(self.first) + bool(self.last)
+            rest = (count or 0) - self.first - self.last
+            if self.v > 1 or self.pp <= ends or not count or rest <= 0 \
+                    or rest % (self.pp - ends):
+                return (f"first {self.first} and last {self.last} layers leave "
+                        f"{rest if count else 'no'} layers for the other "
+                        f"{self.pp - ends} stages, not a whole number each"
+                        + (" (uneven stages without virtual stages only)" if self.v > 1
+                           else ""))
+        elif self.pp * self.v > 1 and not (count and count % (self.pp * self.v) == 0):
             return (f"pp x v = {self.pp * self.v} stages need whole layers; the graph has "
                     f"{shown(count) if count else 'no layer boundaries'}")
         if self.v > 1 and self.schedule not in VIRTUAL_SCHEDULES:
@@ -158,7 +185,7 @@ def parse_plan(text: str) -> RegularPlan:
             except ValueError:
                 raise StrategyError(f"--plan: {key} must be a whole number, got "
                                     f"{shown(value)}") from None
-            low = 0 if key in ("zero", "overlap") else 1
+            low = 0 if key in ("zero", "overlap", "first", "last") else 1
             high = {"zero": 2, "overlap": 1}.get(key, 1 << 24)
             if not low <= number <= high:
                 raise StrategyError(f"--plan: {key} must be from {low} to {high:,}, got "

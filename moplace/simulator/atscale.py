@@ -212,7 +212,8 @@ def replica_strategy(graph: OpGraph, plan):
     d = Degrees(plan.replica_gpus, plan.pp, mode, m, schedule, plan.recompute,
                 min(plan.zero, 1) if plan.cp > 1 else 0, plan.v, plan.fp8,
                 expert_split_in_tensor_group(graph, plan))
-    return regular_plan(graph, d)
+    layers = (graph.metadata.get("layers") or {}).get("count") or 0
+    return regular_plan(graph, d, stage_layers=plan.stage_layers(layers))
 
 
 def expert_split_in_tensor_group(graph: OpGraph, plan) -> int:

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..arrays import csr_ptr, segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS
+from ..errors import StrategyError
 from .collectives import ALL_GATHER, ALL_REDUCE, PIECE_BYTES, REDUCE_SCATTER, ring_plans
 from .gathers import activation_gathers, sharded_weights, weight_gathers
 
@@ -184,11 +185,23 @@ class BucketedCollectives:
             setattr(self, name, np.concatenate(parts))
 
 
+#: device sets are bitmasks of this many bits (the 64th is the sign's)
+MASK_DEVICES = 63
+
+
 def _device_masks(ptr, parts, dev) -> np.ndarray:
-    """Per op, the bitmask of its parts' devices (contiguous tasks)."""
+    """Per op, the bitmask of its parts' devices (contiguous tasks); a `StrategyError` where
+    an op is split onto a device past the `MASK_DEVICES`-th, whose collectives the bitmasks
+    cannot state (an op placed whole there needs none)."""
     starts = ptr[:-1]
     if starts.size == 0:
         return np.zeros(0, np.int64)
+    far = dev[:ptr[-1]] >= MASK_DEVICES
+    if far.any() and (np.repeat(parts, np.diff(ptr)) > 1)[far].any():
+        raise StrategyError(f"an op is split onto a device past the first {MASK_DEVICES}: the "
+                            f"simulator's collectives cover splits within devices 0 to "
+                            f"{MASK_DEVICES - 1} only (a regular plan's replica, or a "
+                            f"cluster of more devices, must keep its splits there)")
     return np.bitwise_or.reduceat(np.left_shift(np.int64(1), dev[:ptr[-1]]), starts)
 
 
