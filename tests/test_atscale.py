@@ -188,8 +188,8 @@ def test_misfits_say_why(tiny):
 
 def test_replica_ranks_follow_megatron_order():
     # tp fastest, then cp, (ep within) dp, pp outermost
-    assert replica_devices(parse_plan("tp=2,pp=2,dp=4,mbs=1,gbs=8"), 8) == [0, 1, 8, 9]
-    assert replica_devices(parse_plan("tp=8,pp=4,dp=2,mbs=1,gbs=8"), 8)[8] == 16
+    assert replica_devices(parse_plan("tp=2,pp=2,dp=4,mbs=1,gbs=8")) == [0, 1, 8, 9]
+    assert replica_devices(parse_plan("tp=8,pp=4,dp=2,mbs=1,gbs=8"))[8] == 16
 
 
 # -- one replica against the whole --------------------------------------------------------------

@@ -160,7 +160,7 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
     ends = np.zeros(plan.pp)
     np.maximum.at(ends, stage_of_device[trace.task_device[trace.task_device >= 0]],
                   trace.task_end[trace.task_device >= 0])
-    sync = _data_parallel(graph, rg, plan, pod, strategy, costs, stage_of_device)
+    sync = _data_parallel(rg, plan, pod, strategy, costs, stage_of_device)
     stage_end = ends + sync["exposed"]
     makespan = float(max(stage_end.max(), trace.makespan))
     moved = sync["moved"][stage_of_device] + rg.a2a_bytes * plan.micro_batches
@@ -238,17 +238,18 @@ def _costs(graph, cluster, split: bool) -> CostModel:
     return CostModel(graph, cluster, **({} if split else {"split_overhead_s": 0.0}))
 
 
-def _data_parallel(graph, rg, plan, pod, strategy, costs, stage_of_device) -> dict:
+def _data_parallel(rg, plan, pod, strategy, costs, stage_of_device) -> dict:
     """Per stage: the data-parallel collectives' seconds (``reduce``, ``gather``), what of
     them is ``exposed``, the bytes each rank ``moved`` in them; and the ``algorithms`` used."""
     a = rg.graph.arrays
     pp, m = plan.pp, plan.micro_batches
     stage = stage_of_device[strategy.placement]
-    parts = np.ones(len(graph.ops))
+    n_ops = len(rg.graph.ops)
+    parts = np.ones(n_ops)
     for op, split in strategy.splits.items():
         parts[op] = len(split.devices)
     tensor = np.array([op in strategy.splits and strategy.splits[op].dim in ("tensor", "expert")
-                       for op in range(len(graph.ops))])
+                       for op in range(n_ops)])
     shard = np.where(tensor, parts, 1.0)
     weights = (a.param_bytes > 0) & (a.output_bytes == 0) & (a.role != _UPDATE)
     out = {k: np.zeros(pp) for k in ("reduce", "gather", "exposed", "moved")}

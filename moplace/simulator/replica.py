@@ -53,7 +53,7 @@ def stride_of(plan, what: str) -> int:
             "pp": plan.tp * plan.cp * plan.dp}[what]
 
 
-def replica_devices(plan, per_server: int) -> list[int]:
+def replica_devices(plan) -> list[int]:
     """The pod's ranks of the first replica, stage by stage (each stage's tp x cp ranks)."""
     w, step = plan.tp * plan.cp, stride_of(plan, "pp")
     return [s * step + k for s in range(plan.pp) for k in range(w)]
@@ -63,7 +63,7 @@ def replica_cluster(target, pod: Pod, plan):
     """The cluster the first replica runs on: its ranks as they sit in ``target``'s servers
     (a `Pod`: servers made for them, each holding the ranks the plan puts there; a listed
     cluster: those devices of it)."""
-    ranks = replica_devices(plan, pod.per_server)
+    ranks = replica_devices(plan)
     if not isinstance(target, Pod):
         return sub_cluster(target, ranks, f"{target.name}: one replica of {plan.text()}")
     return _pod_replica(target, tuple(ranks))
