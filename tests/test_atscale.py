@@ -331,22 +331,39 @@ def test_where_the_step_goes(tiny, pod4):
     assert plain.losses["recomputation"] == 0 < again.losses["recomputation"]
 
 
-def test_splits_past_the_63rd_device_are_refused_not_miscounted():
-    """Device sets are 63-bit masks: an op split onto device 63 or later is refused in one
-    line (it once gave collectives over the wrong devices, silently or with an IndexError);
-    an op placed whole there needs no collective and runs."""
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_splits_past_the_63rd_device_run_as_the_same_splits_below_it(zero):
+    """Device sets are rows of 63-device bitmask words (`moplace.simulator.devsets`): on a
+    cluster of 128 equal devices, a data-parallel plan (each op split on 8 devices, its
+    gradients all-reduced, or reduce-scattered and gathered under ZeRO) on devices that cross
+    the words' boundary and reach the last one gives the figures of the same plan on devices
+    0 to 7, device for device. (Splits past device 62 were once refused, and before that gave
+    collectives over the wrong devices.)"""
     from moplace.core.baselines import data_parallel
     from moplace.core.cluster import Cluster
-    from moplace.core.strategy import Strategy
+    from moplace.core.strategy import Split, Strategy
     from moplace.simulator.engine import simulate
 
     g = load_graph("pipedream:alexnet")
     big = Cluster.uniform(128, kind="H100", memory_bytes=80 * 2**30, bandwidth=100e9,
                           latency=1e-6)
-    with pytest.raises(StrategyError, match="past the first 63"):
-        simulate(g, big, data_parallel(g, 128))
-    far = np.full(len(g.ops), 100)
-    assert simulate(g, big, Strategy(far)).makespan > 0
+    near = data_parallel(g, 8)
+    near = Strategy(near.placement, near.priority, near.splits, bucket_bytes=25 * 2**20,
+                    zero_stage=zero)
+    far_devices = np.array([60, 61, 62, 63, 64, 100, 126, 127])
+    far = Strategy(far_devices[near.placement], near.priority,
+                   {op: Split(s.dim, tuple(far_devices[list(s.devices)].tolist()))
+                    for op, s in near.splits.items()},
+                   bucket_bytes=near.bucket_bytes, zero_stage=zero)
+    a, b = simulate(g, big, near), simulate(g, big, far)
+    assert b.makespan == pytest.approx(a.makespan, rel=1e-12)
+    for name in ("sent", "received", "peak_memory", "busy"):
+        assert np.allclose(getattr(b, name)[far_devices], getattr(a, name)[:8], rtol=1e-12), name
+        rest = np.setdiff1d(np.arange(128), far_devices)
+        assert not getattr(b, name)[rest].any(), name
+    assert a.sent[:8].min() > 0  # the gradients went round
+    whole = simulate(g, big, data_parallel(g, 128))
+    assert whole.sent.min() > 0 and np.ptp(whole.sent) <= 1e-9 * whole.sent.max()
 
 
 def test_uneven_first_and_last_stages(tiny):

@@ -48,7 +48,7 @@ def _strategies(graph, n_dev, seed):
 
 def _compare(graph, cluster, seed=0, refused_ok=False):
     """How many traces were compared; ``refused_ok``: skip the strategies the simulator
-    refuses (splits past its 63-device masks)."""
+    refuses."""
     costs = CostModel(graph, cluster)
     n = 0
     for name, strategy in _strategies(graph, cluster.n_devices, seed).items():

@@ -7,8 +7,8 @@ import numpy as np
 
 from ..arrays import csr_ptr, segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS
-from ..errors import StrategyError
 from .collectives import ALL_GATHER, ALL_REDUCE, PIECE_BYTES, REDUCE_SCATTER, ring_plans
+from .devsets import device_rows, distinct, same, several, words_for
 from .gathers import activation_gathers, sharded_weights, weight_gathers
 
 _UPDATE = ROLES.index("update")
@@ -19,7 +19,8 @@ class BucketedCollectives:
     """The gradient all-reduces of batch-split ops, in buckets, as tasks.
 
     Candidates are batch-split ops with weight gradients on two or more distinct devices; their
-    device set is a bitmask (a ring). Gradients on one ring are reduced together, in the
+    device set (a row of bitmask words, `moplace.simulator.devsets`) is a ring. Gradients on
+    one ring are reduced together, in the
     graph's topological order (the backward pass's order), in buckets of at least
     ``bucket_bytes`` (0: one per gradient, in op order); a bucket is closed early after a
     gradient whose update has consumers, so that no bucket waits on work that waits on it.
@@ -54,15 +55,17 @@ class BucketedCollectives:
                  zero_stage: int = 0, n_ops: int | None = None, partial=None, replica=None):
         cl = costs.cluster
         n_ops = parts.size if n_ops is None else n_ops  # ops from n_ops on: clones
-        mask_of = _device_masks(ptr, parts, dev)
+        mask_of = device_rows(ptr, dev, words_for(cl.n_devices))
+        n_words = mask_of.shape[1]
         whole = (a.grad_bytes > 0) if partial is None else (a.grad_bytes > 0) & ~partial
         cand = np.flatnonzero((dims == _BATCH) & whole & (parts > 1))
         masks = mask_of[cand]
-        multi = (masks & (masks - 1)) != 0  # more than one distinct device
+        multi = several(masks)  # more than one distinct device
         grad_ops, grad_masks = cand[multi].astype(np.int64), masks[multi]
         sharded = (_shardable(a, grad_ops, grad_masks, mask_of, dims, parts) if zero_stage >= 1
                    else np.zeros(grad_ops.size, bool))
-        ring_key = grad_masks * 2 + sharded  # sharded and whole gradients never share a bucket
+        # sharded and whole gradients never share a bucket
+        ring_rows, ring_key = distinct(grad_masks, sharded)
         position = np.empty(parts.size, np.int64)  # gradients come in topological order
         position[a.topo] = np.arange(parts.size)
         by_time = np.argsort(position[grad_ops], kind="stable")
@@ -75,14 +78,15 @@ class BucketedCollectives:
         self.bucket_of_op[grad_ops] = bucket
         self.serve_ptr = csr_ptr(bucket, n_b)
         self.serve = grad_ops[np.argsort(bucket, kind="stable")]
-        self.mask = np.zeros(n_b, np.int64)
+        self.mask = np.zeros((n_b, n_words), np.int64)
         self.mask[bucket] = grad_masks
-        key = np.zeros(n_b, np.int64)
+        key = np.zeros(n_b, np.int64)  # each bucket's ring
         key[bucket] = ring_key
+        scattered = ring_rows[key, -1].astype(bool) if n_b else np.zeros(0, bool)
         size = np.bincount(bucket, weights=a.grad_bytes[grad_ops], minlength=n_b)
         last_op = np.zeros(n_b, np.int64)  # each bucket's last gradient, in time
         last_op[bucket[by_time]] = grad_ops[by_time]
-        plans, ring_of = ring_plans(cl, key >> 1, np.where(key & 1, REDUCE_SCATTER, ALL_REDUCE))
+        plans, ring_of = ring_plans(cl, self.mask, np.where(scattered, REDUCE_SCATTER, ALL_REDUCE))
         reduce = _tasks(plans, ring_of, size, last_op)
         self.entry, self.exit, self.first = reduce.entry, reduce.exit, reduce.first
         #: per op: an update whose replicas each update their shard of the weights (ZeRO),
@@ -92,12 +96,13 @@ class BucketedCollectives:
         feeds = [(grad_ops, reduce.entry[bucket])]  # (op, collective task its parts feed)
         fed_by = fed_op = np.zeros(0, np.int64)  # (collective task, op whose parts it feeds)
         tables, offset = [reduce], reduce.kind.size
-        done = np.flatnonzero(key & 1)  # buckets reduce-scattered
+        done = np.flatnonzero(scattered)  # buckets reduce-scattered
         if done.size:
             upd, src = _update_edges(a, grad_ops[sharded])
             self.sharded_update[upd] = True
         if done.size and zero_stage < 3:  # gather the updated weights
-            gather = _tasks(*ring_plans(cl, key[done] >> 1, ALL_GATHER), size[done], last_op[done])
+            gather = _tasks(*ring_plans(cl, self.mask[done], ALL_GATHER), size[done],
+                            last_op[done])
             gather_entry = np.full(n_b, -1, np.int64)
             gather_entry[done] = gather.entry + offset
             feeds.append((upd, gather_entry[self.bucket_of_op[src]]))
@@ -148,14 +153,14 @@ class BucketedCollectives:
         self.fed = fed_op[np.lexsort((fed_op, fed_by))]
         #: per task: its bucket's devices for a bucket's last reduce task (which serves the
         #: updates), else 0
-        self.task_mask = np.zeros(self.kind.size, np.int64)
+        self.task_mask = np.zeros((self.kind.size, n_words), np.int64)
         self.task_mask[self.exit] = self.mask
 
     def _own_buckets(self, tables, ops, mask_of, plans, output_bytes) -> np.ndarray:
         """Give each op of ``ops`` a bucket of its own after the others, whose collective
         (``plans``, as `ring_plans` gives them) carries its output and serves its gated
         readers; the tasks go in a table after ``tables``. Returns each one's first task."""
-        offset, n_have = sum(t.kind.size for t in tables), self.mask.size
+        offset, n_have = sum(t.kind.size for t in tables), self.mask.shape[0]
         table = _tasks(*plans, output_bytes[ops], ops)
         self.bucket_of_op[ops] = n_have + np.arange(ops.size)
         self.serve_ptr = np.concatenate([self.serve_ptr,
@@ -185,36 +190,16 @@ class BucketedCollectives:
             setattr(self, name, np.concatenate(parts))
 
 
-#: device sets are bitmasks of this many bits (the 64th is the sign's)
-MASK_DEVICES = 63
-
-
-def _device_masks(ptr, parts, dev) -> np.ndarray:
-    """Per op, the bitmask of its parts' devices (contiguous tasks); a `StrategyError` where
-    an op is split onto a device past the `MASK_DEVICES`-th, whose collectives the bitmasks
-    cannot state (an op placed whole there needs none)."""
-    starts = ptr[:-1]
-    if starts.size == 0:
-        return np.zeros(0, np.int64)
-    far = dev[:ptr[-1]] >= MASK_DEVICES
-    if far.any() and (np.repeat(parts, np.diff(ptr)) > 1)[far].any():
-        raise StrategyError(f"an op is split onto a device past the first {MASK_DEVICES}: the "
-                            f"simulator's collectives cover splits within devices 0 to "
-                            f"{MASK_DEVICES - 1} only (a regular plan's replica, or a "
-                            f"cluster of more devices, must keep its splits there)")
-    return np.bitwise_or.reduceat(np.left_shift(np.int64(1), dev[:ptr[-1]]), starts)
-
-
 def _partial_sums(a, parts, dims, mask_of) -> tuple[np.ndarray, np.ndarray]:
     """The ops whose partial sums a collective completes (see `BucketedCollectives`), in op
     order, and its kind for each: `REDUCE_SCATTER` when every reader that is not a partial
     sum is split on batch into as many parts on the same devices, else `ALL_REDUCE`."""
     adds = (dims == _TENSOR) & a.partial_sums
-    multi = (mask_of & (mask_of - 1)) != 0
+    multi = several(mask_of)
     e = np.flatnonzero((adds & (parts > 1) & multi)[a.src] & ~adds[a.dst])
     u, v = a.src[e], a.dst[e]
     ops = np.unique(u)
-    scatter = (dims[v] == _BATCH) & (parts[v] == parts[u]) & (mask_of[v] == mask_of[u])
+    scatter = (dims[v] == _BATCH) & (parts[v] == parts[u]) & same(mask_of[v], mask_of[u])
     whole = np.zeros(parts.size, bool)
     whole[u[~scatter]] = True
     return ops.astype(np.int64), np.where(whole[ops], ALL_REDUCE, REDUCE_SCATTER)
@@ -235,7 +220,7 @@ def _shardable(a, grad_ops, grad_masks, mask_of, dims, parts) -> np.ndarray:
     e = np.flatnonzero(np.isin(a.src, grad_ops) & (a.role[a.dst] == _UPDATE))
     u, v = a.src[e], a.dst[e]
     row = np.searchsorted(grad_ops, u)  # grad_ops is ascending
-    fits = (dims[v] == _BATCH) & (parts[v] > 1) & (mask_of[v] == grad_masks[row])
+    fits = (dims[v] == _BATCH) & (parts[v] > 1) & same(mask_of[v], grad_masks[row])
     has = np.zeros(grad_ops.size, bool)
     bad = np.zeros(grad_ops.size, bool)
     has[row] = True

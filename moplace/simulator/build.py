@@ -41,6 +41,7 @@ from .microbatch import microbatch_plan
 from .schedule import ScheduleShape
 from .ordering import pipeline_order
 from .taskgraph import TaskGraph, build_split_task_graph, unsplit_task_graph
+from .devsets import membership
 
 #: skeletons kept per cost model, and their arrays' bytes in all (the oldest go first)
 MAX_SKELETONS = 16
@@ -176,8 +177,7 @@ class Skeleton:
         n_dev = costs.cluster.n_devices
         self.member = np.zeros((n_coll, n_dev), bool)
         self.member[np.repeat(np.arange(n_coll), np.diff(tg.coll_ptr)), tg.coll_dev] = True
-        bits = np.arange(min(n_dev, 63))
-        self.member[:, bits] |= ((tg.coll_mask[:, None] >> bits[None, :]) & 1).astype(bool)
+        self.member |= membership(tg.coll_mask, n_dev)
         self.nbytes = sum(v.nbytes for v in (*vars(tg).values(), *vars(self).values())
                           if isinstance(v, np.ndarray))
 

@@ -38,6 +38,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .devsets import distinct, members
+
 #: collective kinds, as codes in a task graph and a trace
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = 0, 1, 2
 KINDS = ("all-reduce", "reduce-scatter", "all-gather")
@@ -124,15 +126,13 @@ def collective_plan(cluster, devices, kind: int) -> Plan:
 
 
 def ring_plans(cluster, masks: np.ndarray, kinds) -> tuple[list, np.ndarray]:
-    """The plans of collectives on the device sets ``masks`` (bitmasks) of ``kinds`` (one or
-    per mask), each distinct (devices, kind) planned once: the plans, and each mask's plan."""
+    """The plans of collectives on the device sets ``masks`` (rows of bitmask words,
+    `moplace.simulator.devsets`) of ``kinds`` (one or per row), each distinct (devices, kind)
+    planned once: the plans, and each row's plan."""
     masks = np.asarray(masks, np.int64)
-    pairs = np.stack([masks, np.broadcast_to(np.asarray(kinds, np.int64), masks.shape)], 1)
-    keys, plan_of = np.unique(pairs.reshape(-1, 2), axis=0, return_inverse=True)
-    n = cluster.n_devices
-    plans = [collective_plan(cluster, [d for d in range(n) if m >> d & 1], k)
-             for m, k in keys.tolist()]
-    return plans, plan_of.ravel()
+    keys, plan_of = distinct(masks if masks.ndim == 2 else masks[:, None], kinds)
+    plans = [collective_plan(cluster, members(k[:-1]), int(k[-1])) for k in keys]
+    return plans, plan_of
 
 
 def _plan(cluster, devs: tuple[int, ...], kind: int = ALL_REDUCE) -> Plan:

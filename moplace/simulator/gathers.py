@@ -18,6 +18,7 @@ import numpy as np
 
 from ..arrays import segment_ranks
 from ..core.graph import ROLES, SPLIT_DIMS
+from .devsets import same, several
 
 _FORWARD, _BACKWARD = ROLES.index("forward"), ROLES.index("backward")
 _BATCH, _TENSOR = SPLIT_DIMS.index("batch"), SPLIT_DIMS.index("tensor")
@@ -27,7 +28,7 @@ def sharded_weights(a, parts, dims, mask_of) -> np.ndarray:
     """Per op: forward, split on batch over two or more devices, holding weights (not a
     holder of a value made from other ops, such as a causal mask: each replica makes its
     own)."""
-    multi = (mask_of & (mask_of - 1)) != 0
+    multi = several(mask_of)
     made = (a.output_bytes == 0) & (np.diff(a.in_ptr) > 0)
     return ((dims == _BATCH) & (parts > 1) & multi & (a.param_bytes > 0) & (a.role == _FORWARD)
             & ~made)
@@ -35,7 +36,7 @@ def sharded_weights(a, parts, dims, mask_of) -> np.ndarray:
 
 def weight_gathers(a, parts, dims, mask_of, weighted, n_ops: int):
     """The gathers of the weights of the ``weighted`` ops (`sharded_weights`), as
-    ``(size, ring_mask, users, triggers)``: per gather the bytes, the devices, the ops whose
+    ``(size, ring_mask, users, triggers)``: per gather the bytes, the devices (a row each), the ops whose
     parts wait for it and the ops whose parts it waits for (a list each). An op's weights are
     gathered for the op, and again for the backward: its group's ops that compute its weight
     gradient and the clones that recompute it (ops from ``n_ops`` on, `recompute_plan`)."""
@@ -49,17 +50,18 @@ def weight_gathers(a, parts, dims, mask_of, weighted, n_ops: int):
     position[a.topo] = np.arange(a.role.size)
     sizes, masks, users, triggers = [], [], [], []
     for u in np.flatnonzero(weighted).tolist():
-        again = [b for b in later[int(a.group[u])] if mask_of[b] == mask_of[u]]
+        again = [b for b in later[int(a.group[u])] if (mask_of[b] == mask_of[u]).all()]
         for use in ([u], again) if again else ([u],):
             sizes.append(float(a.param_bytes[u]))
-            masks.append(int(mask_of[u]))
+            masks.append(mask_of[u])
             users.append(use)
             # only ops before every user (in topological order) can be waited for: none of
             # them waits on a user, so no gather waits on itself
             first = min(position[w] for w in use)
             wait = set().union(*(_two_back(a, w) for w in use))
             triggers.append(sorted(p for p in wait if position[p] < first))
-    return np.array(sizes, np.float64), np.array(masks, np.int64), users, triggers
+    rows = np.array(masks, np.int64).reshape(len(masks), mask_of.shape[1])
+    return np.array(sizes, np.float64), rows, users, triggers
 
 
 def activation_gathers(a, parts, dims, mask_of, taken,
@@ -75,7 +77,7 @@ def activation_gathers(a, parts, dims, mask_of, taken,
     u, v = a.src, a.dst
     edge = ((dims[v] == _TENSOR) & (a.role[v] == _BACKWARD) & (parts[v] > 1)
             & (dims[u] == _BATCH) & (a.role[u] == _FORWARD) & (parts[u] == parts[v])
-            & (mask_of[u] == mask_of[v]) & ~taken[u] & ~replica[u] & (a.edge_bytes > 0))
+            & same(mask_of[u], mask_of[v]) & ~taken[u] & ~replica[u] & (a.edge_bytes > 0))
     chosen = np.flatnonzero(edge)
     chosen = chosen[np.argsort(u[chosen], kind="stable")]  # grouped by producer
     ops, starts = np.unique(u[chosen], return_index=True)

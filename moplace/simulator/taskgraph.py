@@ -67,7 +67,8 @@ class TaskGraph:
     ``op_ptr``: the compute tasks of op i are ``op_ptr[i]:op_ptr[i + 1]``. ``ip_src``: per
     task, the task whose output buffer it writes its output into when the two run on one
     device (-1: none; `moplace.core.graph.inplace_sources`). ``coll_mask``: per collective,
-    the bitmask of the devices that read its result locally (its bucket's devices, for the
+    the devices that read its result locally (a row of bitmask words,
+    `moplace.simulator.devsets`) (its bucket's devices, for the
     bucket's last task; they may be more than the task's own, whose last phase can run on a
     part of them). With micro-batches (`moplace.simulator.microbatch`): ``task_mb``, per
     task its micro-batch (-1 for a collective; empty without micro-batches), ``n_recomputed``,
@@ -222,7 +223,7 @@ _NO_COLLECTIVES = {k: frozen(v) for k, v in dict(
     coll_ptr=np.zeros(1, np.int64), coll_dev=np.zeros(0, np.int64),
     coll_res_ptr=np.zeros(1, np.int64), coll_res=np.zeros(0, np.int64),
     coll_dur=np.zeros(0), coll_bytes=np.zeros(0), coll_kind=np.zeros(0, np.int64),
-    coll_mask=np.zeros(0, np.int64)).items()}
+    coll_mask=np.zeros((0, 1), np.int64)).items()}
 #: read-only as the graph's own scratch is, so the event loop's argument types (and so its
 #: compiled specialisation) do not depend on whether the graph has scratch
 _NO_SCRATCH = frozen(np.zeros(0))
@@ -318,7 +319,8 @@ def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute
     serve_ptr = np.zeros(n_coll + 1, np.int64)  # per task: the ops whose updates it feeds
     serve_ptr[colls.exit + 1] = np.diff(colls.serve_ptr)
     np.cumsum(serve_ptr, out=serve_ptr)
-    mask, first = np.zeros(n_coll, np.int64), np.zeros(n_coll, np.int64)
+    mask = np.zeros((n_coll, colls.mask.shape[1]), np.int64)
+    first = np.zeros(n_coll, np.int64)
     mask[colls.exit], first[colls.exit] = colls.mask, colls.first
     held_e, need, scale = held[a.src], _need_dim(a, dims, held), None
     if context is not None:
