@@ -274,7 +274,8 @@ def test_the_bundled_moe_configurations_are_the_published_sizes():
 
     published = {"mixtral-8x7b": 46_702_792_704, "mixtral-8x22b": 140_630_071_296,
                  "qwen3-30b-a3b": 30_532_122_624, "deepseek-v2-lite": 15_706_484_224,
-                 "deepseek-v3": 671_026_404_352, "llama-3.1-8b": 8_030_261_248}
+                 "deepseek-v3": 671_026_404_352, "llama-3.1-8b": 8_030_261_248,
+                 "llama-3.1-405b": 405_853_388_800}
     for name, n in published.items():
         config, _ = hf_config(name)
         with torch.device("meta"):

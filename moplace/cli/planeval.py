@@ -63,7 +63,8 @@ def evaluate_plan(args) -> int:
           f"{'s' if plan.mbs > 1 else ''}) on {where}")
     for note in notes:
         print(f"note: {note}")
-    print(f"\n{ev.summary()}\nplan {plan.text()}: {plan.micro_batches} micro-batches per "
+    m = plan.micro_batches
+    print(f"\n{ev.summary()}\nplan {plan.text()}: {m} micro-batch{'es' if m != 1 else ''} per "
           f"replica")
     rate = (f" ({ev.tokens_per_s_per_gpu:,.0f} tokens/s per GPU)" if ev.tokens_per_step else "")
     print(f"  step           {fmt(ev.runtime_s, 'time')}{rate}")
@@ -78,7 +79,7 @@ def evaluate_plan(args) -> int:
     p = ev.parts
     print("  the step on its slowest stage:")
     for cause, seconds in ev.losses.items():
-        if seconds > 0:
+        if seconds > 1e-9 * ev.runtime_s:  # not float dust of a difference
             print(f"    {cause:<38} {fmt(seconds, 'time'):>10} {seconds / ev.runtime_s:>6.1%}")
     print("  simulated and modelled:")
     print(f"    simulated replica            {fmt(p['simulated_s'], 'time')}")
@@ -89,5 +90,9 @@ def evaluate_plan(args) -> int:
         print(f"    data-parallel collectives    {fmt(p['grad_reduce_s'], 'time')} gradients + "
               f"{fmt(p['param_gather_s'], 'time')} weights ({algo}); exposed "
               f"{fmt(p['exposed_s'], 'time')}")
+    if p.get("tp_comm_s"):
+        print(f"    tensor-parallel collectives  {fmt(p['tp_comm_s'], 'time')} on the server's "
+              f"links, {fmt(p['tp_left_s'], 'time')} of it beyond their GEMMs (what the "
+              f"overlap leaves; in the simulated replica)")
     print(f"  how: {ev.how()}")
     return 0

@@ -77,3 +77,29 @@ def megatron_flops(shape: TransformerShape | None, sequences: int, seq_len: int
     mlp = (shape.ffn / h) * (shape.top_k if shape.experts else 1) * (1.5 if shape.gated else 1.0)
     logits = shape.vocab / (2 * L * h)
     return 12.0 * sequences * s * L * h * h * (attention + mlp + logits), CONVENTION
+
+
+def traced_seq_len(graph) -> int | None:
+    """The tokens of each sequence ``graph`` was traced at (``metadata["source"]["seq_len"]``),
+    or None (a profile file's graph, whose ``source`` is a name)."""
+    source = graph.metadata.get("source")
+    seq = source.get("seq_len") if isinstance(source, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0 else None
+
+
+def step_throughput(graph, runtime_s: float, gpus: int, peak_flops: float) -> dict | None:
+    """What the published tables say of a step of ``graph`` (the whole step: its
+    ``batch_size`` sequences of ``metadata["source"]["seq_len"]`` tokens) that takes
+    ``runtime_s`` on ``gpus`` GPUs of dense BF16 peak ``peak_flops`` (FLOP/s; 0: unknown):
+    ``tokens_per_s_per_gpu``, ``tflops_per_gpu`` and ``mfu`` (None where the FLOPs are not
+    counted: ``flops_note`` says why), or None for a graph that records no tokens."""
+    seq = traced_seq_len(graph)
+    batch = graph.metadata.get("batch_size")
+    if not (isinstance(seq, int) and isinstance(batch, int) and seq > 0 and batch > 0
+            and runtime_s > 0 and gpus > 0):
+        return None
+    flops, note = megatron_flops(TransformerShape.of(graph), batch, seq)
+    tflops = flops / runtime_s / gpus / 1e12 if flops is not None else None
+    return {"tokens_per_s_per_gpu": batch * seq / runtime_s / gpus, "tflops_per_gpu": tflops,
+            "mfu": tflops * 1e12 / peak_flops if tflops is not None and peak_flops else None,
+            "flops_note": note}

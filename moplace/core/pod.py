@@ -82,7 +82,8 @@ class Pod:
     def describe(self) -> str:
         over = (f", {self.oversubscription:g}:1 oversubscribed above the leaf"
                 if self.oversubscription > 1 else "")
-        return (f"{self.name}: {self.gpus:,} {self.kind} in {self.n_servers:,} servers of "
+        return (f"{self.name}: {self.gpus:,} {self.kind} in {self.n_servers:,} "
+                f"server{'s' if self.n_servers != 1 else ''} of "
                 f"{self.per_server} (NVLink {self.nvlink_bandwidth / 1e9:.0f} GB/s bus, one "
                 f"{self.nic_bandwidth / 1e9:.0f} GB/s NIC per GPU{over})")
 

@@ -11,7 +11,11 @@ data-parallel ranks), ``precision`` (bf16, fp8: every matmul, fp8-inner: all but
 and last layers'), ``schedule`` (1f1b, gpipe, interleaved, zero-bubble; interleaved when
 ``v > 1`` unless said), ``cp_comm`` (p2p: ring attention, a2a: Ulysses) and ``overlap`` (1:
 the data-parallel collectives overlap the backward and the next forward, as Megatron's
-``--overlap-grad-reduce --overlap-param-gather`` and FSDP run them; 0: they do not).
+``--overlap-grad-reduce --overlap-param-gather`` and FSDP run them; 0: they do not) and
+``tp_overlap`` (1: the tensor-parallel collectives overlap the GEMMs they feed or follow, as
+Megatron's ``--tp-comm-overlap`` runs them; 0, the default: they do not) and ``grad_fp32``
+(1: the weight gradients held and reduced in FP32, as Megatron-LM does for BF16 training; 0,
+the default: in the weights' 16 bits).
 
 `parse_plan` reads the text and says what is wrong with it in one line naming the field;
 `RegularPlan.misfit` says why a plan cannot run a graph on a number of GPUs.
@@ -27,7 +31,8 @@ from .options import FP8_MODES, SCHEDULES, VIRTUAL_SCHEDULES
 RECOMPUTE = ("none", "full", "selective")
 PRECISIONS = {"bf16": "none", "fp8": "all", "fp8-inner": "inner"}
 CP_COMMS = ("p2p", "a2a")
-_INTS = ("tp", "cp", "pp", "v", "dp", "ep", "mbs", "gbs", "zero", "overlap", "first", "last")
+_INTS = ("tp", "cp", "pp", "v", "dp", "ep", "mbs", "gbs", "zero", "overlap", "tp_overlap",
+         "grad_fp32", "first", "last")
 _WORDS = {"recompute": RECOMPUTE, "precision": tuple(PRECISIONS), "schedule": SCHEDULES,
           "cp_comm": CP_COMMS}
 _REQUIRED = ("tp", "pp", "dp", "mbs", "gbs")
@@ -51,6 +56,8 @@ class RegularPlan:
     schedule: str = ""
     cp_comm: str = "p2p"
     overlap: int = 1
+    tp_overlap: int = 0
+    grad_fp32: int = 0
     first: int = 0
     last: int = 0
 
@@ -101,6 +108,8 @@ class RegularPlan:
         lever = [f"mbs {self.mbs}", f"gbs {self.gbs:,}"]
         lever += [self.schedule] if self.pp > 1 else []
         lever += [f"recompute {self.recompute}"] if self.recompute != "none" else []
+        lever += ["TP comm overlap"] if self.tp_overlap and self.tp > 1 else []
+        lever += ["FP32 gradients"] if self.grad_fp32 else []
         lever += [f"ZeRO-{self.zero}"] if self.zero else []
         lever += [self.precision.upper()] if self.precision != "bf16" else []
         return " ".join(parts) + ", " + ", ".join(lever)
@@ -185,8 +194,9 @@ def parse_plan(text: str) -> RegularPlan:
             except ValueError:
                 raise StrategyError(f"--plan: {key} must be a whole number, got "
                                     f"{shown(value)}") from None
-            low = 0 if key in ("zero", "overlap", "first", "last") else 1
-            high = {"zero": 2, "overlap": 1}.get(key, 1 << 24)
+            flags = ("overlap", "tp_overlap", "grad_fp32")
+            low = 0 if key in ("zero", "first", "last") + flags else 1
+            high = {"zero": 2, **dict.fromkeys(flags, 1)}.get(key, 1 << 24)
             if not low <= number <= high:
                 raise StrategyError(f"--plan: {key} must be from {low} to {high:,}, got "
                                     f"{number}")

@@ -79,11 +79,29 @@ def point_json(point, problem) -> dict:
 
     values = dict(zip(problem.objectives, point.values.tolist()))
     out = {json_key(name): value for name, value in values.items()}
+    rate = _throughput(problem, values.get("runtime"))
     out.update(feasible=point.feasible, violation_bytes=point.evaluation.violation,
+               **({"throughput": rate} if rate else {}),
                plan=plan_of(point.strategy, problem.graph),
                runs=runners(problem.graph, point.strategy),
                strategy=strategy_to_json(problem.graph, point.strategy, problem.cluster))
     return out
+
+
+def _throughput(problem, runtime_s) -> dict | None:
+    """A point's tokens/s, model TFLOP/s and MFU per GPU of the cluster
+    (`moplace.core.flops.step_throughput`), for a transformer graph that records its tokens;
+    None elsewhere."""
+    from ..core.flops import step_throughput
+    from ..costs.devicespecs import device_spec
+
+    if runtime_s is None:
+        return None
+    kinds = set(problem.cluster.kinds)
+    spec = device_spec(next(iter(kinds))) if len(kinds) == 1 else None
+    return step_throughput(problem.graph, float(runtime_s), problem.cluster.n_devices,
+                           (spec.peak_flops.get("bfloat16") or spec.peak_flops.get("float16")
+                            or 0.0) if spec else 0.0)
 
 
 def result_json(result) -> dict:

@@ -260,6 +260,10 @@ def front_table(data: dict) -> dict:
         table["searcher"] = [p.get("searcher", "") for p in points]
     for name, unit in units.items():
         table[axis_label(name, unit)] = [p[json_key(name)] / unit[1] for p in points]
+    rates = [(p.get("throughput") or {}).get("tflops_per_gpu") for p in points]
+    if any(r is not None for r in rates):  # a transformer's model FLOPs (moplace.core.flops)
+        table["model TFLOP/s per GPU"] = rates
+        table["MFU"] = [(p.get("throughput") or {}).get("mfu") for p in points]
     table["feasible"] = [bool(p["feasible"]) for p in points]
     over = column_unit("violation", [p["violation_bytes"] for p in points], kind="bytes")
     table[f"over memory ({over[0]})"] = [p["violation_bytes"] / over[1] for p in points]

@@ -96,6 +96,10 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
     over_unit = column_unit("over", [p["violation_bytes"] for p in points], kind="bytes")
     if any_over:
         heads.append(f"{OVER} ({over_unit[0]})")
+    rates = [(p.get("throughput") or {}).get("tflops_per_gpu") for p in points]
+    mfus = [(p.get("throughput") or {}).get("mfu") for p in points]
+    if any(r is not None for r in rates):  # a transformer's model FLOPs (moplace.core.flops)
+        heads.append("TFLOP/s/GPU" + (" (MFU)" if any(m is not None for m in mfus) else ""))
     comparison = any("searcher" in p for p in points)
     if comparison:
         heads.append("searcher")
@@ -112,6 +116,9 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
         if any_over:
             row.append(number(p["violation_bytes"], "bytes", over_unit)
                        if not p["feasible"] else "")
+        if any(r is not None for r in rates):
+            row.append("" if rates[k] is None else f"{rates[k]:,.0f}"
+                       + (f" ({mfus[k]:.0%})" if mfus[k] is not None else ""))
         if comparison:
             row.append(str(p.get("searcher", "")))
         plan = p.get("plan")
@@ -125,6 +132,12 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
                      f"shows every one)")
     if any(folded.values()):
         lines.append("'= #k' names the points equal to the row at the precision shown")
+    if any(r is not None for r in rates):
+        from ..core.flops import CONVENTION
+
+        lines.append(f"TFLOP/s/GPU: {CONVENTION}, per GPU of the cluster"
+                     + (" (MFU: of its dense BF16 peak)" if any(m is not None for m in mfus)
+                        else ""))
     if not data["points"]:
         lines.append("no strategy fits in memory; the rows are the least-violating ones")
     return "\n".join(lines)

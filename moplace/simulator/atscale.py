@@ -34,7 +34,7 @@ from objectives import DEFAULT, evaluate_trace
 
 from ..core.baselines import DDP_BUCKET_BYTES
 from ..core.degrees import Degrees, regular_plan
-from ..core.flops import TransformerShape, megatron_flops
+from ..core.flops import TransformerShape, megatron_flops, traced_seq_len
 from ..core.graph import ROLES, OpGraph
 from ..core.pod import Pod, pod_of_cluster
 from ..costs.costmodel import CostModel
@@ -43,6 +43,7 @@ from ..errors import StrategyError
 from .engine import DeviceFigures, Trace, simulate
 from .nccl import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, collective_time, moved_bytes
 from .replica import replica_cluster, replica_graph, stride_of
+from .tpoverlap import FREE, hidden_server_links, tensor_parallel_overlap
 
 _BACKWARD, _UPDATE = ROLES.index("backward"), ROLES.index("update")
 #: the data-parallel collectives' bucket (PyTorch DDP's 25 MiB)
@@ -120,8 +121,12 @@ class ScaledEvaluation:
         p = self.plan
         head = p.text().split(",")[0]
         t = self.tflops_per_gpu
-        rate = (f"{t:,.0f} TFLOP/s/GPU" + (f", {self.mfu:.0%} MFU" if self.mfu else "")
-                if t is not None else f"{self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU")
+        if t is not None:
+            rate = f"{t:,.0f} TFLOP/s/GPU" + (f", {self.mfu:.0%} MFU" if self.mfu else "")
+        elif self.tokens_per_step:
+            rate = f"{self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU"
+        else:  # a profile file's graph: no tokens to count
+            rate = f"step {self.runtime_s * 1e3:,.1f} ms"
         return f"{head}, {rate}"
 
     def objectives(self) -> dict[str, float]:
@@ -131,11 +136,15 @@ class ScaledEvaluation:
         """Which parts were simulated and which modelled, in words."""
         p = self.plan
         sim = (f"simulated op by op: one replica of {p.replica_gpus} GPUs "
-               f"(TP{p.tp} x CP{p.cp} x PP{p.pp}), {p.micro_batches} micro-batches")
+               f"(TP{p.tp} x CP{p.cp} x PP{p.pp}), {p.micro_batches} micro-batch"
+               f"{'es' if p.micro_batches != 1 else ''}")
         mod = [f"data-parallel {'reduce-scatter + all-gather' if p.zero else 'all-reduce'} "
                f"over {p.dp} replicas"]
         if p.ep > 1:
             mod.append(f"all-to-all over EP{p.ep}")
+        if p.tp_overlap and p.tp > 1:
+            mod.append("tensor-parallel collectives overlapped with their GEMMs (the "
+                       "server's links sped up to leave what exceeds each GEMM)")
         return sim + "; modelled (NCCL's cost model): " + ", ".join(mod)
 
 
@@ -153,6 +162,11 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
     if memory_limit:
         cluster = cluster.capped(memory_limit)
     strategy = replica_strategy(rg.graph, plan)
+    tp_comm = tp_left = 0.0
+    if plan.tp_overlap and plan.tp > 1:
+        compute = _costs(rg.graph, cluster, True).compute
+        tp_comm, tp_left = tensor_parallel_overlap(rg.graph, plan, cluster, strategy, compute)
+        cluster = hidden_server_links(cluster, tp_comm / tp_left if tp_left > 0 else FREE)
     costs = _costs(rg.graph, cluster, plan.tp * plan.cp > 1)
     trace = simulate(rg.graph, cluster, strategy, costs=costs)
     w = plan.tp * plan.cp
@@ -171,9 +185,11 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
              "grad_reduce_s": float(sync["reduce"][slow]),
              "param_gather_s": float(sync["gather"][slow]),
              "exposed_s": float(makespan - trace.makespan),
+             "tp_comm_s": tp_comm * plan.micro_batches,
+             "tp_left_s": tp_left * plan.micro_batches,
              "all_to_all_s": float(rg.a2a_s * plan.micro_batches)}
     shares = _losses(trace, plan, rg, makespan, slow * w)
-    seq = int((graph.metadata.get("source") or {}).get("seq_len") or 0)
+    seq = traced_seq_len(graph) or 0
     flops, note = megatron_flops(TransformerShape.of(graph), plan.gbs, seq) if seq else \
         (None, "the graph records no sequence length")
     spec = device_spec(pod.kind)
@@ -230,7 +246,7 @@ def expert_split_in_tensor_group(graph: OpGraph, plan) -> int:
     return 1
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=4)
 def _costs(graph, cluster, split: bool) -> CostModel:
     """The replica's cost model: its micro-batch copies are the traced micro-batch's ops,
     whole, so no split overhead is added to them but where the replica cuts ops (tensor or

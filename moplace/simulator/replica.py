@@ -23,6 +23,11 @@ balanced routing and identical replicas make it exact, and stated where it is mo
   ``1 / dp`` of its state and takes ``1 / dp`` of its time. The gradients' reduction and the
   weights' gather are not in the replica's graph: `moplace.simulator.atscale` times them.
 
+- **FP32 gradients** (``grad_fp32``, Megatron-LM's rule for BF16 training: ``arguments.py``
+  at f2e5db4 sets ``accumulate_allreduce_grads_in_fp32`` whenever ``--bf16``): each weight
+  gradient is held, accumulated over the micro-batches and reduced in FP32, twice the bytes
+  of the traced 16-bit gradient.
+
 Context parallelism runs inside the replica (its ranks are simulated), as the plan's ``cp``
 ranks of each stage; tensor parallelism likewise.
 """
@@ -105,12 +110,12 @@ class ReplicaGraph:
 def replica_graph(graph: OpGraph, plan, pod: Pod) -> ReplicaGraph:
     """The graph one replica of ``plan`` runs (module docstring)."""
     return _replica_graph(graph, plan.micro_batches, plan.ep, plan.dp if plan.zero else 1,
-                          pod, stride_of(plan, "ep"))
+                          pod, stride_of(plan, "ep"), 2 if getattr(plan, "grad_fp32", 0) else 1)
 
 
 @lru_cache(maxsize=2)
 def _replica_graph(graph: OpGraph, m: int, ep: int, shard: int, pod: Pod,
-                   ep_stride: int) -> ReplicaGraph:
+                   ep_stride: int, grad_scale: int = 1) -> ReplicaGraph:
     a = graph.arrays
     role = a.role
     copied = (role == _FORWARD) | (role == _BACKWARD)
@@ -132,6 +137,12 @@ def _replica_graph(graph: OpGraph, m: int, ep: int, shard: int, pod: Pod,
                            output_bytes=int(out), scratch_bytes=int(op.scratch_bytes * m),
                            part_compute={n: {k: t * m for k, t in ts.items()}
                                          for n, ts in op.part_compute.items()})
+        if grad_scale > 1 and op.grad_bytes > 0:  # 16-bit weight gradients kept in FP32
+            g = op.grad_bytes * grad_scale
+            changes.update(grad_bytes=g, output_bytes=int(changes.get(
+                "output_bytes", op.output_bytes) + g - op.grad_bytes))
+            op = dataclasses.replace(op, **changes)
+            changes = {}
         if expert[i]:
             g = op.grad_bytes // ep
             changes.update(param_bytes=op.param_bytes // ep, grad_bytes=g,
@@ -146,6 +157,8 @@ def _replica_graph(graph: OpGraph, m: int, ep: int, shard: int, pod: Pod,
     edges = []
     for e in graph.edges:
         b = e.bytes
+        if grad_scale > 1 and graph.ops[e.src].grad_bytes > 0 and role[e.dst] == _UPDATE:
+            b *= grad_scale
         if copied[e.src] and copied[e.dst]:
             w = graph.ops[e.src]
             weights = w.param_bytes > 0 and w.output_bytes == 0

@@ -25,6 +25,10 @@ from .modelfile import TorchSetup, _fake, _make_fake
 #: what the Llama 3 models share (Meta's config.json files)
 _LLAMA3 = dict(num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
                rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
+#: what the Llama 3.1 models add: the 131,072-token context and its llama3 RoPE scaling
+_LLAMA31 = {**_LLAMA3, "max_position_embeddings": 131072,
+            "rope_scaling": dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                 high_freq_factor=4.0, original_max_position_embeddings=8192)}
 #: what the Mixtral models share (Mistral AI's config.json files)
 _MIXTRAL = dict(num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
                 vocab_size=32000, rope_theta=1e6, rms_norm_eps=1e-5, sliding_window=None,
@@ -60,13 +64,14 @@ CONFIGS = {
                                   num_hidden_layers=80, num_attention_heads=64, **_LLAMA3),
                     "Llama 3 70B (Meta's model card and config.json)"),
     "llama-3.1-8b": ("llama", dict(hidden_size=4096, intermediate_size=14336,
-                                   num_hidden_layers=32, num_attention_heads=32,
-                                   **{**_LLAMA3, "max_position_embeddings": 131072},
-                                   rope_scaling=dict(rope_type="llama3", factor=8.0,
-                                                     low_freq_factor=1.0, high_freq_factor=4.0,
-                                                     original_max_position_embeddings=8192)),
+                                   num_hidden_layers=32, num_attention_heads=32, **_LLAMA31),
                      "Llama 3.1 8B, 131,072-token context, llama3 RoPE scaling (Meta's "
                      "config.json)"),
+    "llama-3.1-405b": ("llama", dict(hidden_size=16384, intermediate_size=53248,
+                                     num_hidden_layers=126, num_attention_heads=128, **_LLAMA31),
+                       "Llama 3.1 405B, 405.85 B: 126 layers, hidden 16,384, 128 heads, 8 "
+                       "key/value heads, FFN 53,248 (Meta's config.json; Dubey et al. 2024, "
+                       "table 3)"),
     # mixtures of experts (moplace.torch.moe traces their experts under a routing assumption)
     "mixtral-8x7b": ("mixtral", dict(hidden_size=4096, intermediate_size=14336,
                                      num_hidden_layers=32, num_attention_heads=32,

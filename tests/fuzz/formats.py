@@ -548,7 +548,10 @@ class Arguments:
                      "tp=1,pp=1,dp=4", "tp=1,pp=1,dp=4,mbs=1,gbs=4", "tp=1,pp=3,dp=1,mbs=1,gbs=1",
                      "tp=1,pp=1,dp=1,mbs=1,gbs=1,zero=9", "tp=1,pp=1,dp=1,mbs=1,gbs=1,ep=2",
                      "tp=1,pp=1,dp=1,mbs=1,gbs=1,precision=fp4", "tp=99999999999,pp=1,dp=1,mbs=1,gbs=1",
-                     "tp=1,pp=1,dp=1,mbs=1,gbs=1,v=2", "tp=1,,pp=1"):
+                     "tp=1,pp=1,dp=1,mbs=1,gbs=1,v=2", "tp=1,,pp=1",
+                     "tp=1,pp=1,dp=1,mbs=1,gbs=1,tp_overlap=2", "tp=1,pp=1,dp=1,mbs=1,gbs=1,grad_fp32=x",
+                     # a profile file's graph names no tokens (its source a name, not a table)
+                     "tp=1,pp=1,dp=8,mbs=256,gbs=2048,tp_overlap=1,grad_fp32=1"):
             for cl in ("pod:V100:8", "pod:H100:8", "pod:H100:12", "pod:H100:99999999", "pod:",
                        CLUSTER):
                 n.append((f"evaluate --plan {plan[:24]!r} {cl}", ["evaluate", GRAPH, "--cluster",

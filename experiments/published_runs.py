@@ -1,0 +1,223 @@
+"""moplace's predicted throughput beside published training runs, with the error.
+
+**Megatron-LM's weak-scaling table** (NVIDIA/Megatron-LM, ``images/model_table.png``, added
+in commit f2e5db4, 15 July 2024, "New scaling figures on H100 GPUs"; the same image went into
+the core_r0.8.0 branch as 937571c, and its figures' legend reads "Megatron-Core r0.8.0"):
+GPT models of 1.7 B to 462 B parameters on 48 to 6,144 H100s, vocabulary 131,072, sequence
+4,096, in TFLOP/s per GPU counted by ``num_floating_point_operations`` of
+``megatron/training/training.py`` at that commit (`moplace.core.flops.megatron_flops`).
+
+What the table leaves open, and what is taken here (no script of that commit or release sets
+up these models; README.md lines 65-76 at f2e5db4 name only the overlap flags):
+
+- **The model** (Megatron's defaults, ``megatron/training/arguments.py`` at f2e5db4):
+  multi-head attention (``--group-query-attention`` is off by default), FFN 4 x hidden, GeLU
+  (``--swiglu`` off), LayerNorm, learned absolute positions, untied embeddings (the
+  parameter counts 12 L h^2 + 13 L h + 2 V h give the table's sizes, 1.75 ... 461.5 B; tied
+  ones do not). Traced as a Hugging Face GPT-2 of those sizes (``hf:PATH/config.json``).
+- **Stated in the README:** ``--overlap-grad-reduce --overlap-param-gather`` (so the
+  distributed optimizer, which they assert: ``zero=1,overlap=1``), ``--tp-comm-overlap``
+  (so sequence parallelism, which it asserts; moplace's tensor parallelism is Megatron's with
+  sequence parallelism), pipeline-parallel communication overlapped "by default" (which the
+  code turns on only with virtual stages: the interleaved schedule).
+- **Megatron's rule for BF16:** the weight gradients accumulated and reduced in FP32
+  (``arguments.py`` lines 300-307 at f2e5db4 set ``accumulate_allreduce_grads_in_fp32``
+  whenever ``--bf16``): ``grad_fp32=1``.
+- **How moplace models the overlaps:** the data-parallel reduce-scatter during the last
+  micro-batch's backward and the gather under the next forward (`moplace.simulator.atscale`);
+  the tensor-parallel collectives under their GEMMs (``tp_overlap=1``,
+  `moplace.simulator.tpoverlap`: what exceeds each GEMM is left to the simulated step).
+- **Inferred:** micro-batch 1 (GBS / DP is 4 x PP in every row, and Megatron's GPT-3 175B
+  example, ``examples/gpt3/train_gpt3_175b_distributed.sh``, runs ``--micro-batch-size 1``);
+  BF16 (the MFU column is TFLOP/s over the H100's dense 16-bit peak, 989 TFLOP/s).
+- **Searched** (unknown): the virtual stages per device (``v``, each dividing the layers of a
+  stage; interleaved 1F1B for v > 1) and recomputation (none, selective, full); each row's
+  figure is moplace's best plan that fits in 80 GB.
+
+Each model is traced once at one sequence of 4,096 tokens with calibrated H100 estimates
+(``moplace profile ... --estimate H100``) into ``--cache`` (a 462 B trace takes minutes).
+
+    python3 experiments/published_runs.py [--only 1.7B,7.1B] [--cache DIR] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: (size, heads, hidden, layers, TP, PP, DP, GPUs, global batch, published TFLOP/s per GPU)
+MEGATRON_TABLE = (
+    ("1.7B", 16, 2048, 24, 1, 1, 48, 48, 192, 408.8),
+    ("7.1B", 32, 4096, 30, 2, 1, 48, 96, 192, 465.9),
+    ("16B", 48, 6144, 32, 4, 1, 48, 192, 192, 489.1),
+    ("32B", 56, 7168, 48, 8, 1, 48, 384, 192, 459.6),
+    ("70B", 64, 8192, 84, 8, 2, 48, 768, 384, 419.7),
+    ("119B", 80, 10240, 92, 8, 4, 48, 1536, 768, 420.5),
+    ("177B", 96, 12288, 96, 8, 6, 48, 2304, 1152, 432.8),
+    ("314B", 128, 16384, 96, 8, 8, 48, 3072, 1536, 474.4),
+    ("462B", 144, 18432, 112, 8, 16, 48, 6144, 3072, 459.9),
+)
+SOURCE = ("NVIDIA/Megatron-LM README, images/model_table.png (commit f2e5db4, July 2024, "
+          "Megatron-Core r0.8.0)")
+VOCAB, SEQ, MBS = 131072, 4096, 1
+RECOMPUTE = ("none", "selective", "full")
+
+
+def gpt_config(heads: int, hidden: int, layers: int) -> dict:
+    """A Hugging Face GPT-2 configuration of Megatron's default GPT of these sizes."""
+    return {"model_type": "gpt2", "n_embd": hidden, "n_layer": layers, "n_head": heads,
+            "n_inner": 4 * hidden, "n_positions": SEQ, "vocab_size": VOCAB,
+            "activation_function": "gelu", "tie_word_embeddings": False}
+
+
+def traced(size: str, heads: int, hidden: int, layers: int, cache: Path) -> Path:
+    """The graph of one micro-batch of the model, traced once into ``cache``."""
+    out = cache / f"megatron-gpt-{size}.json"
+    if out.exists():
+        return out
+    cfg = cache / f"megatron-gpt-{size}" / "config.json"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text(json.dumps(gpt_config(heads, hidden, layers), indent=1))
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "moplace", "profile", f"hf:{cfg}", "--batch", str(MBS),
+           "--seq-len", str(SEQ), "--dtype", "bf16", "--estimate", "H100", "-o", str(out)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    print(f"  traced {size} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def candidate_plans(tp: int, pp: int, dp: int, gbs: int, layers: int,
+                    recompute=RECOMPUTE, tp_overlap: bool = True,
+                    grad_fp32: bool = True) -> list[str]:
+    """The plans of the row: its degrees, with every virtual-stage count and each of the
+    ``recompute`` modes; the distributed optimizer and the data-parallel overlap, and the
+    tensor-parallel overlap where there is tensor parallelism (the README's flags; not with
+    ``tp_overlap`` False), FP32 gradients (not with ``grad_fp32`` False)."""
+    per_stage = layers // pp
+    m = gbs // (dp * MBS)
+    vs = [1] + ([v for v in range(2, per_stage + 1) if per_stage % v == 0 and m % pp == 0]
+                if pp > 1 else [])
+    return [f"tp={tp},pp={pp},v={v},dp={dp},mbs={MBS},gbs={gbs},zero=1,overlap=1,"
+            f"tp_overlap={int(tp > 1 and tp_overlap)},grad_fp32={int(grad_fp32)},recompute={r}"
+            for v in vs for r in recompute]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="", help="sizes to run, comma separated (default: all)")
+    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "moplace-published")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--no-tp-overlap", action="store_true",
+                    help="leave the tensor-parallel collectives unhidden (to see what the "
+                         "overlap moves)")
+    ap.add_argument("--bf16-grads", action="store_true",
+                    help="hold and reduce the gradients in BF16 (to see what FP32 moves)")
+    ap.add_argument("--figure", type=Path, help="draw published and predicted TFLOP/s per GPU "
+                                                "against GPUs into this PNG")
+    args = ap.parse_args(argv)
+    from moplace.core.pod import load_target
+    from moplace.core.regular import parse_plan
+    from moplace.core.regularspace import RegularSpace
+    from moplace.errors import MoplaceError
+    from moplace.io import load_graph
+    from moplace.simulator.atscale import evaluate_regular
+
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    rows = [r for r in MEGATRON_TABLE if not only or r[0] in only]
+    if only - {r[0] for r in rows}:
+        print(f"--only: unknown size(s) {', '.join(sorted(only - {r[0] for r in rows}))}; "
+              f"sizes: {', '.join(r[0] for r in MEGATRON_TABLE)}", file=sys.stderr)
+        return 2
+    args.cache.mkdir(parents=True, exist_ok=True)
+    lines = [f"Megatron-LM's weak-scaling table ({SOURCE}) against moplace, pod:H100:N",
+             "(calibrated H100 estimates; TFLOP/s per GPU as Megatron's "
+             "num_floating_point_operations at f2e5db4 counts them)"
+             + ("; without the TP overlap" if args.no_tp_overlap else "")
+             + ("; BF16 gradients" if args.bf16_grads else ""), "",
+             f"{'size':>5} {'GPUs':>5} {'published':>9} {'moplace':>8} {'error':>7}  "
+             f"{'step':>8} {'memory':>9}  best plan (v, recomputation), its cost"]
+    errors, drawn = [], []
+    for size, heads, hidden, layers, tp, pp, dp, gpus, gbs, published in rows:
+        path = traced(size, heads, hidden, layers, args.cache)
+        graph = load_graph(str(path))
+        pod = load_target(f"pod:H100:{gpus}")
+        best, t0, tried = None, time.perf_counter(), 0
+        modes = RegularSpace(graph, gpus, gbs).recompute_modes()
+        for spec in candidate_plans(tp, pp, dp, gbs, layers, modes, not args.no_tp_overlap,
+                                    not args.bf16_grads):
+            try:
+                ev = evaluate_regular(graph, pod, parse_plan(spec))
+            except MoplaceError as exc:
+                print(f"  {size} {spec}: {exc}", file=sys.stderr)
+                continue
+            tried += 1
+            if ev.feasible and (best is None or ev.runtime_s < best.runtime_s):
+                best = ev
+        took = time.perf_counter() - t0
+        if best is None:
+            lines.append(f"{size:>5} {gpus:>5} {published:>9.1f} {'-':>8} {'-':>7}  no plan of "
+                         f"the {tried} tried fits in 80 GB")
+            continue
+        tf = best.tflops_per_gpu
+        err = (tf - published) / published
+        errors.append(err)
+        drawn.append((size, gpus, published, tf))
+        p = best.plan
+        peak = float(best.trace.peak_memory.max())
+        lines.append(f"{size:>5} {gpus:>5} {published:>9.1f} {tf:>8.1f} {err:>+7.1%}  "
+                     f"{best.runtime_s:>7.3f}s {peak / 2**30:>6.1f} GiB  v{p.v}, "
+                     f"{p.recompute}; {tried} plans in {took:.0f} s")
+        print(lines[-1], file=sys.stderr, flush=True)
+    if errors:
+        lines.append("")
+        lines.append(f"mean |error| {sum(abs(e) for e in errors) / len(errors):.1%}, largest "
+                     f"{max(errors, key=abs):+.1%}; within 10%: "
+                     f"{sum(abs(e) <= 0.10 for e in errors)} of {len(errors)}")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text)
+    if args.figure and drawn:
+        draw(drawn, args.figure)
+        print(f"figure: {args.figure}")
+    return 0
+
+
+def draw(rows, path: Path) -> None:
+    """Published and predicted TFLOP/s per GPU against the GPUs of each row (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    gpus = [r[1] for r in rows]
+    ax.plot(gpus, [r[2] for r in rows], "o-", label="published (Megatron-LM, f2e5db4)")
+    ax.plot(gpus, [r[3] for r in rows], "s--", label="moplace (calibrated H100 estimates)")
+    for size, g, pub, _ in rows:
+        ax.annotate(size, (g, pub), textcoords="offset points", xytext=(0, 7), ha="center",
+                    fontsize=8)
+    ax.fill_between(gpus, [0.9 * r[2] for r in rows], [1.1 * r[2] for r in rows],
+                    color="C0", alpha=0.12, label="published +-10%")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(gpus, [f"{g:,}" for g in gpus], fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlabel("H100 GPUs (weak scaling: the model grows with them)")
+    ax.set_ylabel("model TFLOP/s per GPU")
+    ax.set_ylim(0, 1100)
+    ax.axhline(989.5, color="grey", lw=0.5)
+    ax.text(gpus[0], 1005, "dense BF16 peak, 989.5 TFLOP/s", fontsize=8, color="grey")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("Megatron-LM's weak-scaling table: published and predicted throughput",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
