@@ -27,29 +27,11 @@ import argparse
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 
 REFERENCE = "tp=1,ep=8,pp=4,v=8,dp=16,mbs=1,gbs=256,zero=1,recompute=none"
-
-
-def _static_bytes(graph, plan, pod) -> float:
-    """The fullest stage's weights, gradients and optimizer state per GPU (a lower bound of
-    its peak memory)."""
-    from moplace.simulator.atscale import replica_strategy
-    from moplace.simulator.replica import replica_graph
-
-    rg = replica_graph(graph, plan, pod)
-    s = replica_strategy(rg.graph, plan)
-    w = plan.tp * plan.cp
-    stage = s.placement // w
-    a = rg.graph.arrays
-    cut = np.ones(len(a.param_bytes))
-    for op, split in s.splits.items():
-        if split.dim in ("tensor", "expert"):
-            cut[op] = len(split.devices)
-    held = a.param_bytes / cut
-    return float(max(held[stage == k].sum() for k in range(plan.pp)))
 
 
 _STATE: dict = {}
@@ -71,12 +53,13 @@ def _tasks(graph, plan) -> int:
 
 def _evaluate(spec: str):
     from moplace.core.regular import parse_plan
+    from moplace.optimize.regularsearch import static_bytes
     from moplace.simulator.atscale import evaluate_regular
 
     g, pod = _STATE["graph"], _STATE["pod"]
     plan = parse_plan(spec)
     t0 = time.perf_counter()
-    if _static_bytes(g, plan, pod) > pod.memory_bytes:
+    if static_bytes(g, plan, pod) > pod.memory_bytes:
         return spec, None, 0.0
     if _tasks(g, plan) > _STATE["max_tasks"]:
         return spec, "too big", 0.0
@@ -98,6 +81,10 @@ def main(argv=None) -> int:
                     help="leave out plans whose replica has more compute tasks than this "
                          "(micro-batches x ops x tp x cp; about 1.2 KB of memory each while "
                          "simulated): counted, not simulated")
+    ap.add_argument("--framework-levers", action="store_true",
+                    help="with Megatron's own ways (FP32 gradients, TP overlap: "
+                         "moplace.core.regularspace.FRAMEWORK_LEVERS); the recorded results "
+                         "were measured before they were modelled, without them")
     args = ap.parse_args(argv)
     from moplace.core.regular import parse_plan
     from moplace.core.regularspace import RegularSpace
@@ -107,8 +94,11 @@ def main(argv=None) -> int:
 
     cluster = args.cluster or f"pod:H100:{args.gpus}"
     graph = load_graph(args.graph)
-    reference = parse_plan(args.reference)
-    plans = RegularSpace(graph, args.gpus, args.gbs).all()
+    reference = parse_plan(args.reference
+                           + (",grad_fp32=1,tp_overlap=1" if args.framework_levers else ""))
+    if reference.tp == 1:
+        reference = replace(reference, tp_overlap=0)
+    plans = RegularSpace(graph, args.gpus, args.gbs, levers=args.framework_levers).all()
     # plans that share a replica graph (micro-batches, EP, ZeRO) one after another, the
     # cheapest first (the simulator keeps the last two replica graphs)
     plans.sort(key=lambda p: (p.micro_batches * p.tp * p.cp, p.ep, p.zero, p.spec()))

@@ -69,7 +69,7 @@ def _export(args) -> int:
     elif out is not None or fmt == "text":
         from ..io.export import plan_text
 
-        print(plan_text(doc, title=title))
+        print(doc["text"] if doc.get("kind") == "regular" else plan_text(doc, title=title))
         if out is not None:
             print(f"wrote {out} ({fmt})")
     else:
@@ -89,6 +89,8 @@ def export_point(front, point) -> tuple[dict, str]:
     if not isinstance(data, dict) or data.get("format") != FRONT_FORMAT:
         raise MoplaceError(f"{front}: not a front.json (written by `moplace search` or "
                            f"`moplace show --save`); export takes a search's front")
+    if data.get("kind") == "regular":
+        return _regular_point(data, front, point)
     ns = SimpleNamespace(graph=None, cluster=None, strategy=str(front), baseline=None,
                          optimizer=None, memory_limit=None, no_inplace=False)
     from_front(ns, needs_cluster=True)
@@ -104,6 +106,47 @@ def export_point(front, point) -> tuple[dict, str]:
     return doc, title
 
 
+def _regular_point(data: dict, front, point) -> tuple[dict, str]:
+    """A search at scale's point (`moplace.io.regularfronts`) as Megatron-LM flags and
+    torchtitan keys (`moplace.io.regularexport`)."""
+    from ..core.regular import parse_plan
+    from ..io.export import PLAN_FORMAT, PLAN_VERSION
+    from ..io.frontcheck import check_front
+    from ..io.regularexport import regular_megatron, regular_text, regular_torchtitan
+
+    check_front(data, front)
+    points = data["points"] or data.get("infeasible") or []
+    feasible = bool(data["points"])
+    if not points:
+        raise MoplaceError(f"{front}: the front holds no point")
+    if point is None and len(points) > 1:
+        raise MoplaceError(f"--point: {front} holds {len(points)} points; give one (0 to "
+                           f"{len(points) - 1}, as `moplace show {front}` numbers them)")
+    k = 0 if point is None else point
+    if k >= len(points):
+        raise MoplaceError(f"--point {k}: {front} holds {len(points)} points (0 to "
+                           f"{len(points) - 1})")
+    p = points[k]
+    regular = p.get("regular") if isinstance(p, dict) else None
+    try:
+        plan = parse_plan(regular["spec"])
+    except (TypeError, KeyError, MoplaceError) as exc:
+        raise MoplaceError(f"{front}: point {k}'s plan cannot be read "
+                           f"(points[{k}].regular.spec: {exc})") from None
+    layers = data.get("layers") if isinstance(data.get("layers"), int) else None
+    title = (f"{front} point {k}: {data.get('graph')} on {data.get('cluster')}"
+             + ("" if feasible else " (no feasible point: one of the least-violating)"))
+    mega, titan = regular_megatron(plan, layers), regular_torchtitan(plan, layers)
+    doc = {"format": PLAN_FORMAT, "version": PLAN_VERSION, "kind": "regular",
+           "source": str(front), "point": k, "feasible": feasible,
+           "graph": data.get("graph"), "cluster": data.get("cluster"), "plan": plan.spec(),
+           "degrees": regular.get("degrees"), "summary": regular.get("summary"),
+           "megatron": mega, "torchtitan": titan,
+           "text": regular_text(p, title, mega, titan, data.get("graph_source"),
+                                data.get("cluster_source"))}
+    return doc, title
+
+
 def render(doc: dict, fmt: str, title: str) -> str:
     """The plan ``doc`` in format ``fmt`` (`FORMATS`), as a file's text."""
     from ..io.export import plan_text
@@ -111,7 +154,8 @@ def render(doc: dict, fmt: str, title: str) -> str:
     if fmt == "json":
         return strictjson.dumps(doc, indent=1) + "\n"
     if fmt == "text":
-        return plan_text(doc, title=title) + "\n"
+        return (doc["text"] if doc.get("kind") == "regular" else plan_text(doc, title=title)) \
+            + "\n"
     if not doc[fmt]:
         raise MoplaceError(f"point {doc['point']} has no {fmt} flags: "
                            f"{'; '.join(doc['why_not'][fmt])} (--format json writes its "

@@ -239,6 +239,15 @@ def _commands(info: dict, data: dict, k: int) -> dict[str, str]:
     out = {}
     if not info.get("front_file"):
         out["save"] = f"moplace show {source} --save {front}"
+    if data.get("kind") == "regular":  # a search at scale: a plan by its degrees
+        points = data.get("points") or data.get("infeasible") or []
+        regular = points[k].get("regular") if 0 <= k < len(points) and isinstance(
+            points[k], dict) else None
+        spec = regular.get("spec") if isinstance(regular, dict) else "..."
+        out["evaluate"] = (f"moplace evaluate {graph or 'GRAPH'} --cluster "
+                           f"{cluster or 'POD'} --plan \"{spec}\"")
+        out["export"] = f"moplace export {front} --point {k}"
+        return out
     out["draw"] = f"moplace plot {source} --point {k}"
     if graph and cluster:
         out["evaluate"] = f"moplace evaluate {front} --point {k}"
@@ -258,7 +267,8 @@ def _commands(info: dict, data: dict, k: int) -> dict[str, str]:
 
 def _print_commands(commands: dict[str, str], k: int) -> None:
     words = {"save": "save the run's front", "draw": f"draw point {k}",
-             "evaluate": f"evaluate point {k}", "apply": f"apply point {k}"}
+             "evaluate": f"evaluate point {k}", "apply": f"apply point {k}",
+             "export": f"export point {k}"}
     width = max(len(words[w]) for w in commands) + 1
     for what, command in commands.items():
         print(f"{words[what] + ':':<{width}} {command}")

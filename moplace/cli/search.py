@@ -2,6 +2,9 @@
 
     moplace search GRAPH --cluster C --searcher NAME [--budget 2000 | --time 60s] [--seed K]
                    [--out DIR] [--json] [--no-mlflow] [--tracking-uri URI] [--checkpoint FILE]
+    moplace search GRAPH --cluster pod:H100:N --space megatron|torchtitan --gbs SEQUENCES
+                   --searcher random|nsga2 [--workers N]   (regular plans at scale:
+                   `moplace.cli.scalesearch`)
     moplace compare GRAPH --cluster C --searchers a,b,c [--budget N | --time T] [--seed K]
                     [--out DIR] [--json]   (writes the combined front.json)
 
@@ -49,6 +52,11 @@ def add_commands(sub) -> None:
     s.add_argument("--all", action="store_true",
                    help=f"list every front point (default: at most {ROW_LIMIT} rows)")
     space_option(s)
+    s.add_argument("--gbs", type=integer(1, 1 << 30), metavar="SEQUENCES",
+                   help="on a pod (--cluster pod:H100:N): the global batch, sequences a step, "
+                        "the regular plans are searched at (the graph is one micro-batch)")
+    s.add_argument("--workers", type=integer(1, 256), default=1,
+                   help="on a pod: evaluate plans in N processes here (default 1)")
     s.add_argument("--checkpoint", type=file_arg, metavar="FILE",
                    help="continue from FILE if it exists; write the search's state to it every "
                         "500 evaluations or 30 s and at the end (Ctrl-C included)")
@@ -101,6 +109,13 @@ def _search(args) -> int:
     from .progress import Display
 
     budget = _budget(args)
+    from .scalesearch import run_scale_search, targets_pod
+
+    if targets_pod(args):
+        return run_scale_search(args, budget, parse_settings(args.set))
+    if args.gbs or args.workers > 1:
+        raise MoplaceError(f"--{'gbs' if args.gbs else 'workers'}: for a search on a pod "
+                           f"(--cluster pod:H100:N); --cluster {args.cluster} lists its devices")
     resuming = bool(args.checkpoint) and Path(args.checkpoint).is_file()
     check_output(Path(args.out) / "front.json", force=args.force, flag="--out",
                  replaceable=resuming)  # before any work: nothing found is lost

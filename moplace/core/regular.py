@@ -97,7 +97,12 @@ class RegularPlan:
         return PRECISIONS[self.precision]
 
     def text(self) -> str:
-        """The plan in the words of the people who run it: ``TP8 PP16 (v2) DP128 EP8``."""
+        """The plan in the words of the people who run it: ``TP8 PP16 (v2) DP128 EP8, mbs 1,
+        gbs 2,048, interleaved, ZeRO-1``."""
+        return self.degrees_text() + ", " + ", ".join(self._levers_text())
+
+    def degrees_text(self) -> str:
+        """The plan's degrees alone: ``TP8 PP16 (v2) DP128 EP8``."""
         parts = [f"TP{self.tp}"] + ([f"CP{self.cp}" + ("" if self.cp_comm == "p2p" else
                                                        " (a2a)")] if self.cp > 1 else [])
         uneven = (f" ({self.first or '='} first, {self.last or '='} last layers)"
@@ -105,6 +110,9 @@ class RegularPlan:
         parts += [f"PP{self.pp}" + (f" (v{self.v})" if self.v > 1 else "") + uneven,
                   f"DP{self.dp}"]
         parts += [f"EP{self.ep}"] if self.ep > 1 else []
+        return " ".join(parts)
+
+    def _levers_text(self) -> list[str]:
         lever = [f"mbs {self.mbs}", f"gbs {self.gbs:,}"]
         lever += [self.schedule] if self.pp > 1 else []
         lever += [f"recompute {self.recompute}"] if self.recompute != "none" else []
@@ -112,11 +120,15 @@ class RegularPlan:
         lever += ["FP32 gradients"] if self.grad_fp32 else []
         lever += [f"ZeRO-{self.zero}"] if self.zero else []
         lever += [self.precision.upper()] if self.precision != "bf16" else []
-        return " ".join(parts) + ", " + ", ".join(lever)
+        return lever
 
     def spec(self) -> str:
-        """The plan as `parse_plan` reads it back."""
-        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        """The plan as `parse_plan` reads it back: the degrees it needs and every other field
+        that is not its default (``tp=8,pp=16,dp=128,mbs=1,gbs=2048,recompute=full``)."""
+        implied = "interleaved" if self.v > 1 else "1f1b"
+        keep = [f.name for f in fields(self) if f.name in _REQUIRED
+                or (getattr(self, f.name) != (implied if f.name == "schedule" else f.default))]
+        return ",".join(f"{k}={getattr(self, k)}" for k in keep)
 
     def misfit(self, graph, gpus: int) -> str | None:
         """Why this plan cannot run ``graph`` (traced at ``mbs`` sequences) on ``gpus`` GPUs;

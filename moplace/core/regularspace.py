@@ -2,12 +2,15 @@
 (`moplace.core.regular.RegularPlan`), as a framework runs them: what a search at scale walks.
 
 `RegularSpace.all` lists them: TP over 1, 2, 4, 8 (inside a server), CP where the graph's
-attention is fused (``metadata["context"]``), PP over the divisors of the layers, virtual
+attention is fused (``metadata["context"]``), PP over the divisors of the layers (and over
+the other stage counts that divide the GPUs, with fewer layers on the first and last stages,
+as Megatron's ``--decoder-first/last-pipeline-num-layers`` put them: `uneven_ends`), virtual
 stages where the schedule has them, DP what is left, EP over the divisors of the experts that
 divide DP, and the levers (recomputation, ZeRO, precision, schedule) the framework names.
 Megatron-LM: schedules 1f1b and interleaved (it has no zero-bubble), ZeRO 0 or 1 (its
 distributed optimizer); torchtitan: every schedule, ZeRO 1 (FSDP's gradients and optimizer
-state; its ZeRO-3 weight gathers are not modelled at scale yet).
+state; its ZeRO-3 weight gathers are not modelled at scale yet); each with what the framework
+does on its own (`FRAMEWORK_LEVERS`: FP32 gradients, Megatron's tensor-parallel overlap).
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ SCHEDULES = {"megatron": ("1f1b", "interleaved"),
              "torchtitan": ("1f1b", "gpipe", "interleaved", "zero-bubble")}
 ZEROS = {"megatron": (0, 1), "torchtitan": (1,)}
 TP_DEGREES = (1, 2, 4, 8)
+#: what each framework does on its own (`RegularSpace.levers`): Megatron-LM holds and reduces
+#: BF16 training's gradients in FP32 (arguments.py sets accumulate_allreduce_grads_in_fp32
+#: with --bf16) and overlaps tensor-parallel communication with the GEMMs where its README's
+#: scaling runs do (--tp-comm-overlap); torchtitan reduces in FP32 (its job config's
+#: mixed_precision_reduce takes "float32" only) and runs tensor parallelism unoverlapped
+#: (its async TP needs torch.compile)
+FRAMEWORK_LEVERS = {"megatron": {"grad_fp32": 1, "tp_overlap": 1},
+                    "torchtitan": {"grad_fp32": 1, "tp_overlap": 0}}
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,8 @@ class RegularSpace:
     framework: str = "megatron"
     precisions: tuple[str, ...] = ("bf16",)
     recompute: tuple[str, ...] = ("none", "selective", "full")
+    #: the framework's own ways (`FRAMEWORK_LEVERS`); False: neither, as plans were before
+    levers: bool = True
 
     def recompute_modes(self) -> tuple[str, ...]:
         """The recomputation modes that recompute something on this graph (``selective``
@@ -56,20 +69,29 @@ class RegularSpace:
             for cp in cps:
                 if tp > 1 and cp > 1:
                     continue
-                for pp in (p for p in range(1, layers + 1) if layers % p == 0):
+                for pp in range(1, layers + 1):
                     if self.gpus % (tp * cp * pp):
+                        continue
+                    ends = 0 if layers % pp == 0 else uneven_ends(layers, pp)
+                    if ends is None:
                         continue
                     dp = self.gpus // (tp * cp * pp)
                     if self.gbs % (dp * mbs):
                         continue
-                    out += self._levers(tp, cp, pp, dp, mbs, layers, experts)
+                    out += self._levers(tp, cp, pp, dp, mbs, layers, experts, ends)
         return [p for p in out if p.misfit(g, self.gpus) is None]
 
-    def _levers(self, tp, cp, pp, dp, mbs, layers, experts) -> list[RegularPlan]:
+    def _own_levers(self, tp: int) -> dict:
+        if not self.levers:
+            return {}
+        own = FRAMEWORK_LEVERS[self.framework]
+        return {"grad_fp32": own["grad_fp32"], "tp_overlap": own["tp_overlap"] if tp > 1 else 0}
+
+    def _levers(self, tp, cp, pp, dp, mbs, layers, experts, ends=0) -> list[RegularPlan]:
         out, modes = [], self.recompute_modes()
         eps = [e for e in range(1, experts + 1) if experts % e == 0 and dp % e == 0] \
             if experts > 1 else [1]
-        for schedule in (SCHEDULES[self.framework] if pp > 1 else ("1f1b",)):
+        for schedule in (SCHEDULES[self.framework] if pp > 1 and not ends else ("1f1b",)):
             vs = [v for v in range(2, layers // pp + 1) if (layers // pp) % v == 0] \
                 if schedule in ("interleaved", "zero-bubble") else [1]
             for v in vs:
@@ -82,5 +104,21 @@ class RegularSpace:
                                 out.append(RegularPlan(tp=tp, pp=pp, dp=dp, mbs=mbs,
                                                        gbs=self.gbs, cp=cp, v=v, ep=ep,
                                                        recompute=rec, zero=zero,
-                                                       precision=prec, schedule=schedule))
+                                                       precision=prec, schedule=schedule,
+                                                       first=ends, last=ends,
+                                                       **self._own_levers(tp)))
         return out
+
+
+def uneven_ends(layers: int, pp: int) -> int | None:
+    """The layers of the first and of the last stage when ``pp`` stages cannot share
+    ``layers`` equally: the most, at most each middle stage's, that leave the middle stages a
+    whole number each (126 layers on 16 stages: 7 first and last, 8 on each of the other 14,
+    as Llama 3 405B was trained); None when no such split exists (fewer than 3 stages)."""
+    if pp < 3:
+        return None
+    for k in range(layers // pp, 0, -1):
+        rest = layers - 2 * k
+        if rest > 0 and rest % (pp - 2) == 0 and k <= rest // (pp - 2):
+            return k
+    return None

@@ -121,9 +121,10 @@ def front_text(data: dict, *, every: bool = False, limit: int = ROW_LIMIT) -> st
                        + (f" ({mfus[k]:.0%})" if mfus[k] is not None else ""))
         if comparison:
             row.append(str(p.get("searcher", "")))
-        plan = p.get("plan")
+        plan, regular = p.get("plan"), p.get("regular")
         row += [", ".join(notes)] + ([runs_text(p.get("runs"))] if runs else []) \
-            + [plan_text(plan) if isinstance(plan, dict) else ""]
+            + [plan_text(plan) if isinstance(plan, dict) else
+               str(regular.get("text", "")) if isinstance(regular, dict) else ""]
         table.append(row)
     lines = aligned(heads, table, words={"feasible", "searcher", "notes", "runs", "plan"})
     if len(rows) < len(set(shown)):

@@ -119,7 +119,7 @@ class ScaledEvaluation:
         """The point in the words of the people who run it: ``TP8 PP16 DP128, 400 TFLOP/s/GPU,
         41% MFU``."""
         p = self.plan
-        head = p.text().split(",")[0]
+        head = p.degrees_text()
         t = self.tflops_per_gpu
         if t is not None:
             rate = f"{t:,.0f} TFLOP/s/GPU" + (f", {self.mfu:.0%} MFU" if self.mfu else "")
@@ -157,6 +157,12 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
     why = plan.misfit(graph, pod.gpus)
     if why:
         raise StrategyError(f"--plan ({plan.text()}): {why}")
+    from ..core.presets import MAX_DEVICES
+
+    if plan.replica_gpus > MAX_DEVICES:
+        raise StrategyError(f"--plan ({plan.text()}): its replica, TP{plan.tp} x CP{plan.cp} x "
+                            f"PP{plan.pp} = {plan.replica_gpus:,} GPUs, is more than the "
+                            f"{MAX_DEVICES} the simulator runs op by op")
     rg = replica_graph(graph, plan, pod)
     cluster = replica_cluster(target, pod, plan)
     if memory_limit:

@@ -76,17 +76,28 @@ def replica_cluster(target, pod: Pod, plan):
 
 @lru_cache(maxsize=32)
 def _pod_replica(pod: Pod, ranks: tuple[int, ...]):
-    servers = [r // pod.per_server for r in ranks]
-    counts = np.unique(servers, return_counts=True)[1]
-    if len(set(counts.tolist())) != 1:
-        raise ValueError("a replica's ranks sit unevenly in servers")  # regular plans cannot
+    """The servers the replica's ``ranks`` sit in, each with as many GPUs (and NICs) as the
+    replica has there, in rank order (a stage narrower than a server may share one with the
+    next: 2 ranks of TP2 x 3 data-parallel replicas sit 6 apart, so a server of 8 holds two
+    stages' ranks and the next one stage's)."""
     from ..core.presets import parse_cluster_doc
 
+    servers = [r // pod.per_server for r in ranks]
+    _, counts = np.unique(servers, return_counts=True)
+    runs: list[list[int]] = []  # [GPUs in the server, servers in a row]
+    for c in counts.tolist():
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
     doc = dict(pod.server)
-    doc["servers"] = [dict(doc["servers"][0], count=int(counts[0]), nics=int(counts[0]),
-                           repeat=len(counts))]
-    if counts[0] == 1:
-        doc["servers"][0].pop("interconnect", None)
+    template = doc["servers"][0]
+    doc["servers"] = []
+    for c, repeat in runs:
+        entry = dict(template, count=c, nics=c, repeat=repeat)
+        if c == 1:
+            entry.pop("interconnect", None)
+        doc["servers"].append(entry)
     doc["name"] = f"{pod.name}: one replica ({len(ranks)} GPUs in {len(counts)} servers)"
     return parse_cluster_doc(doc, pod.name)
 

@@ -10,7 +10,7 @@ costs the step only what exceeds its GEMM. Modelled here, then simulated:
 - `tensor_parallel_overlap` counts, per micro-batch, the tensor-parallel collectives and what
   of each its GEMM leaves exposed: for every op cut on tensor whose partial sums a collective
   completes, the reduce-scatter (all-reduce without a sequence split after it) of its output
-  beyond the op's own time; for every output cut on batch or sequence read by ops cut on
+  beyond the time of the op and of the partial sums it adds up; for every output cut on batch or sequence read by ops cut on
   tensor over the same devices, one all-gather of it beyond those readers' time. Each is
   timed as the simulator times a ring over the server's links (`ring_seconds`).
 - `hidden_server_links` speeds the replica's links inside a server up by the ratio of the two
@@ -95,15 +95,28 @@ def tensor_parallel_overlap(graph, plan, cluster, strategy, compute) -> tuple[fl
     own = compute[np.arange(n), 0] / m / parts  # an op's part, one micro-batch
     total = exposed = 0.0
     tensor = (dims == _TENSOR) & (parts > 1)
-    sums = np.flatnonzero(tensor & a.partial_sums)
-    readers_sharded = np.zeros(n, bool)  # a partial sum read by a sequence shard: scattered
-    e = np.flatnonzero(np.isin(a.src, sums))
-    readers_sharded[a.src[e[np.isin(dims[a.dst[e]], _SHARDS)]]] = True
+    adds = tensor & a.partial_sums
+    # as the simulator makes them (`moplace.simulator.buckets`): a collective completes the
+    # partial sums an op passes to a reader that is no partial sum itself; it hides under that
+    # op's GEMM and those of the partial sums it adds up (a layer's input gradient summed over
+    # its query, key and value projections)
+    done = np.flatnonzero(adds[a.src] & ~adds[a.dst])
+    sums = np.unique(a.src[done])
+    whole = np.zeros(n, bool)  # some reader takes the sum whole: all-reduced, else scattered
+    whole[a.src[done[~np.isin(dims[a.dst[done]], _SHARDS)]]] = True
+    chain: dict[int, float] = {}
+
+    def hidden_by(op: int) -> float:
+        if op not in chain:
+            ins = a.src[a.in_edge[a.in_ptr[op]:a.in_ptr[op + 1]]]
+            chain[op] = own[op] + sum(hidden_by(int(q)) for q in np.unique(ins) if adds[q])
+        return chain[op]
+
     for op in sums.tolist():
         t = ring_seconds(cluster, devices[op], float(a.output_bytes[op]) / m,
-                         1 if readers_sharded[op] else 2)
+                         2 if whole[op] else 1)
         total += t
-        exposed += max(0.0, t - own[op])
+        exposed += max(0.0, t - hidden_by(op))
     u, v = a.src, a.dst
     gathered = np.flatnonzero(tensor[v] & np.isin(dims[u], _SHARDS) & (parts[u] == parts[v])
                               & (first[u] == first[v]) & (a.edge_bytes > 0)

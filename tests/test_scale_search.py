@@ -1,0 +1,161 @@
+"""Search at scale (issue 50, part 3): a framework's regular plans on a pod, each evaluated at
+scale (`moplace.optimize.regularsearch`), the front written as front.json
+(`moplace.io.regularfronts`) that ``show`` and ``export`` read; uneven first and last stages
+where the stages cannot share the layers (`moplace.core.regularspace.uneven_ends`); a replica
+whose stages share servers unevenly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moplace.cli import main
+from moplace.core.pod import load_target
+from moplace.core.regular import parse_plan
+from moplace.core.regularspace import RegularSpace, uneven_ends
+from moplace.io import load_graph
+from moplace.optimize.regularsearch import framework_seeds, search_regular
+from moplace.simulator.atscale import evaluate_regular
+from moplace.simulator.replica import replica_cluster
+
+from test_atscale import POD4
+
+TINY = Path(__file__).parent / "data" / "tiny-llama.json"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_graph(str(TINY))
+
+
+def _pod(tmp_path, gpus: int, per_server: int = 2):
+    path = tmp_path / f"pod{gpus}x{per_server}.toml"
+    path.write_text(POD4.replace("gpus = 4", f"gpus = {gpus}")
+                    .replace("count = 2\nnics = 2", f"count = {per_server}\nnics = {per_server}"))
+    return path
+
+
+def test_uneven_ends_put_fewer_layers_first_and_last():
+    assert uneven_ends(126, 16) == 7  # 7 + 14 x 8 + 7: how Llama 3 405B was cut
+    assert uneven_ends(126, 8) == 15 and uneven_ends(30, 4) == 7
+    assert uneven_ends(10, 2) is None and uneven_ends(56, 16) is None
+
+
+def test_the_space_offers_uneven_stages_where_the_layers_do_not_divide(tiny, tmp_path):
+    plans = RegularSpace(tiny, 6, 48).all()
+    three = [p for p in plans if p.pp == 3]
+    assert three and all((p.first, p.last) == (1, 1) and p.v == 1 for p in three)
+    assert all(p.misfit(tiny, 6) is None for p in plans)
+    ev = evaluate_regular(tiny, load_target(str(_pod(tmp_path, 6))), three[0])
+    assert ev.runtime_s > 0
+
+
+def test_a_replica_whose_stages_share_servers_unevenly_runs(tiny, tmp_path):
+    """TP1 x DP3 x PP4 on 12 GPUs in servers of 4: the replica's ranks 0, 3, 6, 9 sit two in
+    the first server and one in each of the next two."""
+    pod = load_target(str(_pod(tmp_path, 12, 4)))
+    plan = parse_plan("tp=1,pp=4,dp=3,mbs=8,gbs=24")
+    cluster = replica_cluster(pod, pod, plan)
+    assert cluster.server.tolist() == [0, 0, 1, 2]
+    assert evaluate_regular(tiny, pod, plan).runtime_s > 0
+
+
+def test_the_seeds_are_the_recommended_plans_of_the_space(tiny):
+    plans = RegularSpace(tiny, 16, 128).all()
+    seeds = framework_seeds(plans, "megatron")
+    assert seeds and all(p in plans for _, p in seeds)
+    labels = [label for label, _ in seeds]
+    assert any("TP8" in label for label in labels) and "data parallel" in labels[0]
+
+
+@pytest.mark.parametrize("method", ["random", "nsga2"])
+def test_search_at_scale_is_seeded_exact_and_repeatable(tiny, tmp_path, method):
+    """Every plan is evaluated at most once; with a budget past the space's size the front is
+    the exact one of the space (the same front for both methods); the same seed gives the
+    same evaluations, in two worker processes as in one."""
+    pod_file = _pod(tmp_path, 4)
+    pod = load_target(str(pod_file))
+    kw = dict(graph_spec=str(TINY), pod_spec=str(pod_file), method=method, seed=3)
+    every = search_regular(tiny, pod, 64, budget=10**6, **kw)
+    specs = [p.plan.spec() for p in every.points]
+    assert len(set(specs)) == len(specs) == every.n_plans - every.unfit - len(every.refused)
+    exact = search_regular(tiny, pod, 64, budget=10**6, graph_spec=str(TINY),
+                           pod_spec=str(pod_file), method="random", seed=0)
+    front = {every.points[k].plan for k in every.front}
+    assert front == {exact.points[k].plan for k in exact.front}
+    some = search_regular(tiny, pod, 64, budget=9, **kw)
+    again = search_regular(tiny, pod, 64, budget=9, workers=2, **kw)
+    assert [p.plan for p in some.points] == [p.plan for p in again.points]
+    assert all(np.array_equal(a.values, b.values) for a, b in zip(some.points, again.points))
+    assert len(some.points) == 9 and some.points[0].plan == framework_seeds(
+        RegularSpace(tiny, 4, 64).all(), "megatron")[0][1]
+
+
+def test_search_on_a_pod_writes_a_front_that_show_and_export_read(tmp_path, capsys):
+    pod = _pod(tmp_path, 4)
+    out = tmp_path / "f"
+    assert main(["search", str(TINY), "--cluster", str(pod), "--space", "megatron", "--gbs",
+                 "64", "--searcher", "random", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "TP1 PP1 DP4" in printed and "searched the megatron space" in printed
+    data = json.loads((out / "front.json").read_text())
+    assert data["kind"] == "regular" and data["points"] and data["gbs"] == 64
+    runtimes = [p["runtime_s"] for p in data["points"]]
+    assert runtimes == sorted(runtimes)
+    assert all(parse_plan(p["regular"]["spec"]).gbs == 64 for p in data["points"])
+    assert main(["show", str(out / "front.json"), "--best", "runtime"]) == 0
+    shown = capsys.readouterr().out
+    assert "--plan" in shown and "moplace export" in shown and "apply" not in shown
+    assert main(["export", str(out / "front.json"), "--point", "0", "--format",
+                 "megatron"]) == 0
+    flags = capsys.readouterr().out
+    assert "--tensor-model-parallel-size" in flags and "--global-batch-size 64" in flags
+    assert main(["export", str(out / "front.json"), "--point", "0", "--format",
+                 "torchtitan"]) == 0
+    assert "[parallelism]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--searcher", "heft", "--space", "megatron", "--gbs", "64"], "places ops one by one"),
+    (["--searcher", "random", "--gbs", "64"], "--space"),
+    (["--searcher", "random", "--space", "megatron"], "--gbs"),
+    (["--searcher", "random", "--space", "megatron", "--gbs", "12"], "multiple"),
+])
+def test_what_a_search_on_a_pod_cannot_take_is_one_line(tmp_path, capsys, argv, words):
+    pod = _pod(tmp_path, 4)
+    assert main(["search", str(TINY), "--cluster", str(pod), "--out", str(tmp_path / "o"),
+                 *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "\n" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_gbs_on_a_listed_cluster_is_refused(capsys, tmp_path):
+    assert main(["search", "pipedream:alexnet", "--cluster", "4xV100-NVLink", "--searcher",
+                 "random", "--gbs", "64", "--out", str(tmp_path)]) == 2
+    assert "pod" in capsys.readouterr().err
+
+
+def test_a_regular_plan_exports_as_megatron_flags_and_torchtitan_keys():
+    from moplace.io.regularexport import regular_megatron, regular_torchtitan
+
+    plan = parse_plan("tp=8,pp=16,dp=128,mbs=1,gbs=2048,first=7,last=7,tp_overlap=1,"
+                      "grad_fp32=1,recompute=full")
+    args = regular_megatron(plan, 126)["args"]
+    text = " ".join(args)
+    for flag in ("--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 16",
+                 "--decoder-first-pipeline-num-layers 7", "--decoder-last-pipeline-num-layers 7",
+                 "--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer",
+                 "--overlap-grad-reduce", "--overlap-param-gather", "--global-batch-size 2048",
+                 "--recompute-granularity full", "--bf16"):
+        assert flag in text, flag
+    virtual = " ".join(regular_megatron(parse_plan("tp=1,pp=2,v=3,dp=4,mbs=1,gbs=8"),
+                                        12)["args"])
+    assert "--num-layers-per-virtual-pipeline-stage 2" in virtual
+    titan = regular_torchtitan(plan, 126)
+    assert titan["tables"]["parallelism"]["data_parallel_shard_degree"] == 128
+    assert titan["tables"]["training"]["local_batch_size"] == 16
+    assert "uneven stages" in " ".join(titan["notes"])
