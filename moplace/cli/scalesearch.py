@@ -101,7 +101,8 @@ def run_scale_search(args, budget, settings: dict) -> int:
              f"({result.unfit:,} cannot hold their weights, gradients and optimizer state"
              + (f"; {len(result.refused):,} refused: {result.refused[0][1].split(': ', 1)[-1]}"
                 if result.refused else "") + "), "
-             f"{args.searcher}, seeded with {len(result.seeds)} recommended configurations, "
+             f"{args.searcher}, seeded with {len(result.seeds)} recommended configuration"
+             f"{'s' if len(result.seeds) != 1 else ''}, "
              f"in {fmt_duration(time.perf_counter() - t0)}"]
     data = regular_front_json(result, graph, pod, sources(args.graph, args.cluster), notes)
     path = write_front(data, args.out)
