@@ -118,6 +118,11 @@ def main(argv=None) -> int:
                     help="hold and reduce the gradients in BF16 (to see what FP32 moves)")
     ap.add_argument("--figure", type=Path, help="draw published and predicted TFLOP/s per GPU "
                                                 "against GPUs into this PNG")
+    ap.add_argument("--fronts", action="store_true",
+                    help="also walk each row's whole Megatron space on its pod (a search at "
+                         "scale with a budget past the space: exact, so seeds change nothing) "
+                         "and say where the row's plan stands on the front")
+    ap.add_argument("--workers", type=int, default=2, help="processes for --fronts")
     args = ap.parse_args(argv)
     from moplace.core.pod import load_target
     from moplace.core.regular import parse_plan
@@ -172,6 +177,9 @@ def main(argv=None) -> int:
                      f"{best.runtime_s:>7.3f}s {peak / 2**30:>6.1f} GiB  v{p.v}, "
                      f"{p.recompute}; {tried} plans in {took:.0f} s")
         print(lines[-1], file=sys.stderr, flush=True)
+        if args.fronts:
+            lines.append("      " + front_standing(graph, pod, gbs, best, path, args.workers))
+            print(lines[-1], file=sys.stderr, flush=True)
     if errors:
         lines.append("")
         lines.append(f"mean |error| {sum(abs(e) for e in errors) / len(errors):.1%}, largest "
@@ -185,6 +193,30 @@ def main(argv=None) -> int:
         draw(drawn, args.figure)
         print(f"figure: {args.figure}")
     return 0
+
+
+def front_standing(graph, pod, gbs: int, best, path: Path, workers: int) -> str:
+    """Where ``best``'s plan stands on the exact front of the Megatron space of ``graph`` on
+    ``pod`` at ``gbs`` (`moplace.optimize.regularsearch.search_regular`, every plan evaluated)."""
+    from moplace.optimize.archive import no_worse
+    from moplace.optimize.regularsearch import search_regular
+
+    t0 = time.perf_counter()
+    result = search_regular(graph, pod, gbs, graph_spec=str(path), pod_spec=pod.name,
+                            method="random", budget=10**9, seed=0, workers=workers)
+    took = time.perf_counter() - t0
+    front = [result.points[k] for k in result.front]
+    mine = next((p for p in result.points if p.plan == best.plan), None)
+    head = (f"space: {result.n_plans} plans, {len(result.points)} evaluated ({result.unfit} "
+            f"cannot hold their state), {len(front)} on the front, {took:.0f} s; the row's plan ")
+    if mine is None:
+        return head + "is not in the space"
+    if any(p.plan == best.plan for p in front):
+        rank = 1 + sum(p.evaluation.runtime_s < mine.evaluation.runtime_s for p in front)
+        return head + f"is on the front, {rank} of {len(front)} by step time"
+    over = [p for p in front if no_worse(p.values, mine.values).all()]
+    return head + (f"is dominated by {len(over)} front plan(s), e.g. {over[0].plan.text()}"
+                   if over else "is equal to a front plan")
 
 
 def draw(rows, path: Path) -> None:

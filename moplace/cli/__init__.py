@@ -3,6 +3,7 @@
     moplace evaluate GRAPH --cluster PRESET_OR_FILE (--strategy FILE | --baseline NAME|all) [--json]
     moplace evaluate GRAPH --cluster pod:H100:N --plan "tp=8,pp=16,dp=128,mbs=1,gbs=2048" [--json]
     moplace search GRAPH --cluster C --searcher NAME [--set K=V] [--budget N | --time 60s] [--checkpoint F] [--json]
+    moplace search GRAPH --cluster pod:H100:N --space megatron --gbs 2048 --searcher nsga2 [--workers N]
     moplace compare GRAPH --cluster C --searchers a,b [--set NAME.K=V] [--budget N | --time 60s] [--json]
     moplace sweep SWEEP.toml [--trials N] [--workers N] [--storage URL] [--dask ADDRESS] [--json]
     moplace runs [--graph G] [--json]          the searches logged to MLflow
@@ -20,7 +21,8 @@
     moplace calibrate GRAPH... --kind KIND -o FILE [--kernels KERNELS.json] [--json]
 
 User errors print one line on stderr and exit 2; no tracebacks. One module per command group:
-`evaluate` (`planeval`: a regular plan at scale), `search` (search, compare), `sweep`, `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers), `tf` (the
+`evaluate` (`planeval`: a regular plan at scale), `search` (search, compare; `scalesearch`:
+regular plans on a pod), `sweep`, `review` (runs, show, plot, ui), `catalog` (graphs, clusters, searchers), `tf` (the
 TensorFlow front end) and `fidelity`; each imports what its commands need only when they run.
 """
 
@@ -83,6 +85,8 @@ EXAMPLES = """examples:
   moplace search pipedream:vgg16 --cluster 4xV100-NVLink --searcher nsga2 --out vgg16
   moplace show vgg16/front.json --where "peak_memory<=4GB" --best runtime
   moplace compare pipedream:vgg16 --cluster 4xV100-NVLink --searchers nsga2,mcmc,random
+  moplace search g.json --cluster pod:H100:16384 --space megatron --gbs 2048 --searcher nsga2
+                                      regular plans (TP x CP x PP x DP) at scale
   moplace runs                        the searches logged to MLflow; `moplace ui` opens them
   moplace profile mlp --batch 32 -o mlp.json    a Keras model's step, measured (TensorFlow)
   moplace profile hf:gpt2 --batch 8 -o gpt2.json   a PyTorch model's step (a .py file or
