@@ -197,7 +197,7 @@ class Cluster:
             if hasattr(fit, "bandwidth_Bps"):
                 fit = (fit.latency_s, fit.bandwidth_Bps)
             lat[i, j], bw[i, j] = fit
-        return self._copy(self.name, self.devices, bw, lat)
+        return self.with_figures(self.name, self.devices, bw, lat)
 
     def capped(self, memory_bytes: float) -> "Cluster":
         """This cluster with no device holding more than ``memory_bytes`` (a user's per-device
@@ -208,17 +208,20 @@ class Cluster:
         cap = int(memory_bytes)
         devices = [Device(d.name, d.kind, min(d.memory_bytes, cap), d.speed)
                    for d in self.devices]
-        return self._copy(f"{self.name} (memory capped at {_size_text(cap)})", devices,
+        return self.with_figures(f"{self.name} (memory capped at {_size_text(cap)})", devices,
                           self.bandwidth, self.latency)
 
-    def _copy(self, name: str, devices, bandwidth, latency) -> "Cluster":
-        """A cluster of ``devices`` and these link figures, with this one's routes, resources,
-        labels and servers."""
+    def with_figures(self, name: str, devices, bandwidth, latency,
+                     resource_bandwidth=None) -> "Cluster":
+        """A cluster of ``devices`` and these link figures (and resource bandwidths: this
+        one's unless given), with this one's routes, resources, labels and servers."""
         n = self.n_devices
         routes = {(i, j): self.route(i, j) for i in range(n) for j in range(n) if i != j}
         labels = {(k // n, k % n): s for k, s in enumerate(self.link_labels) if s}
         return Cluster(name, devices, bandwidth, latency, resource_names=self.resource_names,
-                       routes=routes, resource_bandwidth=self.resource_bandwidth, labels=labels,
+                       routes=routes, labels=labels,
+                       resource_bandwidth=(self.resource_bandwidth if resource_bandwidth is None
+                                           else resource_bandwidth),
                        servers=self.server)
 
     def describe(self) -> str:

@@ -78,6 +78,12 @@ class DeviceSpec:
         """Peak FLOP/s for ``dtype``; the float32 peak when the kind lists no figure for it."""
         return self.peak_flops.get(dtype, self.peak_flops["float32"])
 
+    @property
+    def mfu_peak(self) -> float:
+        """The dense 16-bit peak model FLOPs utilization is counted against, as the published
+        tables count it: BF16's, else FP16's (0.0: the kind lists neither)."""
+        return self.peak_flops.get("bfloat16") or self.peak_flops.get("float16") or 0.0
+
 
 def _spec(kind: str, source: str, bandwidth_GBps: float, **tflops: float) -> DeviceSpec:
     return DeviceSpec(kind, {k: v * T for k, v in tflops.items()}, bandwidth_GBps * G, source)

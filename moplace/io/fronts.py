@@ -36,6 +36,12 @@ options); a version-1 front reads as strategies with every option at its default
 strategy files of version 3 (with recomputed groups); fronts before it recompute nothing. A
 front of a version newer than this moplace reads is refused by name.
 
+``throughput`` (optional, per point, on a transformer graph that records its tokens) is the
+point's tokens/s, model TFLOP/s and MFU per GPU of the cluster (`moplace.core.flops`). A
+search at scale writes a front of ``"kind": "regular"`` whose points hold a plan by its
+degrees instead of a strategy (`moplace.io.regularfronts`): ``show`` reads it as any front,
+``export`` from its degrees; a moplace from before it reads the table and cannot export it.
+
 `moplace evaluate --strategy front.json --point K` evaluates point K again: a point of the front,
 or, when no point is feasible, of the least-violating ones (``infeasible``), as `moplace search`
 numbered the points it printed.
@@ -100,8 +106,7 @@ def _throughput(problem, runtime_s) -> dict | None:
     kinds = set(problem.cluster.kinds)
     spec = device_spec(next(iter(kinds))) if len(kinds) == 1 else None
     return step_throughput(problem.graph, float(runtime_s), problem.cluster.n_devices,
-                           (spec.peak_flops.get("bfloat16") or spec.peak_flops.get("float16")
-                            or 0.0) if spec else 0.0)
+                           spec.mfu_peak if spec else 0.0)
 
 
 def result_json(result) -> dict:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -115,16 +115,15 @@ def framework_seeds(plans: list[RegularPlan], framework: str) -> list[tuple[str,
                         and p.precision == "bf16" and p.cp == 1 and p.ep == 1), key=key)
         return [(label, found[0])] if found else []
 
-    zero = 1
     out = pick("data parallel, distributed optimizer" if framework == "megatron" else "FSDP",
-               lambda p: p.tp == 1 and p.pp == 1 and p.zero == zero)
+               lambda p: p.tp == 1 and p.pp == 1 and p.zero == 1)
     out += pick("TP8 in the server" + (", distributed optimizer" if framework == "megatron"
                                        else ", FSDP (2-D)"),
-                lambda p: p.tp == 8 and p.pp == 1 and p.zero == zero)
+                lambda p: p.tp == 8 and p.pp == 1 and p.zero == 1)
     out += pick("TP8, pipeline stages across servers (3-D)",
-                lambda p: p.tp == 8 and p.pp > 1 and p.v == 1 and p.zero == zero)
+                lambda p: p.tp == 8 and p.pp > 1 and p.v == 1 and p.zero == 1)
     out += pick("TP8, interleaved stages",
-                lambda p: p.tp == 8 and p.pp > 1 and p.v > 1 and p.zero == zero,
+                lambda p: p.tp == 8 and p.pp > 1 and p.v > 1 and p.zero == 1,
                 key=lambda p: (p.pp, -p.v))
     seen, unique = set(), []
     for label, p in out:
@@ -256,7 +255,7 @@ def search_regular(graph, pod, gbs: int, *, graph_spec: str, pod_spec: str,
                 result.points.append(point)
                 told.append(point)
             if algorithm is not None and told:
-                _tell(algorithm, shell, genome, told, pod)
+                _tell(algorithm, shell, genome, told)
             if progress:
                 best = min((p.evaluation.runtime_s for p in result.points if p.feasible),
                            default=None)
@@ -313,11 +312,13 @@ def _nsga2(genome: _Genome, result: RegularSearchResult, pop_size: int, rng):
                     verbose=False)
     if result.points:
         algorithm.ask()
-        _tell(algorithm, shell, genome, result.points, None)
+        _tell(algorithm, shell, genome, result.points)
     return algorithm, shell
 
 
-def _tell(algorithm, shell, genome, points, pod) -> None:
+def _tell(algorithm, shell, genome, points) -> None:
+    """Tell NSGA-II the evaluated ``points``: their genes, objectives and memory violation
+    (over the replica's memory)."""
     from pymoo.core.evaluator import Evaluator
     from pymoo.core.population import Population
     from pymoo.problems.static import StaticProblem
@@ -328,7 +329,3 @@ def _tell(algorithm, shell, genome, points, pod) -> None:
                                    G=np.array([[p.violation / scale] for p in points])), pop)
     algorithm.tell(infills=pop)
 
-
-def plan_fields(plan: RegularPlan) -> dict:
-    """The plan's degrees and levers as front.json keeps them."""
-    return {f.name: getattr(plan, f.name) for f in fields(plan)}

@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from ..core.graph import csr_index
+from .devsets import WORD
 
 
 @njit(cache=True, nogil=True)
@@ -36,8 +37,8 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
     - Collective task c is followed by ``succ[succ_ptr[c]:succ_ptr[c + 1]]`` (control edges),
       and sends the reduced gradient of each op u in ``serve[serve_ptr[c]:serve_ptr[c + 1]]``
       along u's gated edges (to updates) to every part of the update: read locally (no bytes)
-      when the part's device is one of the task's (``coll_mask``, a row of 63-device bitmask
-      words, `moplace.simulator.devsets`), else from its first
+      when the part's device is one of the task's (``coll_mask``, a row of bitmask words,
+      `moplace.simulator.devsets`), else from its first
       device (``coll_first``); and it precedes every part of the ops
       ``fed[fed_ptr[c]:fed_ptr[c + 1]]`` (control edges: a weight gather before its use).
 
@@ -114,7 +115,7 @@ def build_edges(g_out_ptr, g_out_edge, g_dst, g_bytes, gated, edge_shape, shape_
                 v = g_dst[e]
                 for j in range(parts[v]):
                     d = ptr[v] + j
-                    here = (coll_mask[c, dev[d] // 63] >> (dev[d] % 63)) & 1 == 1
+                    here = (coll_mask[c, dev[d] // WORD] >> (dev[d] % WORD)) & 1 == 1
                     b = 0.0 if here else g_bytes[e]
                     sd = dev[d] if here else coll_first[c]
                     e_src[i], e_dst[i], e_bytes[i], e_srcdev[i], e_moved[i] = (

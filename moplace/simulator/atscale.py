@@ -37,6 +37,7 @@ from ..core.degrees import Degrees, regular_plan
 from ..core.flops import TransformerShape, megatron_flops, traced_seq_len
 from ..core.graph import ROLES, OpGraph
 from ..core.pod import Pod, pod_of_cluster
+from ..core.presets import MAX_DEVICES
 from ..costs.costmodel import CostModel
 from ..costs.devicespecs import device_spec
 from ..errors import StrategyError
@@ -157,8 +158,6 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
     why = plan.misfit(graph, pod.gpus)
     if why:
         raise StrategyError(f"--plan ({plan.text()}): {why}")
-    from ..core.presets import MAX_DEVICES
-
     if plan.replica_gpus > MAX_DEVICES:
         raise StrategyError(f"--plan ({plan.text()}): its replica, TP{plan.tp} x CP{plan.cp} x "
                             f"PP{plan.pp} = {plan.replica_gpus:,} GPUs, is more than the "
@@ -203,7 +202,7 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
     return ScaledEvaluation(plan, tuple(objectives), values,
                             float(st.memory_excess.sum()), st, parts, sync["algorithms"],
                             pod.gpus, plan.gbs * seq, flops, note,
-                            spec.peak("bfloat16") if spec else 0.0, shares)
+                            spec.mfu_peak if spec else 0.0, shares)
 
 
 def _losses(trace, plan, rg, makespan: float, device: int) -> dict:
@@ -224,9 +223,11 @@ def _losses(trace, plan, rg, makespan: float, device: int) -> dict:
             "pipeline bubble and waits": max(makespan - busy - exposed, 0.0)}
 
 
+@lru_cache(maxsize=4)
 def replica_strategy(graph: OpGraph, plan):
     """The replica's strategy: the plan's stages over ``pp`` groups of ``tp x cp`` devices
-    (`moplace.core.degrees.regular_plan`)."""
+    (`moplace.core.degrees.regular_plan`); kept for the last few, as a search at scale asks
+    for it twice (the plan's static memory, then its evaluation)."""
     mode = ("tensor" if plan.tp > 1 else "data" if plan.cp == 1 else
             "context" if plan.cp_comm == "p2p" else "context-a2a")
     m = plan.micro_batches

@@ -29,6 +29,9 @@ def device_rows(ptr: np.ndarray, dev: np.ndarray, n_words: int) -> np.ndarray:
     if starts.size == 0:
         return out
     d = dev[:ptr[-1]]
+    if n_words == 1:  # up to 63 devices: one bitmask an op, as before there were words
+        out[:, 0] = np.bitwise_or.reduceat(np.left_shift(np.int64(1), d), starts)
+        return out
     bit = np.left_shift(np.int64(1), d % WORD)
     word = d // WORD
     for w in range(n_words):

@@ -121,7 +121,7 @@ class ReplicaGraph:
 def replica_graph(graph: OpGraph, plan, pod: Pod) -> ReplicaGraph:
     """The graph one replica of ``plan`` runs (module docstring)."""
     return _replica_graph(graph, plan.micro_batches, plan.ep, plan.dp if plan.zero else 1,
-                          pod, stride_of(plan, "ep"), 2 if getattr(plan, "grad_fp32", 0) else 1)
+                          pod, stride_of(plan, "ep"), 2 if plan.grad_fp32 else 1)
 
 
 @lru_cache(maxsize=2)
@@ -148,17 +148,16 @@ def _replica_graph(graph: OpGraph, m: int, ep: int, shard: int, pod: Pod,
                            output_bytes=int(out), scratch_bytes=int(op.scratch_bytes * m),
                            part_compute={n: {k: t * m for k, t in ts.items()}
                                          for n, ts in op.part_compute.items()})
-        if grad_scale > 1 and op.grad_bytes > 0:  # 16-bit weight gradients kept in FP32
-            g = op.grad_bytes * grad_scale
-            changes.update(grad_bytes=g, output_bytes=int(changes.get(
-                "output_bytes", op.output_bytes) + g - op.grad_bytes))
-            op = dataclasses.replace(op, **changes)
-            changes = {}
+        wgrad = op.grad_bytes  # its weight gradient's bytes in the replica
+        if grad_scale > 1 and wgrad > 0:  # 16-bit weight gradients kept in FP32
+            changes.update(grad_bytes=wgrad * grad_scale, output_bytes=int(changes.get(
+                "output_bytes", op.output_bytes) + wgrad * (grad_scale - 1)))
+            wgrad *= grad_scale
         if expert[i]:
-            g = op.grad_bytes // ep
+            g = wgrad // ep
             changes.update(param_bytes=op.param_bytes // ep, grad_bytes=g,
                            output_bytes=int(changes.get("output_bytes", op.output_bytes)
-                                            - op.grad_bytes + g))
+                                            - wgrad + g))
         if role[i] == _UPDATE:
             cut = (ep * max(1, shard // ep)) if expert_update[i] else shard
             if cut > 1:

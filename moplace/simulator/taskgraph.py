@@ -319,9 +319,8 @@ def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute
     serve_ptr = np.zeros(n_coll + 1, np.int64)  # per task: the ops whose updates it feeds
     serve_ptr[colls.exit + 1] = np.diff(colls.serve_ptr)
     np.cumsum(serve_ptr, out=serve_ptr)
-    mask = np.zeros((n_coll, colls.mask.shape[1]), np.int64)
-    first = np.zeros(n_coll, np.int64)
-    mask[colls.exit], first[colls.exit] = colls.mask, colls.first
+    first = np.zeros(n_coll, np.int64)  # per task: its bucket's first device, at its last task
+    first[colls.exit] = colls.first
     held_e, need, scale = held[a.src], _need_dim(a, dims, held), None
     if context is not None:
         held_e, need, scale = context.adjust(a, orig, dims, held_e, need)
@@ -330,7 +329,7 @@ def _edges(a, ptr, parts, dims, held, dev, colls: BucketedCollectives, n_compute
     (e_src, e_dst, e_bytes, e_srcdev, e_moved, e_local, out_ptr, in_ptr, in_edge) = build_edges(
         a.out_ptr, a.out_edge, a.dst, g_bytes, gated, edge_shape, shape_rows, row_j, row_f,
         ptr, parts, dev, n_compute, colls.feeds_ptr, colls.feeds, colls.succ_ptr, colls.succ,
-        serve_ptr, colls.serve, mask, first, colls.fed_ptr, colls.fed)
+        serve_ptr, colls.serve, colls.task_mask, first, colls.fed_ptr, colls.fed)
     return dict(e_src=e_src, e_dst=e_dst, e_bytes=e_bytes, e_srcdev=e_srcdev, e_local=e_local,
                 out_ptr=out_ptr, in_ptr=in_ptr, in_edge=in_edge, moved_bytes=e_moved)
 

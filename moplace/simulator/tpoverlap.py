@@ -42,25 +42,18 @@ _SHARDS = (SPLIT_DIMS.index("batch"), SPLIT_DIMS.index("sequence"))
 @lru_cache(maxsize=8)
 def hidden_server_links(cluster: Cluster, speedup: float = FREE) -> Cluster:
     """``cluster`` with its links inside a server ``speedup`` times as fast (bandwidth up,
-    latency down; module docstring); the links across servers, routes, resources and memory
-    kept."""
+    latency down, and so the resources only they hold; module docstring); the links across
+    servers, routes, resources and memory kept."""
     speedup = min(float(speedup), FREE)
-    n = cluster.n_devices
     same = cluster.server[:, None] == cluster.server[None, :]
-    bandwidth = np.where(same, cluster.bandwidth * speedup, cluster.bandwidth)
-    latency = np.where(same, cluster.latency / speedup, cluster.latency)
+    # the resources a route across servers holds keep their bandwidth (route k: pair k // n, k % n)
     across = np.zeros(cluster.n_resources, bool)
-    for i in range(n):
-        for j in range(n):
-            if i != j and not same[i, j]:
-                across[cluster.route(i, j)] = True
-    res_bw = np.where(across, cluster.resource_bandwidth, cluster.resource_bandwidth * speedup)
-    routes = {(i, j): cluster.route(i, j) for i in range(n) for j in range(n) if i != j}
-    labels = {(k // n, k % n): s for k, s in enumerate(cluster.link_labels) if s}
-    return Cluster(f"{cluster.name} (tensor-parallel communication overlapped)",
-                   cluster.devices, bandwidth, latency, resource_names=cluster.resource_names,
-                   routes=routes, resource_bandwidth=res_bw, labels=labels,
-                   servers=cluster.server)
+    across[cluster.route_res[np.repeat(~same.ravel(), np.diff(cluster.route_ptr))]] = True
+    return cluster.with_figures(
+        f"{cluster.name} (tensor-parallel communication overlapped)", cluster.devices,
+        np.where(same, cluster.bandwidth * speedup, cluster.bandwidth),
+        np.where(same, cluster.latency / speedup, cluster.latency),
+        np.where(across, cluster.resource_bandwidth, cluster.resource_bandwidth * speedup))
 
 
 def ring_seconds(cluster: Cluster, devices, nbytes: float, steps_per_rank: int = 1) -> float:

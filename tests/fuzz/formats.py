@@ -558,6 +558,35 @@ class Arguments:
                                                                 cl, "--plan", plan]))
         n.append(("evaluate pod baseline", ["evaluate", GRAPH, "--cluster", "pod:H100:16",
                                             "--baseline", "all"]))
+        # a search at scale (issue 50, part 3): what a pod's search cannot take, a --gbs or
+        # --workers without a pod, and a regular front whose points are damaged
+        pod_search = ["search", GRAPH, "--cluster", "pod:H100:8", "--space", "megatron",
+                      "--gbs", "2048", "--searcher", "random", "--budget", "2", "--out",
+                      str(wd / "pod-search")]
+        n.append(("search on a pod", pod_search))
+        for extra in (["--searcher", "heft"], ["--space", "any"], ["--gbs", "0"],
+                      ["--gbs", "x"], ["--gbs", "100"], ["--workers", "0"],
+                      ["--checkpoint", str(wd / "pod.ckpt")], ["--set", "nosuch=1"],
+                      ["--dask", "local:2"]):
+            n.append((f"search on a pod {' '.join(extra)[:30]}",
+                      with_option(pod_search, extra[0], extra[1])))
+        n.append(("search --gbs on a listed cluster", b["search-random"] + ["--gbs", "8"]))
+        regular = {"format": "moplace-front", "version": 3, "kind": "regular",
+                   "objectives": ["runtime"], "graph": "g", "cluster": "pod:H100:8",
+                   "points": [{"runtime_s": 1.0, "feasible": True, "violation_bytes": 0.0,
+                               "regular": {"spec": "tp=1,pp=1,dp=8,mbs=1,gbs=8",
+                                           "text": "TP1 PP1 DP8", "summary": "TP1 PP1 DP8"}}]}
+        for name, damage in (("no spec", {"spec": None}), ("bad spec", {"spec": "tp=x"}),
+                             ("no regular", None)):
+            bad = json.loads(json.dumps(regular))
+            if damage is None:
+                bad["points"][0]["regular"] = "TP1"
+            else:
+                bad["points"][0]["regular"].update(damage)
+            path = wd / f"regular-front-{name.replace(' ', '-')}.json"
+            path.write_text(json.dumps(bad))
+            for argv in (["export", str(path), "--point", "0"], ["show", str(path)]):
+                n.append((f"regular front {name}: {argv[0]}", argv))
         # questions asked of a front (issue 34): constraints and goals that do not parse,
         # name no objective or leave nothing; a --save path that cannot be written
         for v in ("runtime", "runtime<=", "runtime=1s", "runtime<=abc", "runtime<=1GiB",
