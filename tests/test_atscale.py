@@ -209,7 +209,9 @@ def _full(graph, plan, pod):
                                             ("tp=1,pp=2,dp=2,mbs=8,gbs=16,zero=0", 0.03),
                                             ("tp=1,pp=1,dp=4,mbs=8,gbs=64,zero=1", 0.15)])
 def test_one_replica_is_the_whole_plan(tiny, pod4, spec, time_tol):
-    """Where the full simulation runs the plan (4 GPUs), the replica's step is within a few
+    """Where the full simulation runs the plan (4 GPUs), the replica's step, every
+    micro-batch simulated (``whole``; the step composed from one micro-batch is held against
+    it in test_pipecompose), is within a few
     percent of it (the full one's first device also runs the few ops that do not split on
     batch, for the whole batch: 11% of this tiny model's step with 4 replicas, and sends the
     others their slices) and its traffic and memory within 5% of the other devices'. (Its
@@ -218,7 +220,7 @@ def test_one_replica_is_the_whole_plan(tiny, pod4, spec, time_tol):
     with 2 stages of 2 replicas and 4 micro-batches until 1F1B ranked a stage's devices as
     one stage.)"""
     plan = parse_plan(spec)
-    ev = evaluate_regular(tiny, pod4, plan)
+    ev = evaluate_regular(tiny, pod4, plan, whole=True)
     ref = _full(tiny, plan, pod4)
     rt = ref.trace
     assert ev.runtime_s == pytest.approx(float(rt.makespan), rel=time_tol)
@@ -230,10 +232,11 @@ def test_one_replica_is_the_whole_plan(tiny, pod4, spec, time_tol):
 
 
 def test_replica_is_its_pipeline(tiny, pod4):
-    """The replica's simulated part is the plan's pipeline, micro-batches and all, exactly:
+    """The replica's simulated part (``whole``) is the plan's pipeline, micro-batches and all,
+    exactly:
     the full simulation of one pipeline on the same two GPUs, its graph the step's."""
     plan = parse_plan("tp=1,pp=2,dp=2,mbs=8,gbs=64,zero=0")
-    ev = evaluate_regular(tiny, pod4, plan)
+    ev = evaluate_regular(tiny, pod4, plan, whole=True)
     full = _replica_graph(tiny, plan.micro_batches, 1, 1, pod4, 1).graph
     cl = sub_cluster(pod4.servers(2), [0, 2])
     s = regular_plan(full, Degrees(2, 2, "data", 4, "1f1b", "none", 0, 1, "none", 1))

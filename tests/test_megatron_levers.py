@@ -110,3 +110,36 @@ def test_fp32_gradients_double_the_reduction_and_add_their_bytes(tiny, tmp_path)
         want, _ = collective_time(pod, REDUCE_SCATTER, nbytes, 4)
         assert ev.parts["grad_reduce_s"] == pytest.approx(want, rel=1e-9)
     assert np.array_equal(full.trace.peak_memory - half.trace.peak_memory, [grads])
+
+
+def test_the_vocabulary_is_cut_over_the_tensor_parallel_ranks(tiny, tmp_path):
+    """With TP the replica holds 1/tp of the embedding's and the output layer's weights,
+    gradients and optimizer state per rank (Megatron's VocabParallelEmbedding and output
+    ColumnParallelLinear, torchtitan's row- and column-wise ones): found by the vocab x hidden
+    the graph records; less static memory and a smaller data-parallel reduction than the
+    same graph without its shape, and nothing changes without TP."""
+    from moplace.core.graph import OpGraph
+    from moplace.optimize.regularsearch import static_bytes
+    from moplace.simulator.replica import replica_graph, vocab_ops
+
+    shaped = OpGraph(tiny.ops, tiny.edges, name=tiny.name,
+                     metadata={**tiny.metadata, "transformer": {"vocab": 500, "hidden": 64}})
+    cut = vocab_ops(shaped)
+    names = {shaped.ops[i].name for i in np.flatnonzero(cut)}
+    assert {"param/model.embed_tokens.weight", "param/lm_head.weight",
+            "update/lm_head.weight", "update/model.embed_tokens.weight"} <= names
+    assert not vocab_ops(tiny).any()
+    pod = _pod(tmp_path, "370GB/s")
+    plan = parse_plan("tp=2,pp=1,dp=2,mbs=8,gbs=32,zero=1")
+    rg = replica_graph(shaped, plan, pod, 1).graph
+    i = shaped.index["param/lm_head.weight"]
+    assert rg.ops[i].param_bytes == shaped.ops[i].param_bytes // 2
+    grads = [shaped.ops[k].grad_bytes for k in np.flatnonzero(cut) if shaped.ops[k].grad_bytes]
+    assert grads and all(rg.ops[k].grad_bytes * 2 == shaped.ops[k].grad_bytes
+                         for k in np.flatnonzero(cut) if shaped.ops[k].grad_bytes)
+    assert static_bytes(shaped, plan, pod) < static_bytes(tiny, plan, pod)
+    a, b = evaluate_regular(shaped, pod, plan), evaluate_regular(tiny, pod, plan)
+    assert a.parts["grad_reduce_s"] < b.parts["grad_reduce_s"]
+    assert a.trace.peak_memory.max() < b.trace.peak_memory.max()
+    one = parse_plan("tp=1,pp=1,dp=4,mbs=8,gbs=32,zero=1")
+    assert static_bytes(shaped, one, pod) == static_bytes(tiny, one, pod)

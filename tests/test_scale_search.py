@@ -17,7 +17,9 @@ from moplace.core.pod import load_target
 from moplace.core.regular import parse_plan
 from moplace.core.regularspace import RegularSpace, uneven_ends
 from moplace.io import load_graph
-from moplace.optimize.regularsearch import framework_seeds, search_regular
+from moplace.cli.scalesearch import SCALE_SEARCHERS
+from moplace.optimize.regularsearch import METHODS, _Genome, framework_seeds, search_regular
+from moplace.optimize.regularwalks import make_proposer
 from moplace.simulator.atscale import evaluate_regular
 from moplace.simulator.replica import replica_cluster
 
@@ -71,7 +73,7 @@ def test_the_seeds_are_the_recommended_plans_of_the_space(tiny):
     assert any("TP8" in label for label in labels) and "data parallel" in labels[0]
 
 
-@pytest.mark.parametrize("method", ["random", "nsga2"])
+@pytest.mark.parametrize("method", METHODS)
 def test_search_at_scale_is_seeded_exact_and_repeatable(tiny, tmp_path, method):
     """Every plan is evaluated at most once; with a budget past the space's size the front is
     the exact one of the space (the same front for both methods); the same seed gives the
@@ -92,6 +94,41 @@ def test_search_at_scale_is_seeded_exact_and_repeatable(tiny, tmp_path, method):
     assert all(np.array_equal(a.values, b.values) for a, b in zip(some.points, again.points))
     assert len(some.points) == 9 and some.points[0].plan == framework_seeds(
         RegularSpace(tiny, 4, 64).all(), "megatron")[0][1]
+
+
+def test_the_command_line_offers_every_method():
+    assert tuple(SCALE_SEARCHERS) == tuple(METHODS)
+
+
+def test_the_chain_moves_one_degree_at_a_time(tiny, tmp_path):
+    """MCMC's proposals differ from its state in one gene; it takes a faster plan, and a
+    plan over the memory only by chance."""
+    pod_file = _pod(tmp_path, 16, 4)
+    pod = load_target(str(pod_file))
+    result = search_regular(tiny, pod, 128, graph_spec=str(TINY), pod_spec=str(pod_file),
+                            method="random", budget=12, seed=1)
+    plans = RegularSpace(tiny, 16, 128).all()
+    genome = _Genome(plans)
+    chain = make_proposer("mcmc", genome, result, 8, np.random.default_rng(0))
+    best = min((p for p in result.points if p.feasible), key=lambda p: p.evaluation.runtime_s)
+    assert genome.decode(chain.state) in {p.plan for p in result.points}
+    state = chain.state.copy()
+    for plan in chain.ask(8):
+        if plan is not None:
+            assert np.count_nonzero(genome.encode(plan) != state) == 1
+    assert chain.cost <= np.log(best.evaluation.runtime_s) + 1.0
+
+
+def test_optuna_is_told_the_plans_evaluated(tiny, tmp_path):
+    pod_file = _pod(tmp_path, 16, 4)
+    pod = load_target(str(pod_file))
+    result = search_regular(tiny, pod, 128, graph_spec=str(TINY), pod_spec=str(pod_file),
+                            method="random", budget=6, seed=1)
+    tpe = make_proposer("optuna-tpe", _Genome(RegularSpace(tiny, 16, 128).all()), result, 4,
+                        np.random.default_rng(0))
+    assert len(tpe.study.trials) == len(result.points)
+    asked = tpe.ask(4)
+    assert len(asked) == 4 and len(tpe.pending) == 4
 
 
 def test_search_on_a_pod_writes_a_front_that_show_and_export_read(tmp_path, capsys):

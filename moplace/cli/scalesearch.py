@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ..errors import MoplaceError
 
-#: the searchers that take regular plans (`moplace.optimize.regularsearch.METHODS`)
-SCALE_SEARCHERS = ("random", "nsga2")
+#: the searchers that take regular plans (`moplace.optimize.regularsearch.METHODS`, kept
+#: here so that checking an argument imports no searcher)
+SCALE_SEARCHERS = ("random", "nsga2", "mcmc", "optuna-tpe", "optuna-random", "optuna-nsga2")
 
 
 def targets_pod(args) -> bool:

@@ -313,6 +313,22 @@ class DegreeSpace:
                             size=(n, len(GENES))).astype(np.float64)
 
 
+def chunk_stages(graph: OpGraph, pp: int, vp: int = 1,
+                 stage_layers: tuple[int, ...] | None = None) -> np.ndarray:
+    """Per co-location group of ``graph``, its stage of the ``pp * vp`` a regular plan cuts
+    the layers into (`regular_plan`; stage k runs on pipeline rank ``k mod pp``, as its
+    virtual stage ``k // pp``): all 0 when ``pp`` is 1."""
+    if pp <= 1:
+        return np.zeros(graph.arrays.n_groups, np.int64)
+    layers, n_stages = graph.metadata["layers"], pp * vp
+    names, period = layers["boundaries"], layers["period"]
+    counts = stage_layers or (layers["count"] // n_stages,) * n_stages
+    starts = np.cumsum(counts)[:-1]
+    depth = graph.depth
+    cuts = np.array([depth[graph.index[names[int(k) * period]]] for k in starts], np.float64)
+    return stage_of_groups(graph, cuts)
+
+
 def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None,
                  stage_layers: tuple[int, ...] | None = None) -> Strategy:
     """The strategy of plan ``d`` on devices 0..d.devices-1: ``d.pp * d.vp`` stages cut at
@@ -329,17 +345,7 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
         recompute_heads = {"none": np.empty(0, np.int64), "full": layer_checkpoints(graph),
                            "selective": attention_cores(graph)}
     w = d.width
-    if d.pp > 1:
-        layers, n_stages = graph.metadata["layers"], d.pp * d.vp
-        names, period = layers["boundaries"], layers["period"]
-        counts = stage_layers or (layers["count"] // n_stages,) * n_stages
-        starts = np.cumsum(counts)[:-1]
-        depth = graph.depth
-        cuts = np.array([depth[graph.index[names[int(k) * period]]] for k in starts],
-                        np.float64)
-        stage = stage_of_groups(graph, cuts) % d.pp
-    else:
-        stage = np.zeros(graph.arrays.n_groups, np.int64)
+    stage = chunk_stages(graph, d.pp, d.vp, stage_layers) % d.pp
     device = stage * w
     splits: dict[int, Split] = {}
     info = context_of(graph) if d.mode == "context-a2a" else None

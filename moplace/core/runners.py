@@ -272,12 +272,15 @@ def stage_of_groups(graph: OpGraph, cuts: np.ndarray) -> np.ndarray:
     inputs = np.diff(a.in_ptr) > 0
     fwd_groups = np.bincount(a.group, weights=forward & inputs, minlength=a.n_groups) > 0
     use = inputs & np.where(fwd_groups[a.group], forward, True)
-    out = np.zeros(a.n_groups, np.int64)
-    for g, members in enumerate(graph.groups):
-        m = np.asarray(members)
-        chosen = m[use[m]] if use[m].any() else m
-        out[g] = int(np.floor(np.median(key[chosen])))
-    return out
+    # each group's median, all groups at once: its chosen ops' keys sorted, the middle two
+    chosen = use | (np.bincount(a.group, weights=use, minlength=a.n_groups) == 0)[a.group]
+    ops = np.flatnonzero(chosen)
+    order = ops[np.lexsort((key[ops], a.group[ops]))]
+    counts = np.bincount(a.group[order], minlength=a.n_groups)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    x = key[order]
+    middle = (x[first + (counts - 1) // 2] + x[first + counts // 2]) / 2
+    return np.floor(middle).astype(np.int64)
 
 
 @lru_cache(maxsize=8)  # a search asks a few cuts of one graph, again and again

@@ -9,13 +9,14 @@ GPUs' memory cannot fit: it is counted and never simulated, and spends none of t
 
 The search starts from `framework_seeds`, the configurations the frameworks' documents
 recommend where the space has them. Then, with method ``random``, the other plans in a seeded
-random order; with ``nsga2``, NSGA-II (pymoo: integer genes, simulated binary crossover and
-polynomial mutation, rounded) over a genome of one gene per degree and lever, indexing the
-values the space offers, its first population the seeds. A genome that decodes to a plan not
-in the space or already evaluated is replaced by the next plan of the random order, so no plan
-is evaluated twice and a budget at least the space's size evaluates all of it. A plan the
-simulator refuses (a replica of more GPUs than it runs op by op) is counted with its reason. Either way the
-same seed gives the same result, with any number of workers.
+random order; with ``nsga2``, ``mcmc`` or one of Optuna's samplers (``optuna-tpe``,
+``optuna-random``, ``optuna-nsga2``), the proposals of `moplace.optimize.regularwalks` over a
+genome of one gene per degree and lever, indexing the values the space offers, told the
+seeds first. A genome that decodes to a plan not in the space or already evaluated is
+replaced by the next plan of the random order, so no plan is evaluated twice and a budget at
+least the space's size evaluates all of it. A plan the simulator refuses (a replica of more
+GPUs than it runs op by op) is counted with its reason. Either way the same seed gives the
+same result, with any number of workers.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from ..core.regular import RegularPlan
 from ..core.regularspace import RegularSpace
 from .archive import no_worse
 from .hypervolume import normalized_hypervolume
+from .regularwalks import PROPOSERS, make_proposer
 
 #: the methods a regular space is searched with
-METHODS = ("random", "nsga2")
+METHODS = ("random",) + PROPOSERS
 #: the genes of the genome (`RegularPlan` fields that vary across a space)
 GENES = ("tp", "cp", "pp", "v", "ep", "recompute", "zero", "schedule", "precision")
 
@@ -91,8 +93,8 @@ def static_bytes(graph, plan: RegularPlan, pod) -> float:
     from ..simulator.atscale import replica_strategy
     from ..simulator.replica import replica_graph
 
-    rg = replica_graph(graph, plan, pod)
-    s = replica_strategy(rg.graph, plan)
+    rg = replica_graph(graph, plan, pod, 1)  # the weights are the same in any micro-batch
+    s = replica_strategy(rg.graph, plan, 1)
     w = plan.tp * plan.cp
     stage = s.placement // w
     a = rg.graph.arrays
@@ -200,7 +202,7 @@ def search_regular(graph, pod, gbs: int, *, graph_spec: str, pod_spec: str,
                                  seeds=seeds)
     asked: set[RegularPlan] = set()
     genome = _Genome(plans) if plans else None
-    algorithm = shell = None
+    proposer = None
 
     def fresh(p: RegularPlan | None) -> RegularPlan | None:
         if p is not None and p not in asked:
@@ -210,15 +212,15 @@ def search_regular(graph, pod, gbs: int, *, graph_spec: str, pod_spec: str,
         return order.pop() if order else None
 
     def next_batch() -> list[RegularPlan]:
-        nonlocal algorithm, shell
+        nonlocal proposer
         if not asked:
             wanted = [p for _, p in seeds]
         elif method == "random" or genome is None:
             wanted = [None] * pop_size
         else:
-            if algorithm is None:
-                algorithm, shell = _nsga2(genome, result, pop_size, rng)
-            wanted = [genome.decode(x) for x in algorithm.ask().get("X")]
+            if proposer is None:
+                proposer = make_proposer(method, genome, result, pop_size, rng)
+            wanted = proposer.ask(pop_size)
         batch = []
         for p in wanted:
             p = fresh(p)
@@ -254,8 +256,8 @@ def search_regular(graph, pod, gbs: int, *, graph_spec: str, pod_spec: str,
                 point = RegularPoint(plan, ev.values, ev.feasible, ev.violation, ev)
                 result.points.append(point)
                 told.append(point)
-            if algorithm is not None and told:
-                _tell(algorithm, shell, genome, told)
+            if proposer is not None and told:
+                proposer.tell(told)
             if progress:
                 best = min((p.evaluation.runtime_s for p in result.points if p.feasible),
                            default=None)
@@ -290,42 +292,3 @@ def pareto_front(points: list[RegularPoint]) -> list[int]:
             continue
         out.append(k)
     return sorted(out, key=lambda k: tuple(points[k].values))
-
-
-def _nsga2(genome: _Genome, result: RegularSearchResult, pop_size: int, rng):
-    """NSGA-II over the genome, its first population the points evaluated so far."""
-    from pymoo.algorithms.moo.nsga2 import NSGA2
-    from pymoo.core.problem import Problem as PymooProblem
-    from pymoo.core.termination import NoTermination
-    from pymoo.operators.crossover.sbx import SBX
-    from pymoo.operators.mutation.pm import PM
-    from pymoo.operators.repair.rounding import RoundingRepair
-    from pymoo.operators.sampling.rnd import IntegerRandomSampling
-
-    shell = PymooProblem(n_var=len(GENES), n_obj=len(result.objectives), n_ieq_constr=1,
-                         xl=genome.lo, xu=np.maximum(genome.hi, genome.lo + 1e-9), vtype=int)
-    algorithm = NSGA2(pop_size=pop_size, sampling=IntegerRandomSampling(),
-                      crossover=SBX(prob=0.9, eta=3.0, vtype=float, repair=RoundingRepair()),
-                      mutation=PM(eta=3.0, vtype=float, repair=RoundingRepair()),
-                      eliminate_duplicates=True)
-    algorithm.setup(shell, seed=int(rng.integers(2**31)), termination=NoTermination(),
-                    verbose=False)
-    if result.points:
-        algorithm.ask()
-        _tell(algorithm, shell, genome, result.points)
-    return algorithm, shell
-
-
-def _tell(algorithm, shell, genome, points) -> None:
-    """Tell NSGA-II the evaluated ``points``: their genes, objectives and memory violation
-    (over the replica's memory)."""
-    from pymoo.core.evaluator import Evaluator
-    from pymoo.core.population import Population
-    from pymoo.problems.static import StaticProblem
-
-    pop = Population.new(X=np.array([genome.encode(p.plan) for p in points]))
-    scale = max(p.evaluation.trace.capacity.sum() for p in points) or 1.0
-    Evaluator().eval(StaticProblem(shell, F=np.array([p.values for p in points]),
-                                   G=np.array([[p.violation / scale] for p in points])), pop)
-    algorithm.tell(infills=pop)
-

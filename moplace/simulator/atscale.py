@@ -33,7 +33,7 @@ import numpy as np
 from objectives import DEFAULT, evaluate_trace
 
 from ..core.baselines import DDP_BUCKET_BYTES
-from ..core.degrees import Degrees, regular_plan
+from ..core.degrees import Degrees, chunk_stages, regular_plan
 from ..core.flops import TransformerShape, megatron_flops, traced_seq_len
 from ..core.graph import ROLES, OpGraph
 from ..core.pod import Pod, pod_of_cluster
@@ -42,6 +42,7 @@ from ..costs.costmodel import CostModel
 from ..costs.devicespecs import device_spec
 from ..errors import StrategyError
 from .engine import DeviceFigures, Trace, simulate
+from .pipecompose import COMPOSED, composed_step
 from .nccl import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, collective_time, moved_bytes
 from .replica import replica_cluster, replica_graph, stride_of
 from .tpoverlap import FREE, hidden_server_links, tensor_parallel_overlap
@@ -63,6 +64,11 @@ class ScaledTrace(DeviceFigures):
     peak_memory: np.ndarray
     capacity: np.ndarray
     replica: Trace
+    #: per simulated device, its compute seconds over the step
+    busy: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: whether ``replica`` is one micro-batch whose blocks were composed into the step
+    #: (`moplace.simulator.pipecompose`), else every micro-batch simulated
+    composed: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,9 +142,15 @@ class ScaledEvaluation:
     def how(self) -> str:
         """Which parts were simulated and which modelled, in words."""
         p = self.plan
+        m = p.micro_batches
+        many = f"{m} micro-batch{'es' if m != 1 else ''}"
         sim = (f"simulated op by op: one replica of {p.replica_gpus} GPUs "
-               f"(TP{p.tp} x CP{p.cp} x PP{p.pp}), {p.micro_batches} micro-batch"
-               f"{'es' if p.micro_batches != 1 else ''}")
+               f"(TP{p.tp} x CP{p.cp} x PP{p.pp}), ")
+        if self.trace.composed and m > 1:
+            sim += (f"one micro-batch, its stages' blocks composed into {many} "
+                    f"({p.schedule if p.pp > 1 else '1f1b'})")
+        else:
+            sim += many
         mod = [f"data-parallel {'reduce-scatter + all-gather' if p.zero else 'all-reduce'} "
                f"over {p.dp} replicas"]
         if p.ep > 1:
@@ -150,7 +162,8 @@ class ScaledEvaluation:
 
 
 def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
-                     memory_limit: float | None = None) -> ScaledEvaluation:
+                     memory_limit: float | None = None, whole: bool = False
+                     ) -> ScaledEvaluation:
     """Score regular ``plan`` of ``graph`` (one micro-batch) on ``target``, a `Pod` or a
     listed `moplace.core.cluster.Cluster` (module docstring), each GPU's memory capped at
     ``memory_limit`` bytes when given; `StrategyError` naming what does not fit."""
@@ -162,38 +175,54 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
         raise StrategyError(f"--plan ({plan.text()}): its replica, TP{plan.tp} x CP{plan.cp} x "
                             f"PP{plan.pp} = {plan.replica_gpus:,} GPUs, is more than the "
                             f"{MAX_DEVICES} the simulator runs op by op")
-    rg = replica_graph(graph, plan, pod)
+    composed = not whole and composable(plan)
+    m_sim = 1 if composed else plan.micro_batches  # the micro-batches simulated op by op
+    rg = replica_graph(graph, plan, pod, m_sim)
     cluster = replica_cluster(target, pod, plan)
     if memory_limit:
         cluster = cluster.capped(memory_limit)
-    strategy = replica_strategy(rg.graph, plan)
+    strategy = replica_strategy(rg.graph, plan, m_sim)
     tp_comm = tp_left = 0.0
     if plan.tp_overlap and plan.tp > 1:
         compute = _costs(rg.graph, cluster, True).compute
-        tp_comm, tp_left = tensor_parallel_overlap(rg.graph, plan, cluster, strategy, compute)
+        tp_comm, tp_left = tensor_parallel_overlap(rg.graph, plan, cluster, strategy, compute,
+                                                   m_sim)
         cluster = hidden_server_links(cluster, tp_comm / tp_left if tp_left > 0 else FREE)
     costs = _costs(rg.graph, cluster, plan.tp * plan.cp > 1)
-    trace = simulate(rg.graph, cluster, strategy, costs=costs)
     w = plan.tp * plan.cp
     stage_of_device = np.arange(cluster.n_devices) // w
-    ends = np.zeros(plan.pp)
-    np.maximum.at(ends, stage_of_device[trace.task_device[trace.task_device >= 0]],
-                  trace.task_end[trace.task_device >= 0])
-    sync = _data_parallel(rg, plan, pod, strategy, costs, stage_of_device)
+    if composed:
+        stage_of_op = chunk_stages(rg.graph, plan.pp, plan.v,
+                                   _stage_layers(rg.graph, plan))[rg.graph.arrays.group]
+        trace, ends, step, peak, once = composed_step(
+            rg.graph, cluster, strategy, costs, stage_of_op, plan.pp, plan.v, w,
+            plan.schedule if plan.pp > 1 else "1f1b", plan.micro_batches)
+        m, mb = plan.micro_batches, plan.micro_batches - 1
+        sent = trace.sent * m - once[0] * mb
+        received = trace.received * m - once[1] * mb
+        busy = trace.busy * m - once[2] * mb
+    else:
+        trace = simulate(rg.graph, cluster, strategy, costs=costs)
+        ends = np.zeros(plan.pp)
+        np.maximum.at(ends, stage_of_device[trace.task_device[trace.task_device >= 0]],
+                      trace.task_end[trace.task_device >= 0])
+        step, peak = trace.makespan, trace.peak_memory
+        sent, received, busy = trace.sent, trace.received, trace.busy
+    sync = _data_parallel(rg, plan, pod, strategy, costs, stage_of_device, m_sim)
     stage_end = ends + sync["exposed"]
-    makespan = float(max(stage_end.max(), trace.makespan))
+    makespan = float(max(stage_end.max(), step))
     moved = sync["moved"][stage_of_device] + rg.a2a_bytes * plan.micro_batches
-    st = ScaledTrace(makespan, trace.sent + moved, trace.received + moved, trace.peak_memory,
-                     trace.capacity, trace)
+    st = ScaledTrace(makespan, sent + moved, received + moved, peak, trace.capacity, trace,
+                     busy, composed)
     slow = int(np.argmax(stage_end))
-    parts = {"simulated_s": float(trace.makespan),
+    parts = {"simulated_s": float(step),
              "grad_reduce_s": float(sync["reduce"][slow]),
              "param_gather_s": float(sync["gather"][slow]),
-             "exposed_s": float(makespan - trace.makespan),
-             "tp_comm_s": tp_comm * plan.micro_batches,
-             "tp_left_s": tp_left * plan.micro_batches,
+             "exposed_s": float(makespan - step),
+             "tp_comm_s": tp_comm * plan.micro_batches / m_sim,
+             "tp_left_s": tp_left * plan.micro_batches / m_sim,
              "all_to_all_s": float(rg.a2a_s * plan.micro_batches)}
-    shares = _losses(trace, plan, rg, makespan, slow * w)
+    shares = _losses(st, plan, rg, makespan, float(step), slow * w)
     seq = traced_seq_len(graph) or 0
     flops, note = megatron_flops(TransformerShape.of(graph), plan.gbs, seq) if seq else \
         (None, "the graph records no sequence length")
@@ -205,38 +234,56 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
                             spec.mfu_peak if spec else 0.0, shares)
 
 
-def _losses(trace, plan, rg, makespan: float, device: int) -> dict:
+def _losses(st: ScaledTrace, plan, rg, makespan: float, simulated: float, device: int
+            ) -> dict:
     """Where the step goes on ``device`` (the first of the stage that ends last), in seconds:
     ``compute`` (its ops, the first run), ``recomputation`` (recomputed ops run again),
     ``expert all-to-all`` (its share of the replica's all-to-alls: each stage's layers', cut
     with its ops over the stage's tp x cp ranks), ``exposed data-parallel communication``
     and ``pipeline bubble and waits`` (the rest: idle while the pipeline fills and drains,
     waiting on tensor-, context- and pipeline-parallel transfers)."""
-    on = trace.task_device == device
-    span = trace.task_end - trace.task_start
-    recomputed = float(span[on & trace.recomputed].sum())
+    trace = st.replica
+    on = (trace.task_device == device) & trace.recomputed
+    recomputed = float((trace.task_end[on] - trace.task_start[on]).sum())
+    if st.composed:
+        recomputed *= plan.micro_batches
     a2a = rg.a2a_s * plan.micro_batches / (plan.pp * plan.tp * plan.cp)
-    busy = float(trace.busy[device])
-    exposed = makespan - trace.makespan
+    busy = float(st.busy[device])
+    exposed = makespan - simulated
     return {"compute": max(busy - recomputed - a2a, 0.0), "recomputation": recomputed,
             "expert all-to-all": a2a, "exposed data-parallel communication": exposed,
             "pipeline bubble and waits": max(makespan - busy - exposed, 0.0)}
 
 
-@lru_cache(maxsize=4)
-def replica_strategy(graph: OpGraph, plan):
+def replica_strategy(graph: OpGraph, plan, micro_batches: int | None = None):
     """The replica's strategy: the plan's stages over ``pp`` groups of ``tp x cp`` devices
-    (`moplace.core.degrees.regular_plan`); kept for the last few, as a search at scale asks
-    for it twice (the plan's static memory, then its evaluation)."""
+    (`moplace.core.degrees.regular_plan`), running ``micro_batches`` (the plan's when None)."""
+    m = plan.micro_batches if micro_batches is None else micro_batches
     mode = ("tensor" if plan.tp > 1 else "data" if plan.cp == 1 else
             "context" if plan.cp_comm == "p2p" else "context-a2a")
-    m = plan.micro_batches
     schedule = plan.schedule if plan.pp > 1 and m > 1 else "1f1b"
     d = Degrees(plan.replica_gpus, plan.pp, mode, m, schedule, plan.recompute,
                 min(plan.zero, 1) if plan.cp > 1 else 0, plan.v, plan.fp8,
                 expert_split_in_tensor_group(graph, plan))
-    layers = (graph.metadata.get("layers") or {}).get("count") or 0
-    return regular_plan(graph, d, stage_layers=plan.stage_layers(layers))
+    return _strategy(graph, d, _stage_layers(graph, plan))
+
+
+@lru_cache(maxsize=8)
+def _strategy(graph: OpGraph, d: Degrees, stage_layers):
+    """Kept for the last few, as a search at scale asks for one twice (the plan's static
+    memory, then its evaluation) and plans of other data-parallel degrees share it."""
+    return regular_plan(graph, d, stage_layers=stage_layers)
+
+
+def _stage_layers(graph: OpGraph, plan):
+    return plan.stage_layers((graph.metadata.get("layers") or {}).get("count") or 0)
+
+
+def composable(plan) -> bool:
+    """Whether ``plan``'s step is composed from one micro-batch (`moplace.simulator
+    .pipecompose`): its schedule runs F and B blocks (not zero-bubble's split backward)."""
+    schedule = plan.schedule if plan.pp > 1 and plan.micro_batches > 1 else "1f1b"
+    return schedule in COMPOSED
 
 
 def expert_split_in_tensor_group(graph: OpGraph, plan) -> int:
@@ -261,11 +308,11 @@ def _costs(graph, cluster, split: bool) -> CostModel:
     return CostModel(graph, cluster, **({} if split else {"split_overhead_s": 0.0}))
 
 
-def _data_parallel(rg, plan, pod, strategy, costs, stage_of_device) -> dict:
+def _data_parallel(rg, plan, pod, strategy, costs, stage_of_device, m: int) -> dict:
     """Per stage: the data-parallel collectives' seconds (``reduce``, ``gather``), what of
     them is ``exposed``, the bytes each rank ``moved`` in them; and the ``algorithms`` used."""
     a = rg.graph.arrays
-    pp, m = plan.pp, plan.micro_batches
+    pp = plan.pp  # the replica's graph holds m micro-batches' work
     stage = stage_of_device[strategy.placement]
     n_ops = len(rg.graph.ops)
     parts = np.ones(n_ops)

@@ -28,6 +28,17 @@ balanced routing and identical replicas make it exact, and stated where it is mo
   gradient is held, accumulated over the micro-batches and reduced in FP32, twice the bytes
   of the traced 16-bit gradient.
 
+- **The vocabulary over the tensor-parallel ranks** (``tp`` > 1): Megatron-LM's
+  ``VocabParallelEmbedding`` and output ``ColumnParallelLinear`` with its vocab-parallel
+  cross-entropy, torchtitan's row-wise embedding and column-wise output with
+  ``loss_parallel``, hold ``1 / tp`` of the embedding's and the output layer's weights,
+  gradients and optimizer state per rank (`vocab_ops`): so does the replica. Their compute
+  is already cut ``tp`` ways (the replica splits them on tokens); what is left out: the
+  cross-entropy's three all-reduces of 4 bytes a token (the logits' maximum, the sum of
+  their exponentials, the target's logit), and the replica still all-reduces the cut
+  gradients among the ranks of a stage (an NVLink all-reduce of ``1 / tp`` of them, which
+  Megatron does not run).
+
 Context parallelism runs inside the replica (its ranks are simulated), as the plan's ``cp``
 ranks of each stage; tensor parallelism likewise.
 """
@@ -39,7 +50,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core.graph import ROLES, SPLIT_DIMS, Edge, OpGraph
+from ..core.derived import derived, rescaled
+from ..core.graph import ROLES, SPLIT_DIMS, OpGraph
 from ..core.pod import Pod, sub_cluster
 from .nccl import ALL_TO_ALL, collective_time
 
@@ -118,17 +130,24 @@ class ReplicaGraph:
     expert_update: np.ndarray
 
 
-def replica_graph(graph: OpGraph, plan, pod: Pod) -> ReplicaGraph:
-    """The graph one replica of ``plan`` runs (module docstring)."""
-    return _replica_graph(graph, plan.micro_batches, plan.ep, plan.dp if plan.zero else 1,
-                          pod, stride_of(plan, "ep"), 2 if plan.grad_fp32 else 1)
+def replica_graph(graph: OpGraph, plan, pod: Pod, micro_batches: int | None = None
+                  ) -> ReplicaGraph:
+    """The graph one replica of ``plan`` runs (module docstring), with ``micro_batches`` in
+    it (the plan's when None; 1: the traced micro-batch, whose step
+    `moplace.simulator.pipecompose` composes into the plan's)."""
+    m = plan.micro_batches if micro_batches is None else micro_batches
+    return _replica_graph(graph, m, plan.ep, plan.dp if plan.zero else 1,
+                          pod, stride_of(plan, "ep"), 2 if plan.grad_fp32 else 1, plan.tp)
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=4)
 def _replica_graph(graph: OpGraph, m: int, ep: int, shard: int, pod: Pod,
-                   ep_stride: int, grad_scale: int = 1) -> ReplicaGraph:
+                   ep_stride: int, grad_scale: int = 1, vocab: int = 1) -> ReplicaGraph:
     a = graph.arrays
     role = a.role
+    # the vocabulary's weights, their gradients and updates: cut over the tensor-parallel
+    # ranks (module docstring)
+    vocab_cut = vocab_ops(graph) if vocab > 1 else np.zeros(role.size, bool)
     copied = (role == _FORWARD) | (role == _BACKWARD)
     expert = (((a.split_mask >> _EXPERT) & 1) == 1) if ep > 1 else np.zeros(role.size, bool)
     expert_update = np.zeros(role.size, bool)
@@ -141,7 +160,7 @@ def _replica_graph(graph: OpGraph, m: int, ep: int, shard: int, pod: Pod,
     ops = []
     for i, op in enumerate(graph.ops):
         changes: dict = {}
-        if copied[i]:
+        if copied[i] and (m > 1 or extra[i]):
             grad = min(op.grad_bytes, op.output_bytes)
             out = (op.output_bytes - grad) * m + grad
             changes.update(compute={k: t * m + extra[i] * m for k, t in op.compute.items()},
@@ -153,6 +172,14 @@ def _replica_graph(graph: OpGraph, m: int, ep: int, shard: int, pod: Pod,
             changes.update(grad_bytes=wgrad * grad_scale, output_bytes=int(changes.get(
                 "output_bytes", op.output_bytes) + wgrad * (grad_scale - 1)))
             wgrad *= grad_scale
+        if vocab_cut[i]:
+            g = wgrad // vocab
+            changes.update(param_bytes=op.param_bytes // vocab, grad_bytes=g,
+                           output_bytes=int(changes.get("output_bytes", op.output_bytes)
+                                            - min(wgrad, op.output_bytes) + min(g, wgrad)))
+            if role[i] == _UPDATE:
+                changes["compute"] = {k: t / vocab for k, t in op.compute.items()}
+            wgrad = g
         if expert[i]:
             g = wgrad // ep
             changes.update(param_bytes=op.param_bytes // ep, grad_bytes=g,
@@ -163,24 +190,44 @@ def _replica_graph(graph: OpGraph, m: int, ep: int, shard: int, pod: Pod,
             if cut > 1:
                 changes.update(param_bytes=op.param_bytes // cut,
                                compute={k: t / cut for k, t in op.compute.items()})
-        ops.append(dataclasses.replace(op, **changes) if changes else op)
-    edges = []
-    for e in graph.edges:
-        b = e.bytes
-        if grad_scale > 1 and graph.ops[e.src].grad_bytes > 0 and role[e.dst] == _UPDATE:
-            b *= grad_scale
-        if copied[e.src] and copied[e.dst]:
-            w = graph.ops[e.src]
-            weights = w.param_bytes > 0 and w.output_bytes == 0
-            b = b * m // ep if (weights and expert[e.src]) else b * m
-        elif expert[e.src] or expert_update[e.dst]:
-            b = b // ep
-        edges.append(Edge(e.src, e.dst, int(b)))
+        ops.append(rescaled(op, **changes) if changes else op)
+    src, dst = a.src, a.dst
+    b = a.edge_bytes.astype(np.int64)
+    if grad_scale > 1:  # FP32 weight gradients to their updates
+        b = np.where((a.grad_bytes[src] > 0) & (role[dst] == _UPDATE), b * grad_scale, b)
+    weights = (a.param_bytes[src] > 0) & (a.output_bytes[src] == 0)
+    both = copied[src] & copied[dst]
+    b = np.where(both, np.where(weights & expert[src], b * m // ep, b * m),
+                 np.where(expert[src] | expert_update[dst], b // ep, b))
+    if vocab > 1:  # a vocabulary gradient to its update, and the update's state
+        b = np.where(vocab_cut[src] & vocab_cut[dst], b // vocab, b)
     meta = dict(graph.metadata)
     if isinstance(meta.get("batch_size"), int):
         meta["batch_size"] = meta["batch_size"] * m
-    out = OpGraph(ops, edges, name=graph.name, metadata=meta)
+    out = derived(graph, ops, b, metadata=meta)
     return ReplicaGraph(out, a2a_s, a2a_bytes, expert, expert_update)
+
+
+@lru_cache(maxsize=8)
+def vocab_ops(graph: OpGraph) -> np.ndarray:
+    """Per op of ``graph``, whether it holds, makes or updates a weight with the vocabulary
+    as a dimension (``metadata["transformer"]``'s vocab x hidden elements: the token
+    embedding, an untied output layer): the members of such a weight's co-location group and
+    the ops that make its gradient for its update."""
+    a = graph.arrays
+    out = np.zeros(a.role.size, bool)
+    shape = graph.metadata.get("transformer")
+    if not isinstance(shape, dict) or not shape.get("vocab") or not shape.get("hidden"):
+        return out
+    size = int(shape["vocab"]) * int(shape["hidden"])
+    weights = np.flatnonzero((a.param_bytes > 0) & (a.role != _UPDATE)
+                             & np.isin(a.param_bytes, (size, 2 * size, 4 * size)))
+    groups = np.unique(a.group[weights])
+    out[np.isin(a.group, groups)] = True
+    updates = np.flatnonzero(out & (a.role == _UPDATE))
+    feeds = np.isin(a.dst, updates) & (a.grad_bytes[a.src] > 0)
+    out[a.src[feeds]] = True
+    return out
 
 
 def _all_to_alls(graph: OpGraph, expert: np.ndarray, ep: int, pod: Pod, stride: int):

@@ -67,14 +67,15 @@ def ring_seconds(cluster: Cluster, devices, nbytes: float, steps_per_rank: int =
     return steps_per_rank * (n - 1) * (cluster.latency[i, j] + nbytes / n / cluster.bandwidth[i, j])
 
 
-def tensor_parallel_overlap(graph, plan, cluster, strategy, compute) -> tuple[float, float]:
+def tensor_parallel_overlap(graph, plan, cluster, strategy, compute,
+                            micro_batches: int | None = None) -> tuple[float, float]:
     """(seconds of the tensor-parallel collectives of one micro-batch of the replica's graph,
     seconds of them that their GEMMs leave exposed) on ``cluster``'s links (the replica's),
     with ``compute`` the cost model's per-op seconds (module docstring)."""
     if plan.tp <= 1 or not strategy.splits:
         return 0.0, 0.0
     a = graph.arrays
-    m = plan.micro_batches
+    m = plan.micro_batches if micro_batches is None else micro_batches  # in the graph
     n = len(graph.ops)
     dims = np.full(n, -1)
     parts = np.ones(n, np.int64)
