@@ -1,8 +1,8 @@
 """Seconds per evaluation of a regular plan at scale: every plan of Megatron-LM's space for a
 traced model on a pod, each evaluated once as a search meets it (the first plan of a
 structure builds its replica's strategy and task graph; the next plans of other data-parallel
-degrees or levers reuse what they can), then a few again (warm), and a few simulated with
-every micro-batch (``whole=True``) against the composed step.
+degrees or levers reuse what they can), then a few again (warm), and the fastest few that fit
+simulated with every micro-batch (``whole=True``) against the composed step.
 
     python3 experiments/bench_atscale.py --graph /tmp/l405.json [--cluster pod:H100:16384]
         [--gbs 2048] [--whole 3]
@@ -85,7 +85,8 @@ def main(argv=None) -> int:
         lines.append(f"  the next plans of a structure ({len(again)}): median "
                      f"{statistics.median(again):.3f}, max {max(again):.3f}")
     lines.append(f"  warm (the last {len(warm)} again): median {statistics.median(warm):.3f}")
-    fastest = sorted(evaluated, key=lambda x: x[1].runtime_s)[:args.whole]
+    fastest = sorted((x for x in evaluated if x[1].feasible),
+                     key=lambda x: x[1].runtime_s)[:args.whole]
     for plan, ev, took in fastest:
         t = time.perf_counter()
         whole = evaluate_regular(graph, pod, plan, whole=True)

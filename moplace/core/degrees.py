@@ -352,17 +352,30 @@ def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None
     heads = info.attention_groups if info else ()
     tokens = "sequence" if d.mode.startswith("context") else "batch"
     if w > 1:
-        for g, members in enumerate(graph.groups):
-            devices = tuple(range(int(device[g]), int(device[g]) + w))
-            dims = [set(graph.ops[i].splittable) for i in members]
-            if d.mode == "tensor" and all("tensor" in s for s in dims):
-                splits[g] = Split("tensor", devices)
-            elif d.ep > 1 and all("expert" in s for s in dims):
-                splits[g] = Split("expert", devices)
-            elif g in heads and all("channel" in s for s in dims):
-                splits[g] = Split("channel", devices)
-            elif all(tokens in s for s in dims):
-                splits[g] = Split(tokens, devices)
+        a = graph.arrays
+        # per group, the dimensions all its ops may split on: their split masks ANDed
+        order = np.argsort(a.group, kind="stable")
+        common = np.bitwise_and.reduceat(a.split_mask[order],
+                                         np.searchsorted(a.group[order], np.arange(a.n_groups)))
+
+        def able(dim: str) -> np.ndarray:
+            return ((common >> SPLIT_DIMS.index(dim)) & 1).astype(bool)
+
+        choice = np.full(a.n_groups, "", dtype=object)  # the first dimension that applies
+        head = np.zeros(a.n_groups, bool)
+        head[list(heads)] = True
+        for dim, where in (("tensor", able("tensor") if d.mode == "tensor" else None),
+                           ("expert", able("expert") if d.ep > 1 else None),
+                           ("channel", able("channel") & head),
+                           (tokens, able(tokens))):
+            if where is not None:
+                choice[(choice == "") & where] = dim
+        made: dict[tuple, Split] = {}  # one Split per (dimension, stage): shared by groups
+        for g in np.flatnonzero(choice != "").tolist():
+            key = (choice[g], int(device[g]))
+            if key not in made:
+                made[key] = Split(key[0], tuple(range(key[1], key[1] + w)))
+            splits[g] = made[key]
     group = graph.arrays.group
     placement = device[group]
     op_splits = {op: splits[g] for g, members in enumerate(graph.groups) if g in splits

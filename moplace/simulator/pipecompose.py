@@ -37,11 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.graph import ROLES
-from .build import build_task_graph
-from .engine import run_task_graph
 from .pipeorder import B, F, rank_actions
 
-_FORWARD, _BACKWARD, _UPDATE = (ROLES.index(r) for r in ("forward", "backward", "update"))
+_FORWARD, _BACKWARD = ROLES.index("forward"), ROLES.index("backward")
 #: the schedules `compose` runs
 COMPOSED = ("1f1b", "gpipe", "interleaved")
 
@@ -312,57 +310,3 @@ def compose(blocks: Blocks, schedule: str, m: int) -> Composed:
             peak[mine] = np.maximum(peak[mine], _rank_peak(blocks, lists[r], r, steps))
         in_flight[r] = int(np.cumsum(sign).max())
     return Composed(end, peak, in_flight, float(end.max()))
-
-
-def composed_step(graph, cluster, strategy, costs, stage_of_op, p: int, v: int, w: int,
-                  schedule: str, m: int):
-    """The step of ``m`` micro-batches of a replica (``graph``, one micro-batch, under
-    ``strategy`` on ``cluster``: ``p`` ranks of ``w`` devices, ``v`` chunks each,
-    ``stage_of_op`` per op) run as ``schedule``, composed from the one micro-batch simulated
-    op by op: its trace, per rank its end, the step's makespan, per device the peak memory,
-    and per device what of the trace's sent and received bytes and busy seconds runs once a
-    step (not per micro-batch)."""
-    strategy.validate(graph, cluster.n_devices)
-    tg = build_task_graph(graph, strategy, costs)
-    trace = run_task_graph(tg, cluster, len(graph.ops), record=True)
-    a = graph.arrays
-    blocks = blocks_of(trace, a.role, stage_of_op, p, v, w, _task_gradients(tg, trace, a))
-    comp = compose(blocks, schedule, m)
-    return trace, comp.end, comp.makespan, comp.peak, _once(tg, trace, a, cluster.n_devices)
-
-
-def _task_gradients(tg, trace, a) -> np.ndarray:
-    """Per compute task the weight-gradient bytes it makes: its op's ``grad_bytes`` over its
-    op's parts, at most its output (a backward op's; recomputed runs make none)."""
-    comp = trace.task_device >= 0
-    op = trace.task_op[comp]
-    parts = np.diff(tg.op_ptr)[np.minimum(op, tg.op_ptr.size - 2)]
-    g = np.where(a.role[op] == _BACKWARD, a.grad_bytes[op] / np.maximum(parts, 1), 0.0)
-    g = np.minimum(g, tg.out_bytes[:comp.sum()])
-    g[trace.recomputed[comp]] = 0.0
-    return g
-
-
-def _once(tg, trace, a, n_dev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per device the bytes sent and received, and the compute seconds, of what runs once a
-    step (not per micro-batch): the updates, and the collectives of the gradients (a
-    collective whose op has weight gradients: a bucket's)."""
-    comp = trace.task_device >= 0
-    upd = comp & (a.role[trace.task_op] == _UPDATE)
-    busy = np.bincount(trace.task_device[upd], weights=(trace.task_end - trace.task_start)[upd],
-                       minlength=n_dev)
-    moved = np.zeros(n_dev)
-    n_c = tg.coll_ptr.size - 1
-    if n_c:
-        ops = trace.task_op[~comp][:n_c]
-        grads = np.flatnonzero((a.grad_bytes[ops] > 0) & ~a.partial_sums[ops])
-        for c in grads.tolist():
-            moved[tg.coll_dev[tg.coll_ptr[c]:tg.coll_ptr[c + 1]]] += tg.coll_bytes[c]
-    x = trace.transfers
-    sent, received = moved.copy(), moved.copy()
-    if x.size:
-        task = x[:, 0].astype(np.int64)
-        once = (trace.task_device[task] >= 0) & (a.role[trace.task_op[task]] == _UPDATE)
-        np.add.at(sent, x[once, 1].astype(np.int64), x[once, 3])
-        np.add.at(received, x[once, 2].astype(np.int64), x[once, 3])
-    return sent, received, busy
