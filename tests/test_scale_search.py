@@ -196,3 +196,45 @@ def test_a_regular_plan_exports_as_megatron_flags_and_torchtitan_keys():
     assert titan["tables"]["parallelism"]["data_parallel_shard_degree"] == 128
     assert titan["tables"]["training"]["local_batch_size"] == 16
     assert "uneven stages" in " ".join(titan["notes"])
+
+
+def _layers(tiny, count: int):
+    """tiny's graph, saying it has ``count`` layers (what the plans' stage counts read)."""
+    from moplace.core.graph import OpGraph
+
+    meta = dict(tiny.metadata)
+    meta["layers"] = {**meta["layers"], "count": count}
+    return OpGraph(tiny.ops, tiny.edges, name=tiny.name, metadata=meta)
+
+
+def test_virtual_stages_with_uneven_ends(tiny):
+    """Interleaved 1F1B over virtual stages whose first and last hold fewer layers, as Llama 3
+    405B was cut (126 layers on 16 ranks x 2 chunks: 3, 4 x 30, 3; x 4: 1, 2 x 62, 1): the
+    space offers them, Megatron-Core's pipeline layout exports them, and on a model whose
+    layers divide they are the even plan."""
+    plan = parse_plan("tp=8,pp=16,v=2,dp=128,mbs=8,gbs=16384,first=3,last=3")
+    assert plan.stage_layers(126) == (3,) + (4,) * 30 + (3,)
+    g126 = _layers(tiny, 126)  # traced at 8 sequences
+    assert plan.misfit(g126, 16384) is None
+    assert "not a whole number" in parse_plan(
+        "tp=8,pp=16,v=2,dp=128,mbs=8,gbs=16384,first=7,last=7").misfit(g126, 16384)
+    plans = RegularSpace(g126, 16384, 16384).all()
+    uneven = {(p.v, p.first) for p in plans if p.pp == 16 and p.tp == 8}
+    assert {(1, 7), (2, 3), (4, 1)} <= uneven
+    assert all(p.misfit(g126, 16384) is None for p in plans)
+    from moplace.io.regularexport import regular_megatron
+
+    args = regular_megatron(plan, 126)["args"]
+    layout = args[args.index("--pipeline-model-parallel-layout") + 1]
+    assert layout == "Et*3|(t*4|)*30t*3L"
+    assert "--decoder-first-pipeline-num-layers" not in args
+    layer_layout = pytest.importorskip(
+        "megatron.core.transformer.pipeline_parallel_layer_layout")
+    stages = layer_layout.PipelineParallelLayerLayout.parse_str_to_list(layout)
+    assert [sum(t.name == "decoder" for t in s) for s in stages] == list(plan.stage_layers(126))
+    # 4 layers on 2 ranks x 2 chunks, first and last 1: the even v2 plan
+    pod = load_target("pod:H100:16")
+    a = evaluate_regular(tiny, pod, parse_plan("tp=1,pp=2,v=2,dp=8,mbs=8,gbs=128,first=1,last=1"))
+    b = evaluate_regular(tiny, pod, parse_plan("tp=1,pp=2,v=2,dp=8,mbs=8,gbs=128"))
+    assert a.runtime_s == pytest.approx(b.runtime_s, rel=1e-12)
+    assert np.array_equal(a.trace.peak_memory, b.trace.peak_memory)

@@ -75,15 +75,18 @@ class RegularPlan:
         return self.tp * self.cp * self.pp
 
     def stage_layers(self, layers: int) -> tuple[int, ...] | None:
-        """The layers of each pipeline stage when ``first`` or ``last`` sets the first or last
-        stage's (Megatron's ``--decoder-first-pipeline-num-layers`` and
-        ``--decoder-last-pipeline-num-layers``), the others sharing the rest equally; None
-        when every stage has ``layers / pp``."""
+        """The layers of each of the ``pp x v`` stages (stage j on rank ``j mod pp``) when
+        ``first`` or ``last`` sets the first or last stage's (Megatron's
+        ``--decoder-first/last-pipeline-num-layers``; with virtual stages, the first and last
+        virtual stage's, as ``--pipeline-model-parallel-layout`` puts them and Llama 3 405B
+        was cut), the others sharing the rest equally; None when every stage has
+        ``layers / (pp v)``."""
         if not (self.first or self.last):
             return None
         ends = bool(self.first) + bool(self.last)
-        middle = (layers - self.first - self.last) // (self.pp - ends)
-        return ((self.first,) if self.first else ()) + (middle,) * (self.pp - ends) + \
+        stages = self.pp * self.v
+        middle = (layers - self.first - self.last) // (stages - ends)
+        return ((self.first,) if self.first else ()) + (middle,) * (stages - ends) + \
             ((self.last,) if self.last else ())
 
     @property
@@ -150,14 +153,12 @@ class RegularPlan:
         count = layers.get("count") if isinstance(layers, dict) else None
         if self.first or self.last:
             ends = bool(self.first) + bool(self.last)
+            stages = self.pp * self.v
             rest = (count or 0) - self.first - self.last
-            if self.v > 1 or self.pp <= ends or not count or rest <= 0 \
-                    or rest % (self.pp - ends):
+            if stages <= ends or not count or rest <= 0 or rest % (stages - ends):
                 return (f"first {self.first} and last {self.last} layers leave "
                         f"{rest if count else 'no'} layers for the other "
-                        f"{self.pp - ends} stages, not a whole number each"
-                        + (" (uneven stages without virtual stages only)" if self.v > 1
-                           else ""))
+                        f"{stages - ends} stages, not a whole number each")
         elif self.pp * self.v > 1 and not (count and count % (self.pp * self.v) == 0):
             return (f"pp x v = {self.pp * self.v} stages need whole layers; the graph has "
                     f"{shown(count) if count else 'no layer boundaries'}")

@@ -5,7 +5,9 @@
 attention is fused (``metadata["context"]``), PP over the divisors of the layers (and over
 the other stage counts that divide the GPUs, with fewer layers on the first and last stages,
 as Megatron's ``--decoder-first/last-pipeline-num-layers`` put them: `uneven_ends`), virtual
-stages where the schedule has them, DP what is left, EP over the divisors of the experts that
+stages where the schedule has them (with uneven ends, interleaved 1F1B over virtual stages
+whose first and last are cut so: 126 layers on 16 x 2 as 3, 4 x 30, 3, as Llama 3 405B was
+trained), DP what is left, EP over the divisors of the experts that
 divide DP, and the levers (recomputation, ZeRO, precision, schedule) the framework names.
 Megatron-LM: schedules 1f1b and interleaved (it has no zero-bubble), ZeRO 0 or 1 (its
 distributed optimizer); torchtitan: every schedule, ZeRO 1 (FSDP's gradients and optimizer
@@ -91,10 +93,17 @@ class RegularSpace:
         out, modes = [], self.recompute_modes()
         eps = [e for e in range(1, experts + 1) if experts % e == 0 and dp % e == 0] \
             if experts > 1 else [1]
-        for schedule in (SCHEDULES[self.framework] if pp > 1 and not ends else ("1f1b",)):
-            vs = [v for v in range(2, layers // pp + 1) if (layers // pp) % v == 0] \
-                if schedule in ("interleaved", "zero-bubble") else [1]
-            for v in vs:
+        for schedule in (SCHEDULES[self.framework] if pp > 1 else ()) or ("1f1b",):
+            if schedule not in ("interleaved", "zero-bubble"):
+                vs = [(1, ends)]
+            elif ends:  # uneven first and last virtual stages (Llama 3 405B's 3, 4 x 30, 3)
+                if schedule == "zero-bubble":
+                    continue
+                vs = [(v, k) for v in range(2, layers // pp + 1)
+                      for k in [uneven_ends(layers, pp * v)] if k]
+            else:
+                vs = [(v, 0) for v in range(2, layers // pp + 1) if (layers // pp) % v == 0]
+            for v, ends_v in vs:
                 for ep in eps:
                     for rec in modes:
                         for zero in ZEROS[self.framework]:
@@ -105,7 +114,7 @@ class RegularSpace:
                                                        gbs=self.gbs, cp=cp, v=v, ep=ep,
                                                        recompute=rec, zero=zero,
                                                        precision=prec, schedule=schedule,
-                                                       first=ends, last=ends,
+                                                       first=ends_v, last=ends_v,
                                                        **self._own_levers(tp)))
         return out
 

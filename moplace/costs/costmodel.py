@@ -10,6 +10,7 @@ its output into an input that no other op reads (see `moplace.simulator.taskgrap
 
 from __future__ import annotations
 
+import weakref
 from functools import cached_property
 
 import numpy as np
@@ -20,6 +21,10 @@ from ..core.graph import OpGraph, inplace_sources
 #: An assumption: no split or micro-batched step is measured yet (a calibration file,
 #: `moplace.costs.calibration`, has a ``split_overhead_s`` field for one, null so far).
 DEFAULT_SPLIT_OVERHEAD_S = 10e-6
+
+
+#: per graph (weakly held), its ops' seconds on a kind of device (`CostModel.compute`)
+_COLUMNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class CostModel:
@@ -49,13 +54,22 @@ class CostModel:
         """Seconds of each op on each device, shape (n_ops, n_devices)."""
         out = np.zeros((len(self.graph.ops), self.cluster.n_devices))
         done: dict[tuple[str, float], int] = {}  # devices of one kind and speed share a column
+        # a column depends on the device's kind and speed and on the speeds the cluster gives
+        # each kind; kept per graph, as the clusters of a search at scale differ in links only
+        mix = tuple(sorted({(k, float(v)) for k, v in zip(self.cluster.kinds,
+                                                              self.cluster.speed)}))
+        kept = _COLUMNS.setdefault(self.graph, {})
         for d in range(self.cluster.n_devices):
             key = (self.cluster.kinds[d], float(self.cluster.speed[d]))
             if key in done:
                 out[:, d] = out[:, done[key]]
                 continue
             done[key] = d
-            out[:, d] = [self._time_on(op.compute, d) for op in self.graph.ops]
+            column = kept.get((key, mix))
+            if column is None:
+                column = kept[(key, mix)] = np.array(
+                    [self._time_on(op.compute, d) for op in self.graph.ops], np.float64)
+            out[:, d] = column
         out.flags.writeable = False
         return out
 

@@ -18,6 +18,22 @@ from ..core.regular import RegularPlan
 from .export import TORCHTITAN_SCHEDULES, _toml_value
 
 
+def pipeline_layout(counts) -> str:
+    """Megatron-Core's ``--pipeline-model-parallel-layout`` of stages of ``counts`` layers
+    each (in virtual-stage order): the embedding on the first, the loss on the last,
+    repeated stages multiplied (``Et*3|(t*4|)*30t*3L``)."""
+    stages = [f"t*{c}" if c > 1 else "t" * c for c in counts]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    out, k = [], 0
+    while k < len(stages):
+        run = 1
+        while k + run < len(stages) and stages[k + run] == stages[k]:
+            run += 1
+        out.append(f"({stages[k]}|)*{run}" if run > 1 else stages[k] + "|")
+        k += run
+    return "".join(out).rstrip("|")
+
+
 def regular_megatron(plan: RegularPlan, layers: int | None) -> dict:
     """``args`` (a command line's flags) and ``notes`` of ``plan`` for Megatron-LM; ``layers``
     the model's (for the virtual stages' size)."""
@@ -28,17 +44,22 @@ def regular_megatron(plan: RegularPlan, layers: int | None) -> dict:
              f"{plan.cp} x pipeline {plan.pp}) = {plan.dp}"]
     if plan.tp > 1:
         args.append("--sequence-parallel")
-    if plan.v > 1:
+    if plan.v > 1 and (plan.first or plan.last) and layers:
+        # uneven first and last virtual stages: Megatron-Core's layout, stage by stage in
+        # virtual-stage order (its --decoder-first/last-pipeline-num-layers cut a rank's)
+        args += ["--pipeline-model-parallel-layout", pipeline_layout(plan.stage_layers(layers))]
+    elif plan.v > 1:
         per = layers // (plan.pp * plan.v) if layers else None
         if per:
             args += ["--num-layers-per-virtual-pipeline-stage", str(per)]
         else:
             notes.append(f"{plan.v} virtual stages per rank: set "
                          f"--num-layers-per-virtual-pipeline-stage to layers / {plan.pp * plan.v}")
-    if plan.first:
-        args += ["--decoder-first-pipeline-num-layers", str(plan.first)]
-    if plan.last:
-        args += ["--decoder-last-pipeline-num-layers", str(plan.last)]
+    else:
+        if plan.first:
+            args += ["--decoder-first-pipeline-num-layers", str(plan.first)]
+        if plan.last:
+            args += ["--decoder-last-pipeline-num-layers", str(plan.last)]
     if plan.cp > 1:
         args += ["--context-parallel-size", str(plan.cp), "--cp-comm-type", plan.cp_comm]
     if plan.ep > 1:

@@ -42,7 +42,7 @@ from ..costs.costmodel import CostModel
 from ..costs.devicespecs import device_spec
 from ..errors import StrategyError
 from .engine import DeviceFigures, Trace, simulate
-from .composedstep import composed_step, deferred_updates, update_seconds
+from .composedstep import composed_step, deferred_costs, deferred_updates, update_seconds
 from .pipecompose import COMPOSED
 from .nccl import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, collective_time, moved_bytes
 from .replica import replica_cluster, replica_graph, stride_of
@@ -201,7 +201,7 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
         later = deferred_updates(rg.graph)
         updates = update_seconds(rg.graph, strategy, costs, cluster.n_devices)
         trace, ends, step, peak, once = composed_step(
-            later, cluster, strategy, _costs(later, cluster, plan.tp * plan.cp > 1),
+            later, cluster, strategy, deferred_costs(costs, later),
             stage_of_op, plan.pp, plan.v, w, plan.schedule if plan.pp > 1 else "1f1b",
             plan.micro_batches, updates)
         m, mb = plan.micro_batches, plan.micro_batches - 1

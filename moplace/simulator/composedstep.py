@@ -36,6 +36,20 @@ def deferred_updates(graph):
     return derived(graph, ops)
 
 
+def deferred_costs(costs, later):
+    """``costs`` (of the graph ``later`` was made of by `deferred_updates`) for ``later``:
+    the same seconds, the updates' none."""
+    from ..costs.costmodel import CostModel
+
+    out = CostModel(later, costs.cluster, split_overhead_s=costs.split_overhead_s,
+                    inplace=costs.inplace)
+    compute = np.array(costs.compute)
+    compute[later.arrays.role == _UPDATE] = 0.0
+    compute.flags.writeable = False
+    out.__dict__["compute"] = compute  # CostModel.compute's cached value
+    return out
+
+
 def update_seconds(graph, strategy, costs, n_dev: int) -> np.ndarray:
     """Per device the seconds of the updates it runs under ``strategy`` (as the simulator
     times its tasks: a part of a split update ``1 / n`` of it plus the split overhead, a
