@@ -17,12 +17,13 @@ from moplace.io import load_graph
 
 
 def _blocks(p, v=1, f=1.0, b=2.0, send=0.0, held=1.0, w=1, grads=0.0):
-    """Equal stages: one micro-batch peaking at 10 bytes on every device, 5 of them static,
-    ``held`` of activations per stage, ``grads`` of gradients per stage, a working set of 1."""
+    """Equal stages: one micro-batch peaking at 7 bytes on every device: 5 of them static,
+    ``held`` (1) of activations per stage, a working set of 1; ``grads`` of gradients per
+    stage."""
     S = p * v
     z = np.zeros(p * w)
     return Blocks(p, v, w, np.full(S, f), np.full(S, b), np.full(S - 1, send),
-                  np.full(S - 1, send), np.full((S, w), held), np.zeros(p), z + 10.0,
+                  np.full(S - 1, send), np.full((S, w), held), np.zeros(p), z + 7.0,
                   z + 5.0, np.full((S, w), grads), z + 1.0)
 
 
@@ -40,17 +41,19 @@ def test_one_f_one_b_takes_its_textbook_time(p, m):
     # a rank's peak, without gradients: the one micro-batch's plus the other micro-batches'
     # activations
     extra = np.array([min(p - r, m) - 1 for r in range(p)], float)
-    assert np.allclose(c.peak, 10.0 + extra)
+    assert np.allclose(c.peak, 7.0 + extra)
+    # GPipe holds every micro-batch's at once, 1F1B no more than the stages ahead
+    assert np.allclose(compose(bl, "gpipe", m).peak, 7.0 + (m - 1))
 
 
 def test_gradients_stay_from_the_first_backward_on():
     """With 5 bytes of gradients per stage: rank 0 of two runs F0 F1 B0 F2 B1 F3 B2 B3 and
     holds, as B1 starts, 5 static + 5 gradients (B0's) + 2 micro-batches + 1 working set =
-    13; rank 1 (F0 B0 F1 B1 ...) as B1 starts 5 + 5 + 1 + 1 = 12; more than the one
-    micro-batch's 10 plus the others' activations (11, 10). One micro-batch: its peak."""
+    13; rank 1 (F0 B0 F1 B1 ...) as B1 starts 5 + 5 + 1 + 1 = 12. One micro-batch: its
+    peak."""
     c = compose(_blocks(2, grads=5.0), "1f1b", 4)
     assert c.peak.tolist() == [13.0, 12.0]
-    assert compose(_blocks(2, grads=5.0), "1f1b", 1).peak.tolist() == [10.0, 10.0]
+    assert compose(_blocks(2, grads=5.0), "1f1b", 1).peak.tolist() == [7.0, 7.0]
 
 
 def test_interleaving_shrinks_the_bubble_by_the_chunks():

@@ -16,12 +16,11 @@ once after its last backward (the updates, a context-parallel group's gradient r
 GPipe, or interleaved 1F1B (`moplace.simulator.pipeorder.rank_actions`). An action starts when
 its rank is free and its input has arrived: a forward after the previous stage's forward of
 its micro-batch and the send, a backward after the next stage's backward and its send (the
-last stage's after its own forward). A rank's peak memory is its simulated one-micro-batch
-peak plus the activations of the micro-batches more than one it holds at once; with two or
-more micro-batches, at least what it holds over its actions: its static bytes, the weight
-gradients of the chunks whose backward has run (accumulated from there on), the activations
-in flight, and as a backward runs its working set (what the one micro-batch held besides
-its static bytes, gradients and activations).
+last stage's after its own forward). A rank's peak memory, with two or more micro-batches,
+is the most it holds over its actions (at least its one micro-batch's peak): its static
+bytes, the weight gradients of the chunks whose backward has run (accumulated from there
+on), the activations of the micro-batches in flight, and as a backward runs its working set
+(what the one micro-batch held besides its static bytes, gradients and activations).
 
 What this leaves out, against simulating every micro-batch's ops: sends that queue on one
 link behind another micro-batch's, and a rank starting one micro-batch's ops while it waits
@@ -302,11 +301,8 @@ def compose(blocks: Blocks, schedule: str, m: int) -> Composed:
         sign = np.array([1.0 if kind == F else -1.0 for kind, _, _ in lists[r]])
         chunk = np.array([c for _, c, _ in lists[r]])
         steps = sign[:, None] * blocks.held[chunk * p + r]  # (actions, w)
-        most = np.cumsum(steps, axis=0).max(axis=0)
-        once = blocks.held[np.arange(v) * p + r].sum(axis=0)
         mine = slice(r * w, (r + 1) * w)
-        peak[mine] += np.maximum(most - once, 0.0)  # other micro-batches' activations
-        if m > 1:
+        if m > 1:  # what it holds over its actions, at least the one micro-batch's peak
             peak[mine] = np.maximum(peak[mine], _rank_peak(blocks, lists[r], r, steps))
         in_flight[r] = int(np.cumsum(sign).max())
     return Composed(end, peak, in_flight, float(end.max()))
