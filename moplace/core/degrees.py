@@ -56,7 +56,7 @@ from .graph import SPLIT_DIMS, OpGraph
 from .planshape import plan_shape
 from .recompute import attention_cores, layer_checkpoints
 from .options import VIRTUAL_SCHEDULES
-from .runners import FRAMEWORKS, RECOMPUTE, SCHEDULES, misfit, stage_of_groups
+from .runners import FRAMEWORKS, RECOMPUTE, SCHEDULES, chunk_stages, misfit
 from .strategy import FP8_MODES
 from .strategy import SCHEDULES as STRATEGY_SCHEDULES
 from .strategy import Split, Strategy
@@ -311,22 +311,6 @@ class DegreeSpace:
         lo, hi = self.bounds
         return rng.integers(lo.astype(np.int64), hi.astype(np.int64) + 1,
                             size=(n, len(GENES))).astype(np.float64)
-
-
-def chunk_stages(graph: OpGraph, pp: int, vp: int = 1,
-                 stage_layers: tuple[int, ...] | None = None) -> np.ndarray:
-    """Per co-location group of ``graph``, its stage of the ``pp * vp`` a regular plan cuts
-    the layers into (`regular_plan`; stage k runs on pipeline rank ``k mod pp``, as its
-    virtual stage ``k // pp``): all 0 when ``pp`` is 1."""
-    if pp <= 1:
-        return np.zeros(graph.arrays.n_groups, np.int64)
-    layers, n_stages = graph.metadata["layers"], pp * vp
-    names, period = layers["boundaries"], layers["period"]
-    counts = stage_layers or (layers["count"] // n_stages,) * n_stages
-    starts = np.cumsum(counts)[:-1]
-    depth = graph.depth
-    cuts = np.array([depth[graph.index[names[int(k) * period]]] for k in starts], np.float64)
-    return stage_of_groups(graph, cuts)
 
 
 def regular_plan(graph: OpGraph, d: Degrees, recompute_heads: dict | None = None,

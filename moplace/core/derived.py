@@ -10,7 +10,10 @@ take milliseconds this way, against a second through `OpGraph`'s constructor.
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
+
+import numpy as np
 
 from ..errors import GraphError
 from .graph import Edge, Op, OpGraph
@@ -56,4 +59,29 @@ def derived(graph: OpGraph, ops, edge_bytes=None, *, metadata=None) -> OpGraph:
             edges.append(edge)
         set_(g, "edges", tuple(edges))
     set_(g, "_topo_order", graph._topo_order)
+    # its arrays: the same structure, the new figures
+    base = graph.arrays
+    fig = lambda field: np.fromiter((getattr(op, field) for op in ops), np.float64, len(ops))
+    scratch = fig("scratch_bytes")
+    arrays = dataclasses.replace(
+        base, output_bytes=fig("output_bytes"), param_bytes=fig("param_bytes"),
+        grad_bytes=fig("grad_bytes"), scratch_bytes=scratch if scratch.any() else None,
+        edge_bytes=(base.edge_bytes if edge_bytes is None
+                    else np.asarray(edge_bytes, np.float64).copy()))
+    for value in vars(arrays).values():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    set_(g, "arrays", arrays)
+    for kept in ("groups", "group_head", "depth"):  # structure alone
+        if kept in graph.__dict__:
+            set_(g, kept, graph.__dict__[kept])
+    set_(g, "_structure", structure_of(graph))
     return g
+
+
+def structure_of(graph: OpGraph) -> OpGraph:
+    """The graph ``graph`` was derived from (itself when it was not): the same ops by name,
+    edges, groups, roles and split dimensions, so what depends on those alone (the
+    recomputable groups, the layers' checkpoints, the pipeline stages of a cut) is the
+    same, and is computed once on it."""
+    return graph.__dict__.get("_structure", graph)

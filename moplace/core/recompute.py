@@ -15,6 +15,7 @@ import weakref
 
 import numpy as np
 
+from .derived import structure_of
 from .graph import ROLES, OpGraph
 
 _FORWARD = ROLES.index("forward")
@@ -32,7 +33,10 @@ _CHECKPOINTS: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKey
 
 
 def _once(cache, graph: OpGraph, make) -> np.ndarray:
-    """``make(graph)``, computed once per graph and kept read-only in ``cache``."""
+    """``make(graph)``, computed once per graph (per graph of one structure: a derived graph
+    asks the one it was derived from, `moplace.core.derived.structure_of`) and kept
+    read-only in ``cache``."""
+    graph = structure_of(graph)
     out = cache.get(graph)
     if out is None:
         out = make(graph)

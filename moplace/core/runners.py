@@ -57,6 +57,7 @@ from functools import lru_cache
 import numpy as np
 
 from .context import context_of, sequence_misfit
+from .derived import structure_of
 from .graph import ROLES, OpGraph
 from .options import VIRTUAL_SCHEDULES
 from .planshape import PlanShape, plan_shape
@@ -322,3 +323,29 @@ def _read_stages(graph: OpGraph, cuts: tuple) -> np.ndarray:
             key[v] = key[u].min()
     key.flags.writeable = False
     return key
+
+
+def chunk_stages(graph: OpGraph, pp: int, vp: int = 1,
+                 stage_layers: tuple[int, ...] | None = None) -> np.ndarray:
+    """Per co-location group of ``graph``, its stage of the ``pp * vp`` a regular plan cuts
+    the layers into (`regular_plan`; stage k runs on pipeline rank ``k mod pp``, as its
+    virtual stage ``k // pp``): all 0 when ``pp`` is 1. Kept per structure (a graph derived
+    from another has its stages: `moplace.core.derived.structure_of`)."""
+    return _chunk_stages(structure_of(graph), pp, vp, stage_layers)
+
+
+@lru_cache(maxsize=32)
+def _chunk_stages(graph: OpGraph, pp: int, vp: int, stage_layers) -> np.ndarray:
+    if pp <= 1:
+        out = np.zeros(graph.arrays.n_groups, np.int64)
+        out.flags.writeable = False
+        return out
+    layers, n_stages = graph.metadata["layers"], pp * vp
+    names, period = layers["boundaries"], layers["period"]
+    counts = stage_layers or (layers["count"] // n_stages,) * n_stages
+    starts = np.cumsum(counts)[:-1]
+    depth = graph.depth
+    cuts = np.array([depth[graph.index[names[int(k) * period]]] for k in starts], np.float64)
+    out = stage_of_groups(graph, cuts)
+    out.flags.writeable = False
+    return out

@@ -38,10 +38,11 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import StrategyError
-from .graph import SPLIT_DIMS, OpGraph
+from .graph import OpGraph
 from .options import (FP8_MODES, MAX_BUCKET_BYTES, MAX_MICRO_BATCHES, SCHEDULE_LABELS,
                       SCHEDULES, STRATEGY_OPTIONS, ZERO_STAGES)
 from .recompute import recomputable_heads
+from .splittable import SplitTable
 
 __all__ = ["FP8_MODES", "MAX_BUCKET_BYTES", "MAX_MICRO_BATCHES", "SCHEDULE_LABELS", "SCHEDULES",
            "STRATEGY_OPTIONS", "ZERO_STAGES", "Split", "Strategy"]
@@ -248,30 +249,6 @@ class Strategy:
     def split_table(self) -> "SplitTable":
         """The splits as flat arrays (computed once; the strategy is immutable)."""
         return SplitTable.of(self.splits)
-
-
-@dataclass(frozen=True, eq=False)
-class SplitTable:
-    """Splits as arrays, in op order: ``ops``, ``parts``, ``dims`` (index into `SPLIT_DIMS`,
-    -1 for an unknown name), the parts' ``devices`` concatenated, and ``signature``, equal for
-    equal splits."""
-
-    ops: np.ndarray
-    parts: np.ndarray
-    dims: np.ndarray
-    devices: np.ndarray
-    signature: np.ndarray
-
-    @classmethod
-    def of(cls, splits: Mapping[int, Split]) -> "SplitTable":
-        items = list(splits.items())
-        ids: dict[Split, int] = {}
-        as_int = (lambda values: np.fromiter(values, np.int64, len(items)))
-        return cls(ops=as_int(i for i, _ in items), parts=as_int(s.parts for _, s in items),
-                   dims=as_int(SPLIT_DIMS.index(s.dim) if s.dim in SPLIT_DIMS else -1
-                               for _, s in items),
-                   devices=np.fromiter((d for _, s in items for d in s.devices), np.int64),
-                   signature=as_int(ids.setdefault(s, len(ids)) for _, s in items))
 
 
 def _check_splits(graph: OpGraph, strategy: Strategy, n_devices: int) -> None:

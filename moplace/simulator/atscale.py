@@ -33,7 +33,8 @@ import numpy as np
 from objectives import DEFAULT, evaluate_trace
 
 from ..core.baselines import DDP_BUCKET_BYTES
-from ..core.degrees import Degrees, chunk_stages, regular_plan
+from ..core.degrees import Degrees, regular_plan
+from ..core.runners import chunk_stages
 from ..core.flops import TransformerShape, megatron_flops, traced_seq_len
 from ..core.graph import ROLES, OpGraph
 from ..core.pod import Pod, pod_of_cluster

@@ -38,6 +38,7 @@ from numba import njit
 
 from ..arrays import csr_ptr, segment_ranks
 from ..core.graph import ROLES, CompiledGraph, OpGraph, lexicographic_topo_order
+from ..core.derived import structure_of
 from ..core.recompute import can_run_again
 from ..errors import StrategyError
 from .plancache import PlanCache
@@ -137,6 +138,7 @@ def _gradient_timing(graph: OpGraph) -> tuple[np.ndarray, np.ndarray]:
     PyTorch's joint graphs decompose backward ops into some that only remake forward values;
     in other graphs every non-forward op carries the gradient where it is, the rule their
     figures were measured with."""
+    graph = structure_of(graph)  # the same for a graph derived from it
     timing = _TIMING.get(graph)
     if timing is None:
         a, n = graph.arrays, len(graph.ops)
