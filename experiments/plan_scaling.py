@@ -90,8 +90,11 @@ def draw(points, plan, kind: str, path: Path) -> None:
         xs = [r[0] for r in points if r[2 + k]]
         ax.plot(xs, [r[2 + k][0] for r in points if r[2 + k]], style, label=label)
         bx.plot(xs, [r[2 + k][1] for r in points if r[2 + k]], style, label=label)
+    gpus = [r[0] for r in points]
     for a in (ax, bx):
         a.set_xscale("log", base=2)
+        a.set_xticks(gpus, [f"{g:,}" for g in gpus], fontsize=7, rotation=45)
+        a.minorticks_off()
         a.set_xlabel(f"{kind} GPUs")
         a.grid(alpha=0.3)
     ax.set_ylabel("model TFLOP/s per GPU")
