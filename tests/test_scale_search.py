@@ -228,6 +228,12 @@ def test_virtual_stages_with_uneven_ends(tiny):
     layout = args[args.index("--pipeline-model-parallel-layout") + 1]
     assert layout == "Et*3|(t*4|)*30t*3L"
     assert "--decoder-first-pipeline-num-layers" not in args
+    from moplace.io.regularexport import regular_text
+
+    point = {"regular": {"text": plan.text(), "summary": "", "spec": plan.spec()}}
+    shown = regular_text(point, "t", regular_megatron(plan, 126),
+                         {"tables": {"parallelism": {}}, "notes": []})
+    assert "--pipeline-model-parallel-layout 'Et*3|(t*4|)*30t*3L'" in shown  # safe to paste
     layer_layout = pytest.importorskip(
         "megatron.core.transformer.pipeline_parallel_layer_layout")
     stages = layer_layout.PipelineParallelLayerLayout.parse_str_to_list(layout)

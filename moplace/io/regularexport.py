@@ -14,6 +14,8 @@ degree (its ZeRO-1 of the search space).
 
 from __future__ import annotations
 
+import shlex
+
 from ..core.regular import RegularPlan
 from .export import TORCHTITAN_SCHEDULES, _toml_value
 
@@ -132,7 +134,7 @@ def regular_text(point: dict, title: str, megatron: dict, torchtitan: dict,
     the front says they came from)."""
     r = point["regular"]
     lines = [title, f"plan: {r['text']}", f"summary: {r['summary']}",
-             "megatron: " + " ".join(megatron["args"])]
+             "megatron: " + shlex.join(megatron["args"])]  # quoted: a layout holds | ( *
     lines += [f"  note: {n}" for n in megatron["notes"]]
     tt = torchtitan["tables"]["parallelism"]
     lines.append("torchtitan: " + ", ".join(f"{k}={v}" for k, v in tt.items()))

@@ -5,9 +5,12 @@ cross replicas modelled (what ``moplace evaluate --plan`` prints).
 listed cluster, and a `moplace.core.regular.RegularPlan`:
 
 1. **Simulated**: one pipeline replica (``tp x cp x pp`` GPUs, as they sit in the pod's
-   servers, `moplace.simulator.replica`) runs its ``m`` micro-batches under the plan's
-   schedule, recomputation and precision, its tensor- and context-parallel collectives and its
-   pipeline's sends op by op, its experts' all-to-alls on the compute stream.
+   servers, `moplace.simulator.replica`) runs one micro-batch op by op under the plan's
+   recomputation and precision, its tensor- and context-parallel collectives, its pipeline's
+   sends and its experts' all-to-alls on the compute stream, and the blocks of its stages are
+   composed into the ``m`` micro-batches of the plan's schedule
+   (`moplace.simulator.composedstep`); zero-bubble plans, and any with ``whole``, run all
+   ``m`` op by op.
 2. **Modelled**: each stage's data-parallel collectives over its ``dp`` replicas (the
    experts' over ``dp / ep``), timed by `moplace.simulator.nccl`: with ZeRO, a reduce-scatter
    of the gradients and an all-gather of the weights; without, an all-reduce. With
