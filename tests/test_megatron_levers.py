@@ -137,6 +137,13 @@ def test_the_vocabulary_is_cut_over_the_tensor_parallel_ranks(tiny, tmp_path):
     grads = [shaped.ops[k].grad_bytes for k in np.flatnonzero(cut) if shaped.ops[k].grad_bytes]
     assert grads and all(rg.ops[k].grad_bytes * 2 == shaped.ops[k].grad_bytes
                          for k in np.flatnonzero(cut) if shaped.ops[k].grad_bytes)
+    # an op whose output is its weight gradient outputs the cut gradient, in FP32 too
+    fp32 = replica_graph(shaped, parse_plan("tp=2,pp=1,dp=2,mbs=8,gbs=32,grad_fp32=1"),
+                         pod, 1).graph
+    made = [k for k in np.flatnonzero(cut)
+            if 0 < shaped.ops[k].grad_bytes == shaped.ops[k].output_bytes]
+    assert made and all(fp32.ops[k].output_bytes == fp32.ops[k].grad_bytes
+                        == shaped.ops[k].grad_bytes for k in made)
     assert static_bytes(shaped, plan, pod) < static_bytes(tiny, plan, pod)
     a, b = evaluate_regular(shaped, pod, plan), evaluate_regular(tiny, pod, plan)
     assert a.parts["grad_reduce_s"] < b.parts["grad_reduce_s"]

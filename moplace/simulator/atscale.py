@@ -46,7 +46,7 @@ from ..costs.costmodel import CostModel
 from ..costs.devicespecs import device_spec
 from ..errors import StrategyError
 from .engine import DeviceFigures, Trace, simulate
-from .composedstep import composed_step, deferred_costs, deferred_updates, update_seconds
+from .composedstep import composed_step
 from .pipecompose import COMPOSED
 from .nccl import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, collective_time, moved_bytes
 from .replica import replica_cluster, replica_graph, stride_of
@@ -199,19 +199,9 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
     if composed:
         stage_of_op = chunk_stages(rg.graph, plan.pp, plan.v,
                                    _stage_layers(rg.graph, plan))[rg.graph.arrays.group]
-        # the optimizer's step runs once, after the last micro-batch: simulated at no cost
-        # (else its updates, ready as their gradients are, would slow every micro-batch's
-        # backward blocks) and run after each rank's last backward
-        later = deferred_updates(rg.graph)
-        updates = update_seconds(rg.graph, strategy, costs, cluster.n_devices)
-        trace, ends, step, peak, once = composed_step(
-            later, cluster, strategy, deferred_costs(costs, later),
-            stage_of_op, plan.pp, plan.v, w, plan.schedule if plan.pp > 1 else "1f1b",
-            plan.micro_batches, updates)
-        m, mb = plan.micro_batches, plan.micro_batches - 1
-        sent = trace.sent * m - once[0] * mb
-        received = trace.received * m - once[1] * mb
-        busy = trace.busy * m - once[2] * mb + updates
+        trace, ends, step, peak, sent, received, busy = composed_step(
+            rg.graph, cluster, strategy, costs, stage_of_op, plan.pp, plan.v, w,
+            plan.schedule if plan.pp > 1 else "1f1b", plan.micro_batches)
     else:
         trace = simulate(rg.graph, cluster, strategy, costs=costs)
         ends = np.zeros(plan.pp)

@@ -70,24 +70,28 @@ def update_seconds(graph, strategy, costs, n_dev: int) -> np.ndarray:
 
 
 def composed_step(graph, cluster, strategy, costs, stage_of_op, p: int, v: int, w: int,
-                  schedule: str, m: int, updates: np.ndarray | None = None):
+                  schedule: str, m: int):
     """The step of ``m`` micro-batches of a replica (``graph``, one micro-batch, under
-    ``strategy`` on ``cluster``: ``p`` ranks of ``w`` devices, ``v`` chunks each,
-    ``stage_of_op`` per op) run as ``schedule``, composed from the one micro-batch simulated
-    op by op: its trace, per rank its end, the step's makespan, per device the peak memory,
-    and per device what of the trace's sent and received bytes and busy seconds runs once a
-    step (not per micro-batch). ``updates``: per device the seconds of its optimizer step,
-    run after its rank's last backward (the graph's updates cost nothing:
-    `deferred_updates`)."""
-    strategy.validate(graph, cluster.n_devices)
-    tg = build_task_graph(graph, strategy, costs)
-    trace = run_task_graph(tg, cluster, len(graph.ops), record=True)
-    a = graph.arrays
+    ``strategy`` on ``cluster`` with ``costs``: ``p`` ranks of ``w`` devices, ``v`` chunks
+    each, ``stage_of_op`` per op) run as ``schedule``, composed from the one micro-batch
+    simulated op by op with its updates deferred (module docstring): the one micro-batch's
+    trace, per rank its end, the step's makespan, and per device its peak memory, the bytes
+    it sends and receives and its compute seconds over the step."""
+    later = deferred_updates(graph)
+    updates = update_seconds(graph, strategy, costs, cluster.n_devices)
+    strategy.validate(later, cluster.n_devices)
+    tg = build_task_graph(later, strategy, deferred_costs(costs, later))
+    trace = run_task_graph(tg, cluster, len(later.ops), record=True)
+    a = later.arrays
     blocks = blocks_of(trace, a.role, stage_of_op, p, v, w, _task_gradients(tg, trace, a))
-    if updates is not None:
-        blocks = dataclasses.replace(blocks, tail=blocks.tail + updates.reshape(p, w).max(axis=1))
+    blocks = dataclasses.replace(blocks, tail=blocks.tail + updates.reshape(p, w).max(axis=1))
     comp = compose(blocks, schedule, m)
-    return trace, comp.end, comp.makespan, comp.peak, _once(tg, trace, a, cluster.n_devices)
+    sent, received, busy = _once(tg, trace, a, cluster.n_devices)
+    # what runs per micro-batch m times, what runs once once; the updates' seconds once
+    # (the deferred updates' parts keep their split overhead in the simulated micro-batch)
+    return (trace, comp.end, comp.makespan, comp.peak, (trace.sent - sent) * m + sent,
+            (trace.received - received) * m + received,
+            (trace.busy - busy) * m + busy + updates)
 
 
 def _task_gradients(tg, trace, a) -> np.ndarray:
@@ -104,8 +108,9 @@ def _task_gradients(tg, trace, a) -> np.ndarray:
 
 def _once(tg, trace, a, n_dev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per device the bytes sent and received, and the compute seconds, of what runs once a
-    step (not per micro-batch): the updates, and the collectives of the gradients (a
-    collective whose op has weight gradients: a bucket's)."""
+    step (not per micro-batch): the updates (deferred: their split parts' overhead alone),
+    and the collectives of the gradients (a collective whose op has weight gradients: a
+    bucket's)."""
     comp = trace.task_device >= 0
     upd = comp & (a.role[trace.task_op] == _UPDATE)
     busy = np.bincount(trace.task_device[upd], weights=(trace.task_end - trace.task_start)[upd],

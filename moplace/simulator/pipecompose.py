@@ -130,26 +130,23 @@ def blocks_of(trace, role: np.ndarray, stage_of_op: np.ndarray, p: int, v: int,
     tail = np.maximum(rank_end - rank_last_b, 0.0)
     held = _held(trace.memory, trace.static_memory, S, p, w, f_in, f_end)
     static = np.asarray(trace.static_memory, np.float64)
-    grads, transient = _gradients(trace, comp, task_grads, static, p * w)
-    by_stage = np.zeros((S, w))
-    np.add.at(by_stage, (stage, dev[comp] % w), task_grads)
-    once = np.zeros(p * w)  # the activations the one micro-batch held at most: every chunk's
-    for j in range(S):
-        once[(j % p) * w:(j % p + 1) * w] += held[j]
-    grads, transient = by_stage, np.maximum(transient - once, 0.0)
+    grads = np.zeros((S, w))
+    np.add.at(grads, (stage, dev[comp] % w), task_grads)
+    once = np.zeros((p, w))  # the activations the one micro-batch held at most: every chunk's
+    np.add.at(once, np.arange(S) % p, held)
+    transient = np.maximum(_beside_gradients(trace, comp, task_grads, static, p * w)
+                           - once.ravel(), 0.0)
     return Blocks(p, v, w, fwd_s, bwd_s, fwd_send, bwd_send, held, tail,
                   np.asarray(trace.peak_memory, np.float64), static, grads, transient)
 
 
-def _gradients(trace, comp, task_grads, static, n_dev: int):
-    """Per device the weight-gradient bytes its tasks make (each held from its task's start
-    to the update), and the most it held at once besides its static bytes and the gradients
-    made so far."""
+def _beside_gradients(trace, comp, task_grads, static, n_dev: int) -> np.ndarray:
+    """Per device the most it held at once besides its static bytes and the weight
+    gradients its tasks had made so far (each held from its task's start to the update)."""
     dev = trace.task_device[comp]
-    grads = np.bincount(dev, weights=task_grads, minlength=n_dev)
     mem = trace.memory
     if not mem.size:
-        return grads, np.maximum(trace.peak_memory - static, 0.0)
+        return np.maximum(trace.peak_memory - static, 0.0)
     # the gradients made by each memory change's time on its device: every device's
     # gradient-making tasks by start, their bytes summed, looked up at the changes
     mine = np.flatnonzero(task_grads > 0)
@@ -166,7 +163,7 @@ def _gradients(trace, comp, task_grads, static, n_dev: int):
               if made.size else np.zeros(d.size))
     transient = np.zeros(n_dev)
     np.maximum.at(transient, d, mem[:, 2] - static[d] - so_far)
-    return grads, transient
+    return transient
 
 
 def _latest(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -223,27 +220,19 @@ def _rank_peak(blocks: Blocks, acts, r: int, steps: np.ndarray) -> np.ndarray:
     and the activations of the micro-batches in flight, after each forward and as each
     backward starts, plus the backward's working set as each backward runs."""
     p, w = blocks.p, blocks.w
-    held = np.cumsum(steps, axis=0)  # after each action
-    done = np.zeros((len(acts), w))
-    grads = np.zeros(w)
-    seen: set[int] = set()
-    for i, (kind, chunk, _) in enumerate(acts):
-        j = chunk * p + r
-        if kind == B and j not in seen:
-            seen.add(j)
-            grads = grads + blocks.grads[j]
-        done[i] = grads
     mine = slice(r * w, (r + 1) * w)
-    out = blocks.static[mine] + np.zeros(w)
-    for i, (kind, _, _) in enumerate(acts):
-        if kind == F:
-            out = np.maximum(out, blocks.static[mine] + done[i] + held[i])
-        else:  # as it starts: what was held, the gradients before it, its working set
-            before = held[i - 1] if i else np.zeros(w)
-            grads_before = done[i - 1] if i else np.zeros(w)
-            out = np.maximum(out, blocks.static[mine] + grads_before + before
-                             + blocks.transient[mine])
-    return out
+    kind = np.array([k for k, _, _ in acts])
+    stage = np.array([c for _, c, _ in acts]) * p + r
+    # the gradients after each action: a chunk's from its first backward on
+    first_b = np.zeros(len(acts), bool)
+    backs = np.flatnonzero(kind == B)
+    first_b[backs[np.unique(stage[backs], return_index=True)[1]]] = True
+    grads = np.cumsum(np.where(first_b[:, None], blocks.grads[stage], 0.0), axis=0)
+    held = np.cumsum(steps, axis=0)
+    # a backward as it starts: what the action before it left, and its working set
+    before = np.vstack([np.zeros((1, w)), grads[:-1] + held[:-1]])
+    hold = np.where((kind == F)[:, None], grads + held, before + blocks.transient[mine])
+    return blocks.static[mine] + np.maximum(hold.max(axis=0), 0.0)
 
 
 def actions(schedule: str, p: int, v: int, m: int, rank: int) -> list[tuple[int, int, int]]:

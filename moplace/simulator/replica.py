@@ -174,9 +174,9 @@ def _replica_graph(graph: OpGraph, m: int, ep: int, shard: int, pod: Pod,
             wgrad *= grad_scale
         if vocab_cut[i]:
             g = wgrad // vocab
+            now = changes.get("output_bytes", op.output_bytes)  # the gradient in it, cut
             changes.update(param_bytes=op.param_bytes // vocab, grad_bytes=g,
-                           output_bytes=int(changes.get("output_bytes", op.output_bytes)
-                                            - min(wgrad, op.output_bytes) + min(g, wgrad)))
+                           output_bytes=int(now - min(wgrad, now) + g))
             if role[i] == _UPDATE:
                 changes["compute"] = {k: t / vocab for k, t in op.compute.items()}
             wgrad = g

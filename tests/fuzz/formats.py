@@ -550,6 +550,9 @@ class Arguments:
                      "tp=1,pp=1,dp=1,mbs=1,gbs=1,precision=fp4", "tp=99999999999,pp=1,dp=1,mbs=1,gbs=1",
                      "tp=1,pp=1,dp=1,mbs=1,gbs=1,v=2", "tp=1,,pp=1",
                      "tp=1,pp=1,dp=1,mbs=1,gbs=1,tp_overlap=2", "tp=1,pp=1,dp=1,mbs=1,gbs=1,grad_fp32=x",
+                     # virtual stages with uneven first and last ones that cannot share
+                     "tp=1,pp=2,v=3,dp=1,mbs=1,gbs=2,first=1,last=1",
+                     "tp=1,pp=2,v=2,dp=1,mbs=1,gbs=2,first=99,last=0",
                      # a profile file's graph names no tokens (its source a name, not a table)
                      "tp=1,pp=1,dp=8,mbs=256,gbs=2048,tp_overlap=1,grad_fp32=1"):
             for cl in ("pod:V100:8", "pod:H100:8", "pod:H100:12", "pod:H100:99999999", "pod:",
@@ -567,7 +570,8 @@ class Arguments:
         for extra in (["--searcher", "heft"], ["--space", "any"], ["--gbs", "0"],
                       ["--gbs", "x"], ["--gbs", "100"], ["--workers", "0"],
                       ["--checkpoint", str(wd / "pod.ckpt")], ["--set", "nosuch=1"],
-                      ["--dask", "local:2"]):
+                      ["--dask", "local:2"], ["--searcher", "mcmc"],
+                      ["--searcher", "optuna-tpe"], ["--searcher", "optuna-cmaes"]):
             n.append((f"search on a pod {' '.join(extra)[:30]}",
                       with_option(pod_search, extra[0], extra[1])))
         n.append(("search --gbs on a listed cluster", b["search-random"] + ["--gbs", "8"]))
