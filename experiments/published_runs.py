@@ -23,21 +23,29 @@ up these models; README.md lines 65-76 at f2e5db4 name only the overlap flags):
 - **Megatron's rule for BF16:** the weight gradients accumulated and reduced in FP32
   (``arguments.py`` lines 300-307 at f2e5db4 set ``accumulate_allreduce_grads_in_fp32``
   whenever ``--bf16``): ``grad_fp32=1``.
-- **How moplace models the overlaps:** the data-parallel reduce-scatter during the last
-  micro-batch's backward and the gather under the next forward (`moplace.simulator.atscale`);
+- **How moplace models the overlaps:** the data-parallel collectives as Megatron-Core r0.8.0
+  schedules them (`moplace.simulator.dpsync`: buckets on pipeline rank 0's first chunk only,
+  gradients reduced as the last backward makes them or after it, the weights gathered one
+  bucket after another as the next step's first forward reaches them);
   the tensor-parallel collectives under their GEMMs (``tp_overlap=1``,
   `moplace.simulator.tpoverlap`: what exceeds each GEMM is left to the simulated step).
-- **Inferred:** micro-batch 1 (GBS / DP is 4 x PP in every row, and Megatron's GPT-3 175B
-  example, ``examples/gpt3/train_gpt3_175b_distributed.sh``, runs ``--micro-batch-size 1``);
-  BF16 (the MFU column is TFLOP/s over the H100's dense 16-bit peak, 989 TFLOP/s).
-- **Searched** (unknown): the virtual stages per device (``v``, each dividing the layers of a
-  stage; interleaved 1F1B for v > 1) and recomputation (none, selective, full); each row's
-  figure is moplace's best plan that fits in 80 GB.
+- **Inferred:** BF16 (the MFU column is TFLOP/s over the H100's dense 16-bit peak, 989
+  TFLOP/s).
+- **From the example script of that commit** (``examples/gpt3/train_gpt3_175b_distributed.sh``,
+  Megatron's GPT-3 175B on TP8 PP16): ``--micro-batch-size 1`` (GBS / DP is 4 x PP in every
+  row: 4 PP micro-batches), no ``--num-layers-per-virtual-pipeline-stage`` (v = 1: plain
+  1F1B; two rows' stages hold 23 and 7 layers, prime, which interleaving could cut only into
+  single layers) and no recomputation flag (none; the least of selective, full where none
+  does not fit in 80 GB).
+- **Searched** with ``--search`` (what the table leaves open): the micro-batch size (1, 2 or
+  4 where it divides a replica's GBS / DP into at least PP micro-batches), the virtual stages
+  per device (each dividing a stage's layers; interleaved 1F1B) and recomputation: the
+  fastest plan that fits, beside the row's.
 
-Each model is traced once at one sequence of 4,096 tokens with calibrated H100 estimates
+Each model is traced once (per micro-batch size searched) at sequences of 4,096 tokens with calibrated H100 estimates
 (``moplace profile ... --estimate H100``) into ``--cache`` (a 462 B trace takes minutes).
 
-    python3 experiments/published_runs.py [--only 1.7B,7.1B] [--cache DIR] [--out FILE]
+    python3 experiments/published_runs.py [--only 1.7B,7.1B] [--search [--mbs 1,2]] [--cache DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -63,7 +71,10 @@ MEGATRON_TABLE = (
 )
 SOURCE = ("NVIDIA/Megatron-LM README, images/model_table.png (commit f2e5db4, July 2024, "
           "Megatron-Core r0.8.0)")
-VOCAB, SEQ, MBS = 131072, 4096, 1
+VOCAB, SEQ = 131072, 4096
+#: the micro-batch sizes searched (each a trace; those that divide a replica's share of the
+#: global batch)
+MBS = (1, 2, 4)
 RECOMPUTE = ("none", "selective", "full")
 
 
@@ -74,34 +85,42 @@ def gpt_config(heads: int, hidden: int, layers: int) -> dict:
             "activation_function": "gelu", "tie_word_embeddings": False}
 
 
-def traced(size: str, heads: int, hidden: int, layers: int, cache: Path) -> Path:
-    """The graph of one micro-batch of the model, traced once into ``cache``."""
-    out = cache / f"megatron-gpt-{size}.json"
+def traced(size: str, heads: int, hidden: int, layers: int, cache: Path, mbs: int = 1) -> Path:
+    """The graph of one micro-batch of ``mbs`` sequences of the model, traced once into
+    ``cache``."""
+    out = cache / (f"megatron-gpt-{size}.json" if mbs == 1 else f"megatron-gpt-{size}-mbs{mbs}.json")
     if out.exists():
         return out
     cfg = cache / f"megatron-gpt-{size}" / "config.json"
     cfg.parent.mkdir(parents=True, exist_ok=True)
     cfg.write_text(json.dumps(gpt_config(heads, hidden, layers), indent=1))
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "moplace", "profile", f"hf:{cfg}", "--batch", str(MBS),
+    cmd = [sys.executable, "-m", "moplace", "profile", f"hf:{cfg}", "--batch", str(mbs),
            "--seq-len", str(SEQ), "--dtype", "bf16", "--estimate", "H100", "-o", str(out)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    print(f"  traced {size} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    print(f"  traced {size} (micro-batch {mbs}) in {time.perf_counter() - t0:.0f} s",
+          file=sys.stderr, flush=True)
     return out
+
+
+def micro_batch_sizes(pp: int, dp: int, gbs: int) -> list[int]:
+    """The searched micro-batch sizes that divide a replica's ``gbs / dp`` sequences into at
+    least ``pp`` micro-batches (1F1B fills its pipeline)."""
+    return [b for b in MBS if (gbs // dp) % b == 0 and gbs // (dp * b) >= pp]
 
 
 def candidate_plans(tp: int, pp: int, dp: int, gbs: int, layers: int,
                     recompute=RECOMPUTE, tp_overlap: bool = True,
-                    grad_fp32: bool = True) -> list[str]:
-    """The plans of the row: its degrees, with every virtual-stage count and each of the
-    ``recompute`` modes; the distributed optimizer and the data-parallel overlap, and the
+                    grad_fp32: bool = True, mbs: int = 1, virtual: bool = True) -> list[str]:
+    """The plans of the row at micro-batch ``mbs``: its degrees, with every virtual-stage
+    count and each of the ``recompute`` modes; the distributed optimizer and the data-parallel overlap, and the
     tensor-parallel overlap where there is tensor parallelism (the README's flags; not with
     ``tp_overlap`` False), FP32 gradients (not with ``grad_fp32`` False)."""
     per_stage = layers // pp
-    m = gbs // (dp * MBS)
+    m = gbs // (dp * mbs)
     vs = [1] + ([v for v in range(2, per_stage + 1) if per_stage % v == 0 and m % pp == 0]
-                if pp > 1 else [])
-    return [f"tp={tp},pp={pp},v={v},dp={dp},mbs={MBS},gbs={gbs},zero=1,overlap=1,"
+                if pp > 1 and virtual else [])
+    return [f"tp={tp},pp={pp},v={v},dp={dp},mbs={mbs},gbs={gbs},zero=1,overlap=1,"
             f"tp_overlap={int(tp > 1 and tp_overlap)},grad_fp32={int(grad_fp32)},recompute={r}"
             for v in vs for r in recompute]
 
@@ -123,14 +142,24 @@ def main(argv=None) -> int:
                          "scale with a budget past the space: exact, so seeds change nothing) "
                          "and say where the row's plan stands on the front")
     ap.add_argument("--workers", type=int, default=2, help="processes for --fronts")
+    ap.add_argument("--search", action="store_true",
+                    help="also search what the table leaves open (micro-batch size, virtual "
+                         "stages, recomputation) and print the fastest plan found")
+    ap.add_argument("--mbs", default=",".join(map(str, MBS)),
+                    help="micro-batch sizes --search takes, comma separated (default: 1,2,4)")
     args = ap.parse_args(argv)
     from moplace.core.pod import load_target
-    from moplace.core.regular import parse_plan
     from moplace.core.regularspace import RegularSpace
-    from moplace.errors import MoplaceError
     from moplace.io import load_graph
-    from moplace.simulator.atscale import evaluate_regular
 
+    try:
+        args.mbs = {int(b) for b in args.mbs.split(",") if b.strip()}
+    except ValueError:
+        args.mbs = set()
+    if not args.mbs or not args.mbs <= set(MBS):
+        print(f"--mbs: give sizes among {', '.join(map(str, MBS))}, comma separated",
+              file=sys.stderr)
+        return 2
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     rows = [r for r in MEGATRON_TABLE if not only or r[0] in only]
     if only - {r[0] for r in rows}:
@@ -143,39 +172,52 @@ def main(argv=None) -> int:
              "num_floating_point_operations at f2e5db4 counts them)"
              + ("; without the TP overlap" if args.no_tp_overlap else "")
              + ("; BF16 gradients" if args.bf16_grads else ""), "",
-             f"{'size':>5} {'GPUs':>5} {'published':>9} {'moplace':>8} {'error':>7}  "
-             f"{'step':>8} {'memory':>9}  best plan (v, recomputation), its cost"]
+             (f"{'size':>5} {'GPUs':>5} {'published':>9} {'moplace':>8} {'error':>7}  "
+              f"{'step':>8} {'memory':>9}  recomputation"
+              + ("; the fastest plan searched" if args.search else "") + "; seconds")]
     errors, drawn = [], []
     for size, heads, hidden, layers, tp, pp, dp, gpus, gbs, published in rows:
+        pod = load_target(f"pod:H100:{gpus}")
+        t0 = time.perf_counter()
         path = traced(size, heads, hidden, layers, args.cache)
         graph = load_graph(str(path))
-        pod = load_target(f"pod:H100:{gpus}")
-        best, t0, tried = None, time.perf_counter(), 0
         modes = RegularSpace(graph, gpus, gbs).recompute_modes()
-        for spec in candidate_plans(tp, pp, dp, gbs, layers, modes, not args.no_tp_overlap,
-                                    not args.bf16_grads):
-            try:
-                ev = evaluate_regular(graph, pod, parse_plan(spec))
-            except MoplaceError as exc:
-                print(f"  {size} {spec}: {exc}", file=sys.stderr)
-                continue
-            tried += 1
-            if ev.feasible and (best is None or ev.runtime_s < best.runtime_s):
-                best = ev
-        took = time.perf_counter() - t0
+        # the example script's plan: micro-batch 1, no virtual stages, the least recomputation
+        # that fits
+        best = None
+        for mode in modes:
+            best, _ = best_of(candidate_plans(tp, pp, dp, gbs, layers, (mode,),
+                                              not args.no_tp_overlap, not args.bf16_grads,
+                                              1, virtual=False), graph, pod, size)
+            if best is not None:
+                break
         if best is None:
-            lines.append(f"{size:>5} {gpus:>5} {published:>9.1f} {'-':>8} {'-':>7}  no plan of "
-                         f"the {tried} tried fits in 80 GB")
+            lines.append(f"{size:>5} {gpus:>5} {published:>9.1f} {'-':>8} {'-':>7}  no plan "
+                         f"fits in 80 GB")
             continue
         tf = best.tflops_per_gpu
         err = (tf - published) / published
         errors.append(err)
         drawn.append((size, gpus, published, tf))
-        p = best.plan
         peak = float(best.trace.peak_memory.max())
-        lines.append(f"{size:>5} {gpus:>5} {published:>9.1f} {tf:>8.1f} {err:>+7.1%}  "
-                     f"{best.runtime_s:>7.3f}s {peak / 2**30:>6.1f} GiB  v{p.v}, "
-                     f"{p.recompute}; {tried} plans in {took:.0f} s")
+        line = (f"{size:>5} {gpus:>5} {published:>9.1f} {tf:>8.1f} {err:>+7.1%}  "
+                f"{best.runtime_s:>7.3f}s {peak / 2**30:>6.1f} GiB  {best.plan.recompute}")
+        if args.search:
+            found, tried = None, 0
+            for mbs in [b for b in micro_batch_sizes(pp, dp, gbs) if b in args.mbs]:
+                g = load_graph(str(traced(size, heads, hidden, layers, args.cache, mbs)))
+                ev, n = best_of(candidate_plans(tp, pp, dp, gbs, layers, modes,
+                                                not args.no_tp_overlap, not args.bf16_grads,
+                                                mbs), g, pod, size)
+                tried += n
+                if ev is not None and (found is None or ev.runtime_s < found.runtime_s):
+                    found = ev
+            if found is not None:
+                p = found.plan
+                line += (f"; searched: {found.tflops_per_gpu:.1f} "
+                         f"({(found.tflops_per_gpu - published) / published:+.1%}) at mbs "
+                         f"{p.mbs}, v{p.v}, {p.recompute}, of {tried} plans")
+        lines.append(line + f"; {time.perf_counter() - t0:.0f} s")
         print(lines[-1], file=sys.stderr, flush=True)
         if args.fronts:
             lines.append("      " + front_standing(graph, pod, gbs, best, path, args.workers))
@@ -193,6 +235,26 @@ def main(argv=None) -> int:
         draw(drawn, args.figure)
         print(f"figure: {args.figure}")
     return 0
+
+
+def best_of(specs, graph, pod, size: str):
+    """(the fastest of the plans ``specs`` of ``graph`` on ``pod`` that fits, or None; how
+    many were evaluated)."""
+    from moplace.core.regular import parse_plan
+    from moplace.errors import MoplaceError
+    from moplace.simulator.atscale import evaluate_regular
+
+    best, tried = None, 0
+    for spec in specs:
+        try:
+            ev = evaluate_regular(graph, pod, parse_plan(spec))
+        except MoplaceError as exc:
+            print(f"  {size} {spec}: {exc}", file=sys.stderr)
+            continue
+        tried += 1
+        if ev.feasible and (best is None or ev.runtime_s < best.runtime_s):
+            best = ev
+    return best, tried
 
 
 def front_standing(graph, pod, gbs: int, best, path: Path, workers: int) -> str:

@@ -253,10 +253,11 @@ def test_same_plan_same_numbers(tiny, pod4):
 
 def test_overlap_hides_what_fits_its_window(tiny, pod4, monkeypatch):
     """Overlapped, the reduction exposes what exceeds its window or the last bucket, the
-    gather its first bucket (buckets of 1 KiB here: the tiny model's gradients fit DDP's one)."""
-    from moplace.simulator import atscale
+    gather its first bucket (buckets of 64 K parameters here, four of the tiny model's
+    249 K: they fit Megatron's one)."""
+    from moplace.simulator import dpsync
 
-    monkeypatch.setattr(atscale, "BUCKET_BYTES", 1024)
+    monkeypatch.setattr(dpsync, "bucket_params", lambda dp: 2**16)
     on = evaluate_regular(tiny, pod4, parse_plan("tp=1,pp=1,dp=4,mbs=8,gbs=32"))
     off = evaluate_regular(tiny, pod4, parse_plan("tp=1,pp=1,dp=4,mbs=8,gbs=32,overlap=0"))
     whole = off.parts["grad_reduce_s"] + off.parts["param_gather_s"]

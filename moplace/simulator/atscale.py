@@ -12,14 +12,11 @@ listed cluster, and a `moplace.core.regular.RegularPlan`:
    (`moplace.simulator.composedstep`); zero-bubble plans, and any with ``whole``, run all
    ``m`` op by op.
 2. **Modelled**: each stage's data-parallel collectives over its ``dp`` replicas (the
-   experts' over ``dp / ep``), timed by `moplace.simulator.nccl`: with ZeRO, a reduce-scatter
-   of the gradients and an all-gather of the weights; without, an all-reduce. With
-   ``overlap`` (Megatron's ``--overlap-grad-reduce --overlap-param-gather``) the reduction
-   runs during the stage's last micro-batch's backward (its ops' time on the stage: the window)
-   and only what exceeds the window, or the last bucket (DDP's 25 MiB) when it fits, is
-   exposed, and the gather runs under the next step's forward, exposing its first bucket;
-   without, both are exposed whole. The stage's step ends when its simulated work and its
-   exposed collectives have: the step's time is the latest stage's.
+   experts' over ``dp / ep``), timed by `moplace.simulator.nccl` and, with ``overlap``
+   (Megatron's ``--overlap-grad-reduce --overlap-param-gather``), scheduled over each rank's
+   composed actions as Megatron-Core runs them (`moplace.simulator.dpsync`); without, both
+   exposed whole. The step ends when the latest rank's simulated work and the collectives
+   past it have, after any wait of the forwards for the weights' gathers.
 
 Memory is the replica's simulated peak (its graph already holds the EP and ZeRO shards).
 Communication is the replica's busiest device's simulated traffic plus the bytes it sends
@@ -35,7 +32,6 @@ import numpy as np
 
 from objectives import DEFAULT, evaluate_trace
 
-from ..core.baselines import DDP_BUCKET_BYTES
 from ..core.degrees import Degrees, regular_plan
 from ..core.runners import chunk_stages
 from ..core.flops import TransformerShape, megatron_flops, traced_seq_len
@@ -48,13 +44,11 @@ from ..errors import StrategyError
 from .engine import DeviceFigures, Trace, simulate
 from .composedstep import composed_step
 from .pipecompose import COMPOSED
-from .nccl import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, collective_time, moved_bytes
-from .replica import replica_cluster, replica_graph, stride_of
+from .dpsync import data_parallel
+from .replica import replica_cluster, replica_graph
 from .tpoverlap import FREE, hidden_server_links, tensor_parallel_overlap
 
 _BACKWARD, _UPDATE = ROLES.index("backward"), ROLES.index("update")
-#: the data-parallel collectives' bucket (PyTorch DDP's 25 MiB)
-BUCKET_BYTES = DDP_BUCKET_BYTES
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,10 +190,11 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
     costs = _costs(rg.graph, cluster, plan.tp * plan.cp > 1)
     w = plan.tp * plan.cp
     stage_of_device = np.arange(cluster.n_devices) // w
+    stage_of_op = chunk_stages(rg.graph, plan.pp, plan.v,
+                               _stage_layers(rg.graph, plan))[rg.graph.arrays.group]
+    timeline = None
     if composed:
-        stage_of_op = chunk_stages(rg.graph, plan.pp, plan.v,
-                                   _stage_layers(rg.graph, plan))[rg.graph.arrays.group]
-        trace, ends, step, peak, sent, received, busy = composed_step(
+        trace, ends, step, peak, sent, received, busy, timeline = composed_step(
             rg.graph, cluster, strategy, costs, stage_of_op, plan.pp, plan.v, w,
             plan.schedule if plan.pp > 1 else "1f1b", plan.micro_batches)
     else:
@@ -209,8 +204,9 @@ def evaluate_regular(graph: OpGraph, target, plan, *, objectives=DEFAULT,
                       trace.task_end[trace.task_device >= 0])
         step, peak = trace.makespan, trace.peak_memory
         sent, received, busy = trace.sent, trace.received, trace.busy
-    sync = _data_parallel(rg, plan, pod, strategy, costs, stage_of_device, m_sim)
-    stage_end = ends + sync["exposed"]
+    sync = data_parallel(rg, plan, pod, strategy, costs, stage_of_device,
+                         stage_of_op // plan.pp, m_sim, timeline)
+    stage_end = ends + sync["exposed"] + sync["stall"].max()
     makespan = float(max(stage_end.max(), step))
     moved = sync["moved"][stage_of_device] + rg.a2a_bytes * plan.micro_batches
     st = ScaledTrace(makespan, sent + moved, received + moved, peak, trace.capacity, trace,
@@ -307,56 +303,3 @@ def _costs(graph, cluster, split: bool) -> CostModel:
     whole, so no split overhead is added to them but where the replica cuts ops (tensor or
     context parallel parts: `moplace.costs.costmodel.DEFAULT_SPLIT_OVERHEAD_S` per part)."""
     return CostModel(graph, cluster, **({} if split else {"split_overhead_s": 0.0}))
-
-
-def _data_parallel(rg, plan, pod, strategy, costs, stage_of_device, m: int) -> dict:
-    """Per stage: the data-parallel collectives' seconds (``reduce``, ``gather``), what of
-    them is ``exposed``, the bytes each rank ``moved`` in them; and the ``algorithms`` used."""
-    a = rg.graph.arrays
-    pp = plan.pp  # the replica's graph holds m micro-batches' work
-    stage = stage_of_device[strategy.placement]
-    n_ops = len(rg.graph.ops)
-    parts = np.ones(n_ops)
-    for op, split in strategy.splits.items():
-        parts[op] = len(split.devices)
-    tensor = np.array([op in strategy.splits and strategy.splits[op].dim in ("tensor", "expert")
-                       for op in range(n_ops)])
-    shard = np.where(tensor, parts, 1.0)
-    weights = (a.param_bytes > 0) & (a.output_bytes == 0) & (a.role != _UPDATE)
-    out = {k: np.zeros(pp) for k in ("reduce", "gather", "exposed", "moved")}
-    algorithms: dict = {}
-    groups = (("dense", ~rg.expert, plan.dp, stride_of(plan, "dp")),
-              ("expert", rg.expert, plan.dp // plan.ep, stride_of(plan, "expert-dp")))
-    window = np.zeros(pp)
-    back = a.role == _BACKWARD
-    np.add.at(window, stage[back], costs.compute[back, 0] / m / parts[back])
-    for s in range(pp):
-        on = stage == s
-        for name, mask, n, stride in groups:
-            grads = float((a.grad_bytes[on & mask] / shard[on & mask]).sum())
-            held = float((a.param_bytes[on & mask & weights] / shard[on & mask & weights]).sum())
-            if n <= 1 or grads <= 0:
-                continue
-            if plan.zero:
-                t_r, alg = collective_time(pod, REDUCE_SCATTER, grads, n, stride)
-                t_g, _ = collective_time(pod, ALL_GATHER, held, n, stride)
-                moved = moved_bytes(REDUCE_SCATTER, grads, n) + moved_bytes(ALL_GATHER, held, n)
-            else:
-                t_r, alg = collective_time(pod, ALL_REDUCE, grads, n, stride)
-                t_g, moved = 0.0, moved_bytes(ALL_REDUCE, grads, n)
-            algorithms[f"{name} gradients"] = alg
-            out["reduce"][s] += t_r
-            out["gather"][s] += t_g
-            out["moved"][s] += moved
-        total = out["reduce"][s] + out["gather"][s]
-        if not total:
-            continue
-        grads_all = float((a.grad_bytes[on] / shard[on]).sum()) or 1.0
-        bucket = min(1.0, BUCKET_BYTES / grads_all)
-        if plan.overlap:
-            out["exposed"][s] = (max(out["reduce"][s] * bucket, out["reduce"][s] - window[s])
-                                 + out["gather"][s] * bucket)
-        else:
-            out["exposed"][s] = total
-    out["algorithms"] = algorithms
-    return out

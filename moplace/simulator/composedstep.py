@@ -76,7 +76,8 @@ def composed_step(graph, cluster, strategy, costs, stage_of_op, p: int, v: int, 
     each, ``stage_of_op`` per op) run as ``schedule``, composed from the one micro-batch
     simulated op by op with its updates deferred (module docstring): the one micro-batch's
     trace, per rank its end, the step's makespan, and per device its peak memory, the bytes
-    it sends and receives and its compute seconds over the step."""
+    it sends and receives and its compute seconds over the step, and per rank its actions
+    timeline (`moplace.simulator.pipecompose.Composed.timeline`)."""
     later = deferred_updates(graph)
     updates = update_seconds(graph, strategy, costs, cluster.n_devices)
     strategy.validate(later, cluster.n_devices)
@@ -91,7 +92,7 @@ def composed_step(graph, cluster, strategy, costs, stage_of_op, p: int, v: int, 
     # (the deferred updates' parts keep their split overhead in the simulated micro-batch)
     return (trace, comp.end, comp.makespan, comp.peak, (trace.sent - sent) * m + sent,
             (trace.received - received) * m + received,
-            (trace.busy - busy) * m + busy + updates)
+            (trace.busy - busy) * m + busy + updates, comp.timeline)
 
 
 def _task_gradients(tg, trace, a) -> np.ndarray:

@@ -206,12 +206,14 @@ class Composed:
     """The step of ``m`` micro-batches: per rank ``end`` (its last action's end plus its
     tail), ``peak`` per device (rank-major), ``in_flight`` per rank (the most micro-batches'
     activations it held at once, summed over its chunks as micro-batch-chunks) and the
-    ``makespan``."""
+    ``makespan``; per rank ``timeline``, its actions in order as rows (kind F or B, chunk,
+    micro-batch, start, end: seconds from the step's start)."""
 
     end: np.ndarray
     peak: np.ndarray
     in_flight: np.ndarray
     makespan: float
+    timeline: tuple = ()
 
 
 def _rank_peak(blocks: Blocks, acts, r: int, steps: np.ndarray) -> np.ndarray:
@@ -259,6 +261,7 @@ def compose(blocks: Blocks, schedule: str, m: int) -> Composed:
     done = {F: np.full((S, m), np.nan), B: np.full((S, m), np.nan)}
     free = np.zeros(p)
     at = [0] * p
+    spans = [np.zeros((len(x), 2)) for x in lists]
     left = sum(len(x) for x in lists)
     while left:
         moved = False
@@ -275,7 +278,9 @@ def compose(blocks: Blocks, schedule: str, m: int) -> Composed:
                     dur = blocks.bwd[j]
                 if np.isnan(ready):
                     break
-                free[r] = max(free[r], ready) + dur
+                spans[r][at[r], 0] = max(free[r], ready)
+                free[r] = spans[r][at[r], 0] + dur
+                spans[r][at[r], 1] = free[r]
                 done[kind][j, k] = free[r]
                 at[r] += 1
                 left -= 1
@@ -294,4 +299,6 @@ def compose(blocks: Blocks, schedule: str, m: int) -> Composed:
         if m > 1:  # what it holds over its actions, at least the one micro-batch's peak
             peak[mine] = np.maximum(peak[mine], _rank_peak(blocks, lists[r], r, steps))
         in_flight[r] = int(np.cumsum(sign).max())
-    return Composed(end, peak, in_flight, float(end.max()))
+    timeline = tuple(np.column_stack([np.array(lists[r], float).reshape(-1, 3), spans[r]])
+                     for r in range(p))
+    return Composed(end, peak, in_flight, float(end.max()), timeline)
