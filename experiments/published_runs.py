@@ -42,10 +42,12 @@ up these models; README.md lines 65-76 at f2e5db4 name only the overlap flags):
   per device (each dividing a stage's layers; interleaved 1F1B) and recomputation: the
   fastest plan that fits, beside the row's.
 
-Each model is traced once (per micro-batch size searched) at sequences of 4,096 tokens with calibrated H100 estimates
-(``moplace profile ... --estimate H100``) into ``--cache`` (a 462 B trace takes minutes).
+Each model is traced once (per micro-batch size searched) at sequences of 4,096 tokens with
+calibrated H100 estimates (``moplace profile ... --estimate H100``) into ``--cache`` (a 462 B
+trace takes minutes).
 
-    python3 experiments/published_runs.py [--only 1.7B,7.1B] [--search [--mbs 1,2]] [--cache DIR] [--out FILE]
+    python3 experiments/published_runs.py [--only 1.7B,7.1B] [--search [--mbs 1,2]]
+        [--cache DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def gpt_config(heads: int, hidden: int, layers: int) -> dict:
 def traced(size: str, heads: int, hidden: int, layers: int, cache: Path, mbs: int = 1) -> Path:
     """The graph of one micro-batch of ``mbs`` sequences of the model, traced once into
     ``cache``."""
-    out = cache / (f"megatron-gpt-{size}.json" if mbs == 1 else f"megatron-gpt-{size}-mbs{mbs}.json")
+    out = cache / f"megatron-gpt-{size}{'' if mbs == 1 else f'-mbs{mbs}'}.json"
     if out.exists():
         return out
     cfg = cache / f"megatron-gpt-{size}" / "config.json"
@@ -113,8 +115,8 @@ def candidate_plans(tp: int, pp: int, dp: int, gbs: int, layers: int,
                     recompute=RECOMPUTE, tp_overlap: bool = True,
                     grad_fp32: bool = True, mbs: int = 1, virtual: bool = True) -> list[str]:
     """The plans of the row at micro-batch ``mbs``: its degrees, with every virtual-stage
-    count and each of the ``recompute`` modes; the distributed optimizer and the data-parallel overlap, and the
-    tensor-parallel overlap where there is tensor parallelism (the README's flags; not with
+    count (only v = 1 without ``virtual``) and each of the ``recompute`` modes; the
+    distributed optimizer and the data-parallel overlap, and the tensor-parallel overlap where there is tensor parallelism (the README's flags; not with
     ``tp_overlap`` False), FP32 gradients (not with ``grad_fp32`` False)."""
     per_stage = layers // pp
     m = gbs // (dp * mbs)

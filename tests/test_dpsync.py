@@ -66,7 +66,7 @@ def test_with_virtual_stages_a_chunk_is_reduced_rank_backwards_after_its_last():
     assert reduce_past_end(tl, [[1.0], [3.0]], 1, 2) == pytest.approx(3.0)
 
 
-def test_the_gathers_wait_lengthens_the_step(tiny, pod4, monkeypatch):  # noqa: F811
+def test_buckets_pay_a_latency_each(tiny, pod4, monkeypatch):  # noqa: F811
     """Cut into buckets, the gather and the reduction take longer (a collective's latency
     each) and the step waits for other seconds of them."""
     from moplace.simulator import dpsync
@@ -76,4 +76,5 @@ def test_the_gathers_wait_lengthens_the_step(tiny, pod4, monkeypatch):  # noqa: 
     monkeypatch.setattr(dpsync, "bucket_params", lambda dp: 2**14)
     many = evaluate_regular(tiny, pod4, plan)
     assert many.parts["param_gather_s"] > one.parts["param_gather_s"]
+    assert many.parts["grad_reduce_s"] > one.parts["grad_reduce_s"]
     assert many.parts["exposed_s"] != one.parts["exposed_s"]

@@ -33,22 +33,20 @@ import numpy as np
 from objectives import DEFAULT, evaluate_trace
 
 from ..core.degrees import Degrees, regular_plan
-from ..core.runners import chunk_stages
 from ..core.flops import TransformerShape, megatron_flops, traced_seq_len
-from ..core.graph import ROLES, OpGraph
+from ..core.graph import OpGraph
 from ..core.pod import Pod, pod_of_cluster
 from ..core.presets import MAX_DEVICES
+from ..core.runners import chunk_stages
 from ..costs.costmodel import CostModel
 from ..costs.devicespecs import device_spec
 from ..errors import StrategyError
-from .engine import DeviceFigures, Trace, simulate
 from .composedstep import composed_step
-from .pipecompose import COMPOSED
 from .dpsync import data_parallel
+from .engine import DeviceFigures, Trace, simulate
+from .pipecompose import COMPOSED
 from .replica import replica_cluster, replica_graph
 from .tpoverlap import FREE, hidden_server_links, tensor_parallel_overlap
-
-_BACKWARD, _UPDATE = ROLES.index("backward"), ROLES.index("update")
 
 
 @dataclass(frozen=True, eq=False)

@@ -61,18 +61,27 @@ def data_parallel(rg, plan, pod, strategy, costs, rank_of_device, chunk_of_op, m
     (``m`` micro-batches in ``rg``'s ops)."""
     a = rg.graph.arrays
     pp, v = plan.pp, plan.v
-    rank = rank_of_device[strategy.placement]
     n_ops = len(rg.graph.ops)
     parts = np.ones(n_ops)
+    shard = np.ones(n_ops)  # the ops cut on tensor or experts hold 1 / parts of the weights
     for op, split in strategy.splits.items():
         parts[op] = len(split.devices)
-    tensor = np.array([op in strategy.splits and strategy.splits[op].dim in ("tensor", "expert")
-                       for op in range(n_ops)])
-    shard = np.where(tensor, parts, 1.0)
+        if split.dim in ("tensor", "expert"):
+            shard[op] = parts[op]
     weights = (a.param_bytes > 0) & (a.output_bytes == 0) & (a.role != _UPDATE)
     grad_elem = 4 if plan.grad_fp32 or plan.precision == "fp32" else 2
-    groups = (("dense", ~rg.expert, plan.dp, stride_of(plan, "dp")),
-              ("expert", rg.expert, plan.dp // plan.ep, stride_of(plan, "expert-dp")))
+    # per op its rank and chunk as one key; per key (rank-major) the bytes its devices hold
+    key = rank_of_device[strategy.placement] * v + chunk_of_op
+
+    def per_key(x, on):
+        return np.bincount(key[on], weights=x[on], minlength=pp * v)
+
+    grads_all = per_key(a.grad_bytes / shard, slice(None))
+    groups = [(name, per_key(a.grad_bytes / shard, mask),
+               per_key(a.param_bytes / shard, mask & weights), n, stride)
+              for name, mask, n, stride in (
+                  ("dense", ~rg.expert, plan.dp, stride_of(plan, "dp")),
+                  ("expert", rg.expert, plan.dp // plan.ep, stride_of(plan, "expert-dp")))]
     out = {k: np.zeros(pp) for k in ("reduce", "gather", "stall", "exposed", "moved")}
     algorithms: dict = {}
     # per rank and chunk: its buckets' reduce and gather seconds
@@ -80,17 +89,13 @@ def data_parallel(rg, plan, pod, strategy, costs, rank_of_device, chunk_of_op, m
     gather = [[[] for _ in range(v)] for _ in range(pp)]
     for r in range(pp):
         for c in range(v):
-            on = (rank == r) & (chunk_of_op == c)
-            grads_all = float((a.grad_bytes[on] / shard[on]).sum())
+            k = r * v + c
             n_b = 1
-            if plan.overlap and r == 0 and c == 0 and grads_all > 0:
-                n_b = max(1, math.ceil(grads_all / grad_elem / bucket_params(plan.dp)))
-            t_r = np.zeros(n_b)
-            t_g = np.zeros(n_b)
-            for name, mask, n, stride in groups:
-                grads = float((a.grad_bytes[on & mask] / shard[on & mask]).sum())
-                held = float((a.param_bytes[on & mask & weights]
-                              / shard[on & mask & weights]).sum())
+            if plan.overlap and k == 0 and grads_all[0] > 0:
+                n_b = max(1, math.ceil(grads_all[0] / grad_elem / bucket_params(plan.dp)))
+            t_r = t_g = 0.0
+            for name, grads_of, held_of, n, stride in groups:
+                grads, held = float(grads_of[k]), float(held_of[k])
                 if n <= 1 or grads <= 0:
                     continue
                 if plan.zero:
@@ -105,11 +110,12 @@ def data_parallel(rg, plan, pod, strategy, costs, rank_of_device, chunk_of_op, m
                 t_r += tr
                 t_g += tg
                 out["moved"][r] += moved
-            reduce[r][c], gather[r][c] = t_r.tolist(), t_g.tolist()
-            out["reduce"][r] += t_r.sum()
-            out["gather"][r] += t_g.sum()
+            reduce[r][c], gather[r][c] = [t_r] * n_b, [t_g] * n_b
+            out["reduce"][r] += t_r * n_b
+            out["gather"][r] += t_g * n_b
     if timeline is None:
-        timeline = _whole_spans(rg, plan, costs.compute[:, 0] / m / parts, rank, chunk_of_op, m)
+        timeline = _whole_spans(rg, plan, costs.compute[:, 0] / m / parts,
+                                rank_of_device[strategy.placement], chunk_of_op, m)
     for r in range(pp):
         if not plan.overlap:
             out["exposed"][r] = out["reduce"][r] + out["gather"][r]
@@ -172,9 +178,10 @@ def reduce_past_end(rows: np.ndarray, reduces: list, rank: int, v: int) -> float
 
 def _whole_spans(rg, plan, secs: np.ndarray, rank, chunk_of_op, m: int) -> list:
     """Per rank a stand-in timeline for a step simulated whole: per chunk one forward of a
-    micro-batch's forward seconds, from the step's start one after another, and one backward
-    of a micro-batch's backward seconds, ending at the step's end one after another (rank 0's
-    chunk 0 last); ``secs``: per op its seconds on one of its devices for one micro-batch."""
+    micro-batch's forward seconds, from the step's start one after another, then one backward
+    of a micro-batch's backward seconds, one after another, chunk 0's last (what `gather_wait`
+    reads of the forwards and `reduce_past_end` of the backwards, against their last end);
+    ``secs``: per op its seconds on one of its devices for one micro-batch."""
     a = rg.graph.arrays
     out = []
     for r in range(plan.pp):
@@ -186,7 +193,6 @@ def _whole_spans(rg, plan, secs: np.ndarray, rank, chunk_of_op, m: int) -> list:
         for c in range(plan.v):
             rows.append((F, c, 0, t, t + f[c]))
             t += f[c]
-        t = max(t, sum(f) + sum(b))
         for c in reversed(range(plan.v)):
             rows.append((B, c, m - 1, t, t + b[c]))
             t += b[c]
