@@ -20,23 +20,25 @@ up these models; README.md lines 65-76 at f2e5db4 name only the overlap flags):
   (so sequence parallelism, which it asserts; moplace's tensor parallelism is Megatron's with
   sequence parallelism), pipeline-parallel communication overlapped "by default" (which the
   code turns on only with virtual stages: the interleaved schedule).
-- **Megatron's rule for BF16:** the weight gradients accumulated and reduced in FP32
-  (``arguments.py`` lines 300-307 at f2e5db4 set ``accumulate_allreduce_grads_in_fp32``
-  whenever ``--bf16``): ``grad_fp32=1``.
 - **How moplace models the overlaps:** the data-parallel collectives as Megatron-Core r0.8.0
   schedules them (`moplace.simulator.dpsync`: buckets on pipeline rank 0's first chunk only,
   gradients reduced as the last backward makes them or after it, the weights gathered one
   bucket after another as the next step's first forward reaches them);
   the tensor-parallel collectives under their GEMMs (``tp_overlap=1``,
   `moplace.simulator.tpoverlap`: what exceeds each GEMM is left to the simulated step).
-- **Inferred:** BF16 (the MFU column is TFLOP/s over the H100's dense 16-bit peak, 989
-  TFLOP/s).
 - **From the example script of that commit** (``examples/gpt3/train_gpt3_175b_distributed.sh``,
   Megatron's GPT-3 175B on TP8 PP16): ``--micro-batch-size 1`` (GBS / DP is 4 x PP in every
   row: 4 PP micro-batches), no ``--num-layers-per-virtual-pipeline-stage`` (v = 1: plain
   1F1B; two rows' stages hold 23 and 7 layers, prime, which interleaving could cut only into
-  single layers) and no recomputation flag (none; the least of selective, full where none
-  does not fit in 80 GB).
+  single layers), no recomputation flag (none; the least of selective, full where none
+  does not fit in 80 GB) and ``--fp16`` (``precision=fp16``: FP16 runs the H100's tensor
+  cores as fast as BF16 and takes as many bytes, so the MFU column's 989 TFLOP/s peak is the
+  same; but ``arguments.py`` lines 289-307 at f2e5db4 force the gradients into FP32 for
+  ``--bf16`` only, so FP16 training holds and reduces them in FP16: half the data-parallel
+  traffic of BF16's; the dynamic loss scale's unscaling and overflow check, one pass over a
+  rank's 1/DP shard of the gradients and a one-number all-reduce, are left out). The other
+  example of that release, ``examples/gpt3/gpt_config.yaml``, sets BF16 and micro-batch 2;
+  ``--bf16`` evaluates the rows so (FP32 gradients, as Megatron forces them).
 - **Searched** with ``--search`` (what the table leaves open): the micro-batch size (1, 2 or
   4 where it divides a replica's GBS / DP into at least PP micro-batches), the virtual stages
   per device (each dividing a stage's layers; interleaved 1F1B) and recomputation: the
@@ -113,17 +115,19 @@ def micro_batch_sizes(pp: int, dp: int, gbs: int) -> list[int]:
 
 def candidate_plans(tp: int, pp: int, dp: int, gbs: int, layers: int,
                     recompute=RECOMPUTE, tp_overlap: bool = True,
-                    grad_fp32: bool = True, mbs: int = 1, virtual: bool = True) -> list[str]:
+                    bf16: bool = False, mbs: int = 1, virtual: bool = True) -> list[str]:
     """The plans of the row at micro-batch ``mbs``: its degrees, with every virtual-stage
     count (only v = 1 without ``virtual``) and each of the ``recompute`` modes; the
-    distributed optimizer and the data-parallel overlap, and the tensor-parallel overlap where there is tensor parallelism (the README's flags; not with
-    ``tp_overlap`` False), FP32 gradients (not with ``grad_fp32`` False)."""
+    distributed optimizer and the data-parallel overlap, and the tensor-parallel overlap where
+    there is tensor parallelism (the README's flags; not with ``tp_overlap`` False), in FP16
+    (the example script's; with ``bf16``, BF16 and its FP32 gradients)."""
     per_stage = layers // pp
     m = gbs // (dp * mbs)
     vs = [1] + ([v for v in range(2, per_stage + 1) if per_stage % v == 0 and m % pp == 0]
                 if pp > 1 and virtual else [])
     return [f"tp={tp},pp={pp},v={v},dp={dp},mbs={mbs},gbs={gbs},zero=1,overlap=1,"
-            f"tp_overlap={int(tp > 1 and tp_overlap)},grad_fp32={int(grad_fp32)},recompute={r}"
+            f"tp_overlap={int(tp > 1 and tp_overlap)},precision={'bf16' if bf16 else 'fp16'},"
+            f"grad_fp32={int(bf16)},recompute={r}"
             for v in vs for r in recompute]
 
 
@@ -135,8 +139,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-tp-overlap", action="store_true",
                     help="leave the tensor-parallel collectives unhidden (to see what the "
                          "overlap moves)")
-    ap.add_argument("--bf16-grads", action="store_true",
-                    help="hold and reduce the gradients in BF16 (to see what FP32 moves)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="train in BF16, the gradients held and reduced in FP32 as Megatron "
+                         "forces them (gpt_config.yaml's precision) instead of the script's "
+                         "FP16")
     ap.add_argument("--figure", type=Path, help="draw published and predicted TFLOP/s per GPU "
                                                 "against GPUs into this PNG")
     ap.add_argument("--fronts", action="store_true",
@@ -173,7 +179,7 @@ def main(argv=None) -> int:
              "(calibrated H100 estimates; TFLOP/s per GPU as Megatron's "
              "num_floating_point_operations at f2e5db4 counts them)"
              + ("; without the TP overlap" if args.no_tp_overlap else "")
-             + ("; BF16 gradients" if args.bf16_grads else ""), "",
+             + ("; BF16, FP32 gradients" if args.bf16 else "; FP16"), "",
              (f"{'size':>5} {'GPUs':>5} {'published':>9} {'moplace':>8} {'error':>7}  "
               f"{'step':>8} {'memory':>9}  recomputation"
               + ("; the fastest plan searched" if args.search else "") + "; seconds")]
@@ -189,7 +195,7 @@ def main(argv=None) -> int:
         best = None
         for mode in modes:
             best, _ = best_of(candidate_plans(tp, pp, dp, gbs, layers, (mode,),
-                                              not args.no_tp_overlap, not args.bf16_grads,
+                                              not args.no_tp_overlap, args.bf16,
                                               1, virtual=False), graph, pod, size)
             if best is not None:
                 break
@@ -209,7 +215,7 @@ def main(argv=None) -> int:
             for mbs in [b for b in micro_batch_sizes(pp, dp, gbs) if b in args.mbs]:
                 g = load_graph(str(traced(size, heads, hidden, layers, args.cache, mbs)))
                 ev, n = best_of(candidate_plans(tp, pp, dp, gbs, layers, modes,
-                                                not args.no_tp_overlap, not args.bf16_grads,
+                                                not args.no_tp_overlap, args.bf16,
                                                 mbs), g, pod, size)
                 tried += n
                 if ev is not None and (found is None or ev.runtime_s < found.runtime_s):
@@ -222,7 +228,8 @@ def main(argv=None) -> int:
         lines.append(line + f"; {time.perf_counter() - t0:.0f} s")
         print(lines[-1], file=sys.stderr, flush=True)
         if args.fronts:
-            lines.append("      " + front_standing(graph, pod, gbs, best, path, args.workers))
+            lines.append("      " + front_standing(graph, pod, gbs, best, path, args.workers,
+                                                   "bf16" if args.bf16 else "fp16"))
             print(lines[-1], file=sys.stderr, flush=True)
     if errors:
         lines.append("")
@@ -259,15 +266,18 @@ def best_of(specs, graph, pod, size: str):
     return best, tried
 
 
-def front_standing(graph, pod, gbs: int, best, path: Path, workers: int) -> str:
+def front_standing(graph, pod, gbs: int, best, path: Path, workers: int,
+                   precision: str = "fp16") -> str:
     """Where ``best``'s plan stands on the exact front of the Megatron space of ``graph`` on
-    ``pod`` at ``gbs`` (`moplace.optimize.regularsearch.search_regular`, every plan evaluated)."""
+    ``pod`` at ``gbs`` in ``precision`` (`moplace.optimize.regularsearch.search_regular`,
+    every plan evaluated)."""
     from moplace.optimize.archive import no_worse
     from moplace.optimize.regularsearch import search_regular
 
     t0 = time.perf_counter()
     result = search_regular(graph, pod, gbs, graph_spec=str(path), pod_spec=pod.name,
-                            method="random", budget=10**9, seed=0, workers=workers)
+                            method="random", budget=10**9, seed=0, workers=workers,
+                            precisions=(precision,))
     took = time.perf_counter() - t0
     front = [result.points[k] for k in result.front]
     mine = next((p for p in result.points if p.plan == best.plan), None)
@@ -306,7 +316,7 @@ def draw(rows, path: Path) -> None:
     ax.set_ylabel("model TFLOP/s per GPU")
     ax.set_ylim(0, 1100)
     ax.axhline(989.5, color="grey", lw=0.5)
-    ax.text(gpus[0], 1005, "dense BF16 peak, 989.5 TFLOP/s", fontsize=8, color="grey")
+    ax.text(gpus[0], 1005, "dense FP16 / BF16 peak, 989.5 TFLOP/s", fontsize=8, color="grey")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title("Megatron-LM's weak-scaling table: published and predicted throughput",

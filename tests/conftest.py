@@ -109,6 +109,18 @@ def tiny_llama_file(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_llama_batch2_file(tiny_llama_file):
+    """`TINY_LLAMA` as `tiny_llama_file`, at a micro-batch of two sequences."""
+    from moplace.cli import main
+
+    out = tiny_llama_file.parent / "g-mbs2.json"
+    assert main(["profile", f"hf:{tiny_llama_file.parent / 'config.json'}", "--batch", "2",
+                 "--seq-len", "128", "--estimate", "H100", "--quiet", "--no-cache", "-o",
+                 str(out)]) == 0
+    return out
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` need a CUDA device: skipped where torch sees none (CI, laptops).
     torch is imported only when such a test was collected."""

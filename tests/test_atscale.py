@@ -388,3 +388,26 @@ def test_uneven_first_and_last_stages(tiny):
     even = evaluate_regular(tiny, three, parse_plan("tp=1,pp=3,dp=1,mbs=8,gbs=16,first=2"))
     busy, busy2 = ev.trace.replica.busy, even.trace.replica.busy
     assert busy[1] > busy[0] and busy2[0] > busy2[2]  # the middle stage has 2 layers, then 1
+
+
+def test_fp16_runs_as_bf16_but_megatron_keeps_its_gradients_in_fp16(tiny, pod4):
+    """FP16 takes BF16's time and bytes; what differs is Megatron's rule: BF16's gradients are
+    held and reduced in FP32, FP16's (loss-scaled) in FP16, so its space halves the
+    data-parallel traffic; both read back and say their precision."""
+    from moplace.core.regularspace import RegularSpace
+    from moplace.io.regularexport import regular_megatron
+
+    fp16 = parse_plan("tp=1,pp=1,dp=4,mbs=8,gbs=32,precision=fp16")
+    bf16 = parse_plan("tp=1,pp=1,dp=4,mbs=8,gbs=32")
+    a, b = evaluate_regular(tiny, pod4, fp16), evaluate_regular(tiny, pod4, bf16)
+    assert np.array_equal(a.values, b.values) and a.parts == b.parts
+    assert "FP16" in fp16.text() and parse_plan(fp16.spec()) == fp16
+    space = {p.precision: p for p in RegularSpace(tiny, 4, 32, precisions=("bf16", "fp16")).all()
+             if (p.tp, p.pp, p.dp, p.zero, p.recompute) == (1, 1, 4, 1, "none")}
+    assert space["bf16"].grad_fp32 == 1 and space["fp16"].grad_fp32 == 0
+    ev = {k: evaluate_regular(tiny, pod4, p) for k, p in space.items()}
+    assert ev["fp16"].parts["grad_reduce_s"] < ev["bf16"].parts["grad_reduce_s"]
+    args = regular_megatron(space["fp16"], None)["args"]
+    assert "--fp16" in args and "--bf16" not in args
+    assert "--accumulate-allreduce-grads-in-fp32" in regular_megatron(
+        parse_plan("tp=1,pp=1,dp=4,mbs=8,gbs=32,precision=fp16,grad_fp32=1"), None)["args"]

@@ -118,3 +118,21 @@ def test_an_unreachable_scheduler_fails_fast(capsys):
     with pytest.raises(MoplaceError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:1"):
         DaskEvaluator("tcp://127.0.0.1:1", timeout=3)
     assert time.perf_counter() - t0 < 15
+
+
+def test_a_searchers_thread_locks_travel_as_new_unheld_locks():
+    """Optuna 5.1's genetic samplers hold a threading.Lock, which plain pickle refuses: a
+    checkpoint or a batch sent to a worker writes each lock as a new one, unheld."""
+    import pickle
+    import threading
+
+    state = {"lock": threading.Lock(), "rlock": threading.RLock(), "n": 3}
+    with pytest.raises(TypeError):
+        pickle.dumps(state)
+    back = wire.loads(wire.dumps(state))
+    assert back["n"] == 3 and back["lock"].acquire(blocking=False)
+    assert back["rlock"].acquire(blocking=False)
+    optuna = pytest.importorskip("optuna")
+    sampler = optuna.samplers.NSGAIISampler(seed=0)
+    again = wire.loads(wire.dumps(sampler))
+    assert type(again) is type(sampler)

@@ -244,3 +244,38 @@ def test_virtual_stages_with_uneven_ends(tiny):
     b = evaluate_regular(tiny, pod, parse_plan("tp=1,pp=2,v=2,dp=8,mbs=8,gbs=128"))
     assert a.runtime_s == pytest.approx(b.runtime_s, rel=1e-12)
     assert np.array_equal(a.trace.peak_memory, b.trace.peak_memory)
+
+
+def test_micro_batch_size_is_a_gene_with_a_graph_per_size(tmp_path, capsys, tiny_llama_file,
+                                                           tiny_llama_batch2_file):
+    """With the model traced at two micro-batch sizes the space is both sizes' plans, each
+    evaluated on its own size's graph (the same plan at mbs 2 runs half the micro-batches
+    of twice the sequences); front.json names each size's graph, and show's and export's
+    commands the one of the point's size. A graph of another model or of a size given twice
+    is refused in one line before any work."""
+    g1, g2 = load_graph(str(tiny_llama_file)), load_graph(str(tiny_llama_batch2_file))
+    pod = load_target(str(_pod(tmp_path, 4)))
+    both = search_regular(g1, pod, 8, graph_spec=str(tiny_llama_file), pod_spec=str(pod.name),
+                          budget=10**6, more_graphs=((g2, str(tiny_llama_batch2_file)),))
+    alone = [RegularSpace(g, 4, 8).all() for g in (g1, g2)]
+    assert both.n_plans == len(alone[0]) + len(alone[1])
+    assert {p.plan.mbs for p in both.points} == {1, 2}
+    for p in both.points[:6]:
+        again = evaluate_regular({1: g1, 2: g2}[p.plan.mbs], pod, p.plan)
+        assert np.array_equal(again.values, p.values)
+    podfile = _pod(tmp_path, 4)
+    out = tmp_path / "f"
+    argv = ["search", str(tiny_llama_file), "--cluster", str(podfile), "--space", "megatron",
+            "--gbs", "8", "--searcher", "random", "--out", str(out)]
+    assert main(argv + ["--micro-batch-graphs", str(tiny_llama_batch2_file)]) == 0
+    assert "micro-batches of 1, 2 sequences" in capsys.readouterr().out
+    data = json.loads((out / "front.json").read_text())
+    assert set(data["micro_batch_graphs"]) == {"1", "2"}
+    k = next(i for i, p in enumerate(data["points"]) if p["regular"]["degrees"]["mbs"] == 2)
+    assert main(["export", str(out / "front.json"), "--point", str(k)]) == 0
+    assert str(Path(tiny_llama_batch2_file).resolve()) in capsys.readouterr().out
+    for other, words in ((TINY, "not the same model"), (tiny_llama_file, "each size once")):
+        bad = tmp_path / "bad"
+        assert main(argv[:-1] + [str(bad), "--micro-batch-graphs", str(other)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and "\n" not in err and not bad.exists()

@@ -113,6 +113,7 @@ def _regular_point(data: dict, front, point) -> tuple[dict, str]:
     from ..io.export import PLAN_FORMAT, PLAN_VERSION
     from ..io.frontcheck import check_front
     from ..io.regularexport import regular_megatron, regular_text, regular_torchtitan
+    from ..io.regularfronts import graph_of_point
 
     check_front(data, front)
     points = data["points"] or data.get("infeasible") or []
@@ -142,7 +143,7 @@ def _regular_point(data: dict, front, point) -> tuple[dict, str]:
            "graph": data.get("graph"), "cluster": data.get("cluster"), "plan": plan.spec(),
            "degrees": regular.get("degrees"), "summary": regular.get("summary"),
            "megatron": mega, "torchtitan": titan,
-           "text": regular_text(p, title, mega, titan, data.get("graph_source"),
+           "text": regular_text(p, title, mega, titan, graph_of_point(data, plan.mbs),
                                 data.get("cluster_source"))}
     return doc, title
 

@@ -38,7 +38,7 @@ def evaluate_plan(args) -> int:
                           memory_limit=args.memory_limit or None)
     kind_cluster = target.servers(1) if isinstance(target, Pod) else target
     notes = estimated_notes(graph, kind_cluster)
-    if plan.precision != "bf16":
+    if plan.fp8 != "none":
         from ..costs.fp8 import FP8_NOTE
         notes.append(FP8_NOTE)
     name = target.name

@@ -244,6 +244,10 @@ def _commands(info: dict, data: dict, k: int) -> dict[str, str]:
         regular = points[k].get("regular") if 0 <= k < len(points) and isinstance(
             points[k], dict) else None
         spec = regular.get("spec") if isinstance(regular, dict) else "..."
+        from ..io.regularfronts import graph_of_point
+
+        degrees = regular.get("degrees") if isinstance(regular, dict) else None
+        graph = graph_of_point(data, degrees.get("mbs") if isinstance(degrees, dict) else None)
         out["evaluate"] = (f"moplace evaluate {graph or 'GRAPH'} --cluster "
                            f"{cluster or 'POD'} --plan \"{spec}\"")
         out["export"] = f"moplace export {front} --point {k}"

@@ -57,6 +57,16 @@ def check_scale_args(args) -> None:
         raise MoplaceError("--dask: a search on a pod takes --workers N (processes here)")
 
 
+def refuse_pod_options(args) -> None:
+    """Refuse, in one line, the options only a search on a pod takes, given with a listed
+    cluster."""
+    pod_only = [f for f, on in (("gbs", args.gbs), ("workers", args.workers > 1),
+                                ("micro-batch-graphs", args.micro_batch_graphs)) if on]
+    if pod_only:
+        raise MoplaceError(f"--{pod_only[0]}: for a search on a pod "
+                           f"(--cluster pod:H100:N); --cluster {args.cluster} lists its devices")
+
+
 def run_scale_search(args, budget, settings: dict) -> int:
     from .. import strictjson
     from ..core.pod import load_target
@@ -79,6 +89,8 @@ def run_scale_search(args, budget, settings: dict) -> int:
     if not isinstance(batch, int) or args.gbs % batch:
         raise MoplaceError(f"--gbs {args.gbs}: the graph {graph.name!r} is one micro-batch of "
                            f"{batch} sequences; the global batch must be a multiple of it")
+    more = _micro_batch_graphs(args, graph)
+    sizes = sorted({batch} | {g.metadata["batch_size"] for g, _ in more})
     quiet = args.json or args.quiet
     last = [0.0]
 
@@ -96,16 +108,23 @@ def run_scale_search(args, budget, settings: dict) -> int:
         framework=args.space, method=args.searcher, budget=budget.evaluations or 10**9,
         seconds=budget.seconds, seed=args.seed, memory_limit=args.memory_limit,
         workers=args.workers, pop_size=int(settings.get("pop_size", 16)), progress=progress,
-        **({"objectives": args.objectives} if args.objectives else {}))
+        more_graphs=more, **({"objectives": args.objectives} if args.objectives else {}))
     notes = [f"searched the {args.space} space's regular plans on {pod.name} at {args.gbs:,} "
-             f"sequences a step: {len(result.points):,} evaluated of {result.n_plans:,} "
+             f"sequences a step"
+             + (f" (micro-batches of {', '.join(map(str, sizes))} sequences)" if more else "")
+             + f": {len(result.points):,} evaluated of {result.n_plans:,} "
              f"({result.unfit:,} cannot hold their weights, gradients and optimizer state"
              + (f"; {len(result.refused):,} refused: {result.refused[0][1].split(': ', 1)[-1]}"
                 if result.refused else "") + "), "
              f"{args.searcher}, seeded with {len(result.seeds)} recommended configuration"
              f"{'s' if len(result.seeds) != 1 else ''}, "
              f"in {fmt_duration(time.perf_counter() - t0)}"]
-    data = regular_front_json(result, graph, pod, sources(args.graph, args.cluster), notes)
+    where = sources(args.graph, args.cluster)
+    if more:  # each micro-batch size's graph, so a point's commands name its own
+        where["micro_batch_graphs"] = {str(batch): where["graph_source"], **{
+            str(g.metadata["batch_size"]): sources(spec, None)["graph_source"]
+            for g, spec in more}}
+    data = regular_front_json(result, graph, pod, where, notes)
     path = write_front(data, args.out)
     if args.json:
         print(strictjson.dumps(data))
@@ -116,3 +135,22 @@ def run_scale_search(args, budget, settings: dict) -> int:
         print(f"wrote {path}")
         print(f"next: moplace show {path} --best runtime, moplace export {path} --point K")
     return 0 if result.front else 3
+
+
+def _micro_batch_graphs(args, graph) -> tuple:
+    """``(graph, spec)`` of each ``--micro-batch-graphs`` file, checked to be ``graph``'s model
+    at another micro-batch size (`moplace.optimize.regularsearch.check_micro_batch_graphs`)."""
+    from ..io import load_graph
+    from ..optimize.regularsearch import check_micro_batch_graphs
+
+    specs = [x.strip() for x in (args.micro_batch_graphs or "").split(",") if x.strip()]
+    out = []
+    for spec in specs:
+        if not Path(spec).is_file():
+            raise MoplaceError(f"--micro-batch-graphs {spec}: no such file")
+        try:
+            out.append((load_graph(spec), spec))
+        except MoplaceError as exc:
+            raise MoplaceError(f"--micro-batch-graphs {spec}: {exc}") from None
+    check_micro_batch_graphs(graph, out, args.gbs)
+    return tuple(out)

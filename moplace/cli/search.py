@@ -55,6 +55,9 @@ def add_commands(sub) -> None:
     s.add_argument("--gbs", type=integer(1, 1 << 30), metavar="SEQUENCES",
                    help="on a pod (--cluster pod:H100:N): the global batch, sequences a step, "
                         "the regular plans are searched at (the graph is one micro-batch)")
+    s.add_argument("--micro-batch-graphs", metavar="G2,G4", help="on a pod: the model "
+                   "traced at other micro-batch sizes (profile --batch B), comma separated: "
+                   "a gene, each plan evaluated on its size's graph")
     s.add_argument("--workers", type=integer(1, 256), default=1,
                    help="on a pod: evaluate plans in N processes here (default 1)")
     s.add_argument("--checkpoint", type=file_arg, metavar="FILE",
@@ -109,13 +112,11 @@ def _search(args) -> int:
     from .progress import Display
 
     budget = _budget(args)
-    from .scalesearch import run_scale_search, targets_pod
+    from .scalesearch import refuse_pod_options, run_scale_search, targets_pod
 
     if targets_pod(args):
         return run_scale_search(args, budget, parse_settings(args.set))
-    if args.gbs or args.workers > 1:
-        raise MoplaceError(f"--{'gbs' if args.gbs else 'workers'}: for a search on a pod "
-                           f"(--cluster pod:H100:N); --cluster {args.cluster} lists its devices")
+    refuse_pod_options(args)
     resuming = bool(args.checkpoint) and Path(args.checkpoint).is_file()
     check_output(Path(args.out) / "front.json", force=args.force, flag="--out",
                  replaceable=resuming)  # before any work: nothing found is lost

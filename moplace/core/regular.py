@@ -7,15 +7,16 @@ lays out its expert groups), ``mbs`` sequences per micro-batch and ``gbs`` per s
 replica runs ``gbs / (dp * mbs)`` micro-batches; and the levers: ``recompute`` (none, full,
 selective), ``zero`` (0: gradients all-reduced; 1 or 2: Megatron's distributed optimizer,
 gradients reduce-scattered and the weights all-gathered, the optimizer state sharded over the
-data-parallel ranks), ``precision`` (bf16, fp8: every matmul, fp8-inner: all but the first
-and last layers'), ``schedule`` (1f1b, gpipe, interleaved, zero-bubble; interleaved when
-``v > 1`` unless said), ``cp_comm`` (p2p: ring attention, a2a: Ulysses) and ``overlap`` (1:
+data-parallel ranks), ``precision`` (bf16; fp16, as fast and as large on the tensor cores
+but with a loss scale, so Megatron-LM keeps its gradients in FP16; fp8: every matmul,
+fp8-inner: all but the first and last layers'), ``schedule`` (1f1b, gpipe, interleaved,
+zero-bubble; interleaved when ``v > 1`` unless said), ``cp_comm`` (p2p: ring attention, a2a: Ulysses) and ``overlap`` (1:
 the data-parallel collectives overlap the backward and the next forward, as Megatron's
 ``--overlap-grad-reduce --overlap-param-gather`` and FSDP run them; 0: they do not) and
 ``tp_overlap`` (1: the tensor-parallel collectives overlap the GEMMs they feed or follow, as
 Megatron's ``--tp-comm-overlap`` runs them; 0, the default: they do not) and ``grad_fp32``
 (1: the weight gradients held and reduced in FP32, as Megatron-LM does for BF16 training; 0,
-the default: in the weights' 16 bits).
+the default: in the weights' 16 bits; Megatron-LM's ``--fp16`` runs keep them so).
 
 `parse_plan` reads the text and says what is wrong with it in one line naming the field;
 `RegularPlan.misfit` says why a plan cannot run a graph on a number of GPUs.
@@ -29,7 +30,7 @@ from ..errors import StrategyError, shown
 from .options import FP8_MODES, SCHEDULES, VIRTUAL_SCHEDULES
 
 RECOMPUTE = ("none", "full", "selective")
-PRECISIONS = {"bf16": "none", "fp8": "all", "fp8-inner": "inner"}
+PRECISIONS = {"bf16": "none", "fp16": "none", "fp8": "all", "fp8-inner": "inner"}
 CP_COMMS = ("p2p", "a2a")
 _INTS = ("tp", "cp", "pp", "v", "dp", "ep", "mbs", "gbs", "zero", "overlap", "tp_overlap",
          "grad_fp32", "first", "last")
@@ -178,7 +179,7 @@ class RegularPlan:
             if experts % self.ep or self.dp % self.ep:
                 return (f"ep {self.ep} must divide the {experts} experts and dp {self.dp} "
                         f"(expert-parallel groups are carved out of the data-parallel ranks)")
-        if self.precision != "bf16" and not graph.metadata.get("layers"):
+        if self.fp8 != "none" and not graph.metadata.get("layers"):
             return f"precision {self.precision} needs a graph that names its layers"
         return None
 

@@ -27,12 +27,15 @@ ZEROS = {"megatron": (0, 1), "torchtitan": (1,)}
 TP_DEGREES = (1, 2, 4, 8)
 #: what each framework does on its own (`RegularSpace.levers`): Megatron-LM holds and reduces
 #: BF16 training's gradients in FP32 (arguments.py sets accumulate_allreduce_grads_in_fp32
-#: with --bf16) and overlaps tensor-parallel communication with the GEMMs where its README's
-#: scaling runs do (--tp-comm-overlap); torchtitan reduces in FP32 (its job config's
+#: with --bf16; with --fp16 it does not: `FP16_GRADS`) and overlaps tensor-parallel
+#: communication with the GEMMs where its README's scaling runs do (--tp-comm-overlap); torchtitan reduces in FP32 (its job config's
 #: mixed_precision_reduce takes "float32" only) and runs tensor parallelism unoverlapped
 #: (its async TP needs torch.compile)
 FRAMEWORK_LEVERS = {"megatron": {"grad_fp32": 1, "tp_overlap": 1},
                     "torchtitan": {"grad_fp32": 1, "tp_overlap": 0}}
+#: the frameworks that keep FP16 training's gradients in FP16 (Megatron-LM: FP16's loss scale
+#: keeps them in range, so only --bf16 forces FP32)
+FP16_GRADS = ("megatron",)
 
 
 @dataclass(frozen=True)
@@ -83,11 +86,13 @@ class RegularSpace:
                     out += self._levers(tp, cp, pp, dp, mbs, layers, experts, ends)
         return [p for p in out if p.misfit(g, self.gpus) is None]
 
-    def _own_levers(self, tp: int) -> dict:
+    def _own_levers(self, tp: int, precision: str) -> dict:
         if not self.levers:
             return {}
         own = FRAMEWORK_LEVERS[self.framework]
-        return {"grad_fp32": own["grad_fp32"], "tp_overlap": own["tp_overlap"] if tp > 1 else 0}
+        fp16 = precision == "fp16" and self.framework in FP16_GRADS
+        return {"grad_fp32": 0 if fp16 else own["grad_fp32"],
+                "tp_overlap": own["tp_overlap"] if tp > 1 else 0}
 
     def _levers(self, tp, cp, pp, dp, mbs, layers, experts, ends=0) -> list[RegularPlan]:
         out, modes = [], self.recompute_modes()
@@ -115,7 +120,7 @@ class RegularSpace:
                                                        recompute=rec, zero=zero,
                                                        precision=prec, schedule=schedule,
                                                        first=ends_v, last=ends_v,
-                                                       **self._own_levers(tp)))
+                                                       **self._own_levers(tp, prec)))
         return out
 
 

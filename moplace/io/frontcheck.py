@@ -63,6 +63,11 @@ def check_front(data, path) -> dict:
     for field in ("graph_source", "cluster_source", "optimizer", "status", "searcher", "space"):
         if data.get(field) is not None and not isinstance(data[field], str):
             fail(field, f"must be a string, got {shown(data[field])}")
+    by = data.get("micro_batch_graphs")
+    if by is not None and not (isinstance(by, dict)
+                               and all(isinstance(v, str) for v in by.values())):
+        fail("micro_batch_graphs", f"must be an object of graph paths by micro-batch size, got "
+                                   f"{shown(by)}")
     if "inplace" in data and not isinstance(data["inplace"], bool):
         fail("inplace", f"must be true or false, got {shown(data['inplace'])}")
     return data

@@ -80,7 +80,11 @@ def regular_megatron(plan: RegularPlan, layers: int | None) -> dict:
         args.append("--overlap-grad-reduce")
     if plan.tp_overlap and plan.tp > 1:
         args.append("--tp-comm-overlap")
-    if plan.precision == "bf16":
+    if plan.precision == "fp16":
+        args.append("--fp16")
+        if plan.grad_fp32:
+            args.append("--accumulate-allreduce-grads-in-fp32")
+    elif plan.precision == "bf16":
         args.append("--bf16")
         if not plan.grad_fp32:
             notes.append("BF16 gradients: Megatron reduces BF16 training's gradients in FP32 "
@@ -117,8 +121,11 @@ def regular_torchtitan(plan: RegularPlan, layers: int | None) -> dict:
                                         else "none"}}
     if plan.recompute == "selective":
         tables["activation_checkpoint"]["selective_ac_option"] = "op"
-    if plan.precision != "bf16":
+    if plan.fp8 != "none":
         tables["model"] = {"converters": ["quantize.linear.float8"]}
+    elif plan.precision == "fp16":
+        notes.append("FP16: torchtitan trains in BF16 or FP32 (its mixed_precision_param); "
+                     "the plan was evaluated in FP16, as fast and as large")
     if plan.tp_overlap and plan.tp > 1:
         notes.append("the plan overlaps tensor-parallel communication (Megatron's "
                      "--tp-comm-overlap); torchtitan's is [parallelism] "

@@ -63,3 +63,12 @@ def regular_front_json(result, graph, pod, sources: dict, notes: list[str]) -> d
             "points": [regular_point_json(pts[k]) for k in result.front],
             "infeasible": [regular_point_json(pts[k]) for k in result.infeasible_front],
             "notes": notes}
+
+
+def graph_of_point(data: dict, mbs) -> str | None:
+    """The graph a front.json's point of micro-batch ``mbs`` was evaluated on: its size's in
+    ``micro_batch_graphs`` (a search with ``--micro-batch-graphs``), else ``graph_source``."""
+    by = data.get("micro_batch_graphs")
+    if isinstance(by, dict) and isinstance(by.get(str(mbs)), str):
+        return by[str(mbs)]
+    return data.get("graph_source")

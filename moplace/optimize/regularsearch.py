@@ -3,7 +3,9 @@
 GRAPH --cluster pod:H100:16384 --space megatron --gbs 2048`` runs.
 
 The plans are `moplace.core.regularspace.RegularSpace`'s (TP, CP, PP with virtual or uneven
-stages, DP, EP, recomputation, ZeRO, schedule, precision at the fixed global batch). A plan
+stages, DP, EP, recomputation, ZeRO, schedule, precision at the fixed global batch), of each
+graph given: the model traced at one micro-batch size each, so the micro-batch size is a gene
+too (each plan evaluated on the graph of its size). A plan
 whose weights, gradients and optimizer state alone (the fullest stage's, per GPU) exceed the
 GPUs' memory cannot fit: it is counted and never simulated, and spends none of the budget.
 
@@ -38,7 +40,7 @@ from .regularwalks import PROPOSERS, make_proposer
 #: the methods a regular space is searched with
 METHODS = ("random",) + PROPOSERS
 #: the genes of the genome (`RegularPlan` fields that vary across a space)
-GENES = ("tp", "cp", "pp", "v", "ep", "recompute", "zero", "schedule", "precision")
+GENES = ("tp", "cp", "pp", "v", "ep", "mbs", "recompute", "zero", "schedule", "precision")
 
 
 @dataclass
@@ -111,10 +113,11 @@ def framework_seeds(plans: list[RegularPlan], framework: str) -> list[tuple[str,
     tensor parallelism inside a server (8), pipeline stages across servers only as many as
     the model needs, data parallelism over the rest with the distributed optimizer (Megatron-LM's
     README, "Parallelism" and its scaling runs; torchtitan's docs: FSDP first, then TP inside a
-    server (2-D), then PP (3-D)); each the fewest stages of its kind, no recomputation, BF16."""
+    server (2-D), then PP (3-D)); each the fewest stages of its kind, no recomputation, 16-bit
+    (BF16 or FP16, as the space has them; no FP8)."""
     def pick(label, ok, key=lambda p: (p.pp, p.v)):
         found = sorted((p for p in plans if ok(p) and p.recompute == "none"
-                        and p.precision == "bf16" and p.cp == 1 and p.ep == 1), key=key)
+                        and p.fp8 == "none" and p.cp == 1 and p.ep == 1), key=key)
         return [(label, found[0])] if found else []
 
     out = pick("data parallel, distributed optimizer" if framework == "megatron" else "FSDP",
@@ -138,12 +141,12 @@ def framework_seeds(plans: list[RegularPlan], framework: str) -> list[tuple[str,
 _STATE: dict = {}
 
 
-def _init(graph_spec: str, pod_spec: str, objectives, memory_limit) -> None:
+def _init(graph_specs: dict, pod_spec: str, objectives, memory_limit) -> None:
     from ..core.pod import load_target
     from ..io import load_graph
 
-    _STATE.update(graph=load_graph(graph_spec), pod=load_target(pod_spec),
-                  objectives=objectives, memory_limit=memory_limit)
+    _STATE.update(graphs={mbs: load_graph(spec) for mbs, spec in graph_specs.items()},
+                  pod=load_target(pod_spec), objectives=objectives, memory_limit=memory_limit)
 
 
 def _evaluate_one(plan: RegularPlan):
@@ -152,7 +155,7 @@ def _evaluate_one(plan: RegularPlan):
     from ..errors import MoplaceError
     from ..simulator.atscale import evaluate_regular
 
-    g, pod = _STATE["graph"], _STATE["pod"]
+    g, pod = _STATE["graphs"][plan.mbs], _STATE["pod"]
     cap = _STATE["memory_limit"] or pod.memory_bytes
     try:
         if static_bytes(g, plan, pod) > cap:
@@ -187,14 +190,23 @@ def search_regular(graph, pod, gbs: int, *, graph_spec: str, pod_spec: str,
                    framework: str = "megatron", method: str = "random", budget: int = 2000,
                    seconds: float | None = None, seed: int = 0, objectives=DEFAULT,
                    memory_limit: float | None = None, workers: int = 1, pop_size: int = 16,
-                   progress=None) -> RegularSearchResult:
+                   progress=None, precisions: tuple[str, ...] = ("bf16",),
+                   more_graphs: tuple = ()) -> RegularSearchResult:
     """Search ``framework``'s regular plans of ``graph`` (one micro-batch) on ``pod`` at
-    ``gbs`` sequences a step (module docstring) with ``budget`` evaluations or ``seconds``;
-    workers load the graph and pod again from ``graph_spec`` and ``pod_spec``. ``progress``
-    is called with (evaluated, unfit, plans, seconds, best runtime) after each batch."""
+    ``gbs`` sequences a step (module docstring), in ``precisions``, with ``budget``
+    evaluations or ``seconds``; ``more_graphs``: ``(graph, spec)`` pairs of the same model
+    traced at other micro-batch sizes (`check_micro_batch_graphs`), whose plans join the
+    space. Workers load the graphs and pod again from their specs and ``pod_spec``.
+    ``progress`` is called with (evaluated, unfit, plans, seconds, best runtime) after each
+    batch."""
     t0 = time.perf_counter()
-    space = RegularSpace(graph, pod.gpus, gbs, framework)
-    plans = space.all()
+    graphs = {graph.metadata.get("batch_size"): (graph, graph_spec)}
+    graphs.update({g.metadata.get("batch_size"): (g, spec) for g, spec in more_graphs})
+    graphs = dict(sorted(graphs.items()))
+    spaces = [RegularSpace(g, pod.gpus, gbs, framework, precisions=tuple(precisions))
+              for g, _ in graphs.values()]
+    space = spaces[0]
+    plans = [p for sp in spaces for p in sp.all()]
     rng = np.random.default_rng(seed)
     order = [plans[i] for i in rng.permutation(len(plans))]
     seeds = framework_seeds(plans, framework)
@@ -230,12 +242,13 @@ def search_regular(graph, pod, gbs: int, *, graph_spec: str, pod_spec: str,
             batch.append(p)
         return batch
 
+    specs = {mbs: spec for mbs, (_, spec) in graphs.items()}
     pool = (ProcessPoolExecutor(workers, initializer=_init,
-                                initargs=(graph_spec, pod_spec, tuple(objectives), memory_limit))
+                                initargs=(specs, pod_spec, tuple(objectives), memory_limit))
             if workers > 1 else None)
     if pool is None:
-        _STATE.update(graph=graph, pod=pod, objectives=tuple(objectives),
-                      memory_limit=memory_limit)
+        _STATE.update(graphs={mbs: g for mbs, (g, _) in graphs.items()}, pod=pod,
+                      objectives=tuple(objectives), memory_limit=memory_limit)
     try:
         while len(result.points) < budget:
             if seconds is not None and time.perf_counter() - t0 >= seconds:
@@ -292,3 +305,28 @@ def pareto_front(points: list[RegularPoint]) -> list[int]:
             continue
         out.append(k)
     return sorted(out, key=lambda k: tuple(points[k].values))
+
+
+def check_micro_batch_graphs(graph, others, gbs: int) -> None:
+    """Refuse, in one line naming the graph, ``others`` (``(graph, where)`` pairs) that are
+    not ``graph``'s model traced at another micro-batch size dividing ``gbs``: the same
+    parameters and layers, a batch of its own."""
+    from ..errors import MoplaceError
+
+    seen = {graph.metadata.get("batch_size")}
+    for g, where in others:
+        batch = g.metadata.get("batch_size")
+        if not isinstance(batch, int) or batch < 1 or gbs % batch:
+            raise MoplaceError(f"--micro-batch-graphs {where}: one micro-batch of {batch} "
+                               f"sequences, which the global batch {gbs:,} is no multiple of")
+        if batch in seen:
+            raise MoplaceError(f"--micro-batch-graphs {where}: a second graph of micro-batch "
+                               f"{batch}; give each size once")
+        seen.add(batch)
+        for key, what in (("parameters", "parameters"), ("layers", "layers")):
+            a, b = graph.metadata.get(key), g.metadata.get(key)
+            if key == "layers":
+                a, b = [(x or {}).get("count") if isinstance(x, dict) else None for x in (a, b)]
+            if a != b:
+                raise MoplaceError(f"--micro-batch-graphs {where}: {b} {what}, not the "
+                                   f"searched graph's {a}: not the same model")

@@ -1,7 +1,10 @@
 """Pickling a search's objects to another place: a checkpoint file, or a Dask worker.
 
 Strategies and graphs hold read-only mapping proxies (`types.MappingProxyType`), which plain
-pickle refuses; `Pickler` writes them as dicts and they load as proxies again. The problem and
+pickle refuses; `Pickler` writes them as dicts and they load as proxies again. A searcher's
+library may hold a thread lock (Optuna 5.1's genetic samplers do), which plain pickle refuses
+too: it is written as a new lock, unheld, as every lock is between a search's batches, where
+its state is written. The problem and
 its big parts (graph, cluster, cost model, genome space) can be written as *references*
 (``refs``: name -> object, written by name) that the loading side resolves to its own copy
 (`Unpickler`'s ``resolve``), so a batch of strategies sent to a worker, or a searcher's
@@ -14,6 +17,7 @@ from __future__ import annotations
 import copyreg
 import io
 import pickle
+import threading
 from types import MappingProxyType
 from typing import Callable
 
@@ -33,7 +37,9 @@ class Pickler(pickle.Pickler):
     mapping proxies as dicts."""
 
     dispatch_table = {**copyreg.dispatch_table,
-                      MappingProxyType: lambda m: (mappingproxy, (dict(m),))}
+                      MappingProxyType: lambda m: (mappingproxy, (dict(m),)),
+                      type(threading.Lock()): lambda _: (threading.Lock, ()),
+                      type(threading.RLock()): lambda _: (threading.RLock, ())}
 
     def __init__(self, file, refs: dict | None = None):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)

@@ -571,20 +571,28 @@ class Arguments:
                       ["--gbs", "x"], ["--gbs", "100"], ["--workers", "0"],
                       ["--checkpoint", str(wd / "pod.ckpt")], ["--set", "nosuch=1"],
                       ["--dask", "local:2"], ["--searcher", "mcmc"],
-                      ["--searcher", "optuna-tpe"], ["--searcher", "optuna-cmaes"]):
+                      ["--searcher", "optuna-tpe"], ["--searcher", "optuna-cmaes"],
+                      # other micro-batch sizes' graphs: none, the same graph, not a graph
+                      ["--micro-batch-graphs", str(wd / "nosuch.json")],
+                      ["--micro-batch-graphs", GRAPH], ["--micro-batch-graphs", ","],
+                      ["--micro-batch-graphs", str(wd)]):
             n.append((f"search on a pod {' '.join(extra)[:30]}",
                       with_option(pod_search, extra[0], extra[1])))
         n.append(("search --gbs on a listed cluster", b["search-random"] + ["--gbs", "8"]))
+        n.append(("search --micro-batch-graphs on a listed cluster",
+                  b["search-random"] + ["--micro-batch-graphs", GRAPH]))
         regular = {"format": "moplace-front", "version": 3, "kind": "regular",
                    "objectives": ["runtime"], "graph": "g", "cluster": "pod:H100:8",
                    "points": [{"runtime_s": 1.0, "feasible": True, "violation_bytes": 0.0,
                                "regular": {"spec": "tp=1,pp=1,dp=8,mbs=1,gbs=8",
                                            "text": "TP1 PP1 DP8", "summary": "TP1 PP1 DP8"}}]}
         for name, damage in (("no spec", {"spec": None}), ("bad spec", {"spec": "tp=x"}),
-                             ("no regular", None)):
+                             ("no regular", None), ("graphs not paths", "micro_batch_graphs")):
             bad = json.loads(json.dumps(regular))
             if damage is None:
                 bad["points"][0]["regular"] = "TP1"
+            elif isinstance(damage, str):
+                bad[damage] = {"1": 7}
             else:
                 bad["points"][0]["regular"].update(damage)
             path = wd / f"regular-front-{name.replace(' ', '-')}.json"

@@ -314,10 +314,14 @@ def warm_up(format_name: str = "") -> None:
     input is timed: on a clean checkout the first compilation alone takes longer than the
     time limit, and would be judged a hang of whichever input came first. The command lines
     (``arguments``) include `moplace profile` of model files that are not Python, refused once
-    TensorFlow is loaded: it is loaded here (importing it takes longer than the time limit)."""
+    TensorFlow is loaded: it is loaded here (importing it takes longer than the time limit),
+    and so is transformers, which the ``hf:`` cases read their configurations with (its first
+    import, run alone with ``-n0``, took over 5 s)."""
     if format_name == "arguments":
         with contextlib.suppress(ImportError):  # without TensorFlow, profile says to install it
             import moplace.tf.modelfile  # noqa: F401
+        with contextlib.suppress(ImportError):
+            from transformers import AutoConfig  # noqa: F401
     if format_name in ("torch-model", "hf-config"):  # torch and transformers load in seconds
         with contextlib.suppress(ImportError):
             import moplace.torch.trace  # noqa: F401
