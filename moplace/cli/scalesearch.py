@@ -138,19 +138,34 @@ def run_scale_search(args, budget, settings: dict) -> int:
 
 
 def _micro_batch_graphs(args, graph) -> tuple:
-    """``(graph, spec)`` of each ``--micro-batch-graphs`` file, checked to be ``graph``'s model
-    at another micro-batch size (`moplace.optimize.regularsearch.check_micro_batch_graphs`)."""
+    """``(graph, spec)`` of each ``--micro-batch-graphs`` file; refused in one line naming the
+    file unless it is ``graph``'s model (the same parameters and layers) traced at another
+    micro-batch size, one the global batch divides."""
     from ..io import load_graph
-    from ..optimize.regularsearch import check_micro_batch_graphs
 
-    specs = [x.strip() for x in (args.micro_batch_graphs or "").split(",") if x.strip()]
-    out = []
-    for spec in specs:
+    def model(g):
+        return g.metadata.get("parameters"), (g.metadata.get("layers") or {}).get("count")
+
+    seen, out = {graph.metadata.get("batch_size")}, []
+    for spec in [x.strip() for x in (args.micro_batch_graphs or "").split(",") if x.strip()]:
+        where = f"--micro-batch-graphs {spec}"
         if not Path(spec).is_file():
-            raise MoplaceError(f"--micro-batch-graphs {spec}: no such file")
+            raise MoplaceError(f"{where}: no such file")
         try:
-            out.append((load_graph(spec), spec))
+            g = load_graph(spec)
         except MoplaceError as exc:
-            raise MoplaceError(f"--micro-batch-graphs {spec}: {exc}") from None
-    check_micro_batch_graphs(graph, out, args.gbs)
+            raise MoplaceError(f"{where}: {exc}") from None
+        batch = g.metadata.get("batch_size")
+        if not isinstance(batch, int) or batch < 1 or args.gbs % batch:
+            raise MoplaceError(f"{where}: one micro-batch of {batch} sequences, which the "
+                               f"global batch {args.gbs:,} is no multiple of")
+        if batch in seen:
+            raise MoplaceError(f"{where}: a second graph of micro-batch {batch}; give each "
+                               f"size once")
+        if model(g) != model(graph):
+            (p, n), (p0, n0) = model(g), model(graph)
+            raise MoplaceError(f"{where}: {p} parameters in {n} layers, not the searched "
+                               f"graph's {p0} in {n0}: not the same model")
+        seen.add(batch)
+        out.append((g, spec))
     return tuple(out)

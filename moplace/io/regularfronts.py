@@ -1,7 +1,7 @@
 """A search at scale's front as a file: ``front.json`` of regular plans on a pod
 (`moplace.optimize.regularsearch`), read by ``show`` and ``export`` as any front.
 
-    {"format": "moplace-front", "version": 3, "kind": "regular", "graph": ..., "cluster": ...,
+    {"format": "moplace-front", "version": 6, "kind": "regular", "graph": ..., "cluster": ...,
      "searcher": "random|nsga2", "space": "megatron|torchtitan", "gbs": 2048, "seed": ...,
      "status": ..., "evaluations": ..., "seconds": ..., "plans_in_space": ..., "unfit": ..., "refused": [{"plan": ..., "why": ...}],
      "hypervolume": ..., "reference": [...], "objectives": [...], "feasible_found": true,
@@ -16,6 +16,8 @@
                  "losses": {"compute": ..., ...}, "how": "simulated ...; modelled ..."}, ...],
      "infeasible": [...]}
 
+``micro_batch_graphs`` (a search with ``--micro-batch-graphs``: ``{"1": path, "2": path}``)
+names the graph each micro-batch size's points were evaluated on (`graph_of_point`);
 ``regular.spec`` is the plan as ``evaluate --plan`` reads it; ``losses`` the step's seconds on
 its slowest stage by cause; ``unfit`` the plans whose weights, gradients and optimizer state
 alone exceed a GPU's memory (counted, never simulated). The hypervolume is normalized against

@@ -47,8 +47,9 @@ VERSION = 5
 #: A search's front file (`moplace.io.fronts`): its points hold strategies in this format.
 FRONT_FORMAT = "moplace-front"
 #: the front file version written and read (2: its strategies have strategy-wide options, 3:
-#: recomputed groups, 4: micro-batches and the pipeline schedule, 5: ``fp8``)
-FRONT_VERSION = 5
+#: recomputed groups, 4: micro-batches and the pipeline schedule, 5: ``fp8``, 6: a regular
+#: front's ``micro_batch_graphs``)
+FRONT_VERSION = 6
 #: priorities only order ops; beyond this size a value is damaged (and 10**400 is no float)
 MAX_PRIORITY = 1e300
 

@@ -195,7 +195,7 @@ def search_regular(graph, pod, gbs: int, *, graph_spec: str, pod_spec: str,
     """Search ``framework``'s regular plans of ``graph`` (one micro-batch) on ``pod`` at
     ``gbs`` sequences a step (module docstring), in ``precisions``, with ``budget``
     evaluations or ``seconds``; ``more_graphs``: ``(graph, spec)`` pairs of the same model
-    traced at other micro-batch sizes (`check_micro_batch_graphs`), whose plans join the
+    traced at other micro-batch sizes (each a batch of its own), whose plans join the
     space. Workers load the graphs and pod again from their specs and ``pod_spec``.
     ``progress`` is called with (evaluated, unfit, plans, seconds, best runtime) after each
     batch."""
@@ -306,27 +306,3 @@ def pareto_front(points: list[RegularPoint]) -> list[int]:
         out.append(k)
     return sorted(out, key=lambda k: tuple(points[k].values))
 
-
-def check_micro_batch_graphs(graph, others, gbs: int) -> None:
-    """Refuse, in one line naming the graph, ``others`` (``(graph, where)`` pairs) that are
-    not ``graph``'s model traced at another micro-batch size dividing ``gbs``: the same
-    parameters and layers, a batch of its own."""
-    from ..errors import MoplaceError
-
-    seen = {graph.metadata.get("batch_size")}
-    for g, where in others:
-        batch = g.metadata.get("batch_size")
-        if not isinstance(batch, int) or batch < 1 or gbs % batch:
-            raise MoplaceError(f"--micro-batch-graphs {where}: one micro-batch of {batch} "
-                               f"sequences, which the global batch {gbs:,} is no multiple of")
-        if batch in seen:
-            raise MoplaceError(f"--micro-batch-graphs {where}: a second graph of micro-batch "
-                               f"{batch}; give each size once")
-        seen.add(batch)
-        for key, what in (("parameters", "parameters"), ("layers", "layers")):
-            a, b = graph.metadata.get(key), g.metadata.get(key)
-            if key == "layers":
-                a, b = [(x or {}).get("count") if isinstance(x, dict) else None for x in (a, b)]
-            if a != b:
-                raise MoplaceError(f"--micro-batch-graphs {where}: {b} {what}, not the "
-                                   f"searched graph's {a}: not the same model")
