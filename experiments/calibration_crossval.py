@@ -122,8 +122,9 @@ def crossval(shared: Path) -> dict:
 def sdpa_check(shared: Path) -> dict:
     """GPT-2 small, b8 s1024 bf16, traced here with SDPA (flash attention as PyTorch picks it
     on an H200) and costed by the shipped H200 calibration, against the real SDPA step of
-    ``gpt2-attention.json``: the attention kernels are out of sample (the calibration's
-    attention comes from the SDPA benchmarks only), the other ops are the fitted model's."""
+    ``gpt2-attention.json``: the attention kernels come from the SDPA benchmarks only (one at
+    this shape, timed alone: no attention of a measured step), the other ops are the fitted
+    model's."""
     from moplace.torch.frontend import profile_torch_model
 
     real = next(r for r in json.loads((shared / "gpt2-attention.json").read_text())
@@ -149,12 +150,12 @@ def markdown(r: dict) -> str:
              "error, apart from what the simulator leaves out of a real step (launch gaps).",
              "",
              "What the data cannot tell: the shared steps ran eager attention, so no fused "
-             "attention kernel was measured in a step; the SDPA benchmark calls at 1,024 and "
-             "2,048 tokens took about as long as the host's launch and are left out "
-             "(`calibfit.BENCH_OVER_FASTEST`), so attention at GPT-2's sizes is interpolated "
-             "from 4,096 tokens and longer (the SDPA section below checks it against a real "
-             "step). No split or micro-batched step was measured: the split overhead stays "
-             "the 10 µs assumption.", "",
+             "attention kernel was measured in a step, only SDPA calls timed alone between CUDA "
+             "events (kept from twice one kernel's launch, `calibfit.SDPA_OVER_LAUNCH`; the "
+             "fastest, at 1,024 tokens, may hold some 20 µs of the host's), and attention at "
+             "fewer than 32 heads × batch is read from the calls at 32 and more (the SDPA "
+             "section below checks a real step). No split or micro-batched step was measured: the split overhead "
+             "stays the 10 µs assumption.", "",
              "| case | real step | simulated on measured op times | on the roofline |",
              "|---|---:|---:|---:|"]
     for c, v in r["cases"].items():
@@ -183,10 +184,10 @@ def markdown(r: dict) -> str:
                              f"{a['p90']:.2f}] sum {a['sum']:.2f} |")
     if "sdpa" in r:
         v = r["sdpa"]
-        lines += ["", "## Attention out of sample: GPT-2 small with SDPA", "",
+        lines += ["", "## Attention from the benchmarks in a real step: GPT-2 small with SDPA", "",
                   "GPT-2 small b8 s1024 bf16 traced here with SDPA (flash attention) and costed "
                   "by the shipped H200 calibration (its attention from the SDPA benchmarks "
-                  "only): one-device step " + ms(v["calibrated_s"]) + " (attention kernels "
+                  "only, one of them at this very shape, timed alone): one-device step " + ms(v["calibrated_s"]) + " (attention kernels "
                   + ms(v["attention_s"]) + ") against the real SDPA step "
                   + ms(v["real_step_s"]) + f" ({v['error']:+.1%})."]
     return "\n".join(lines) + "\n"

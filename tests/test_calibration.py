@@ -130,6 +130,24 @@ def test_a_gemm_with_a_dimension_off_the_multiples_of_8_is_costed_as_the_measure
     assert rate({**head, "n": 50176}) > 400
 
 
+def test_fused_attention_is_kept_from_twice_a_launch_not_twice_the_fastest_call():
+    # the fastest SDPA call (GPT-2 small's 8 x 12 heads at 1,024 tokens) is 81 us, seven
+    # launches: it is the kernel's time, and GPT-2's attention is read at it, not at 4,096
+    # tokens' four times faster rate
+    h200 = shipped("H200")
+    gpt2 = {"cls": "attention", "bh": 96, "s_q": 1024, "s_kv": 1024, "d": 64, "causal": True}
+    bench = next(a for a in KERNELS["sdpa_causal_bf16"] if (a["b"], a["heads"], a["s"]) ==
+                 (8, 12, 1024))
+    assert h200.seconds(gpt2) == pytest.approx(bench["fwd_s"], rel=1e-3)
+    assert h200.seconds({**gpt2, "bwd": True}) == pytest.approx(
+        bench["fwd_bwd_s"] - bench["fwd_s"], rel=1e-3)
+    # a call within twice one launch (11.8 us) says the host's time, and is left out
+    rows = [dict(bench, fwd_s=20e-6, fwd_bwd_s=60e-6, s=512)] + KERNELS["sdpa_causal_bf16"]
+    cal = fit([joined(SMALL)[1]], "H200", "H200", {**KERNELS, "sdpa_causal_bf16": rows})
+    assert all(p[1] != 9.0 for p in cal.attention["fwd"])  # log2 512: fwd under 23.6 us
+    assert any(p[1] == 9.0 for p in cal.attention["bwd"])  # its backward, 40 us, stays
+
+
 def test_a_dtype_not_measured_takes_another_ones_gemms_scaled_by_the_datasheet_peaks():
     h200 = shipped("H200")
     gemm = {"cls": "matmul", "m": 8192, "n": 3072, "k": 768, "batch": 1}

@@ -279,3 +279,29 @@ def test_micro_batch_size_is_a_gene_with_a_graph_per_size(tmp_path, capsys, tiny
         assert main(argv[:-1] + [str(bad), "--micro-batch-graphs", str(other)]) == 2
         err = capsys.readouterr().err.strip()
         assert words in err and "\n" not in err and not bad.exists()
+
+
+def test_precision_is_a_gene_of_a_search_on_a_pod(tiny_llama_file, tmp_path, capsys):
+    """``--precision bf16,fp16`` searches both: the space is twice BF16's, and FP16's plans,
+    as fast as BF16's but reducing FP16 gradients (Megatron keeps them so) where BF16's reduce
+    FP32 ones, make the front; export writes --fp16 for its points. A precision not searched, or a
+    --precision on a listed cluster, is refused in one line before any work."""
+    podfile = _pod(tmp_path, 4)
+    out = tmp_path / "f"
+    argv = ["search", str(tiny_llama_file), "--cluster", str(podfile), "--space", "megatron",
+            "--gbs", "8", "--searcher", "random", "--budget", "100000", "--out", str(out)]
+    assert main(argv + ["--precision", "bf16,fp16", "--json"]) in (0, 3)
+    data = json.loads(capsys.readouterr().out)
+    bf16 = RegularSpace(load_graph(str(tiny_llama_file)), 4, 8).all()
+    assert "in BF16 and FP16" in " ".join(data["notes"])
+    assert f"of {2 * len(bf16):,} (" in " ".join(data["notes"])
+    specs = [p["regular"]["spec"] for p in data["points"]]
+    assert specs and all("precision=fp16" in s and "grad_fp32=1" not in s for s in specs)
+    fp16 = 0
+    assert main(["export", str(out / "front.json"), "--point", str(fp16)]) == 0
+    assert "--fp16" in capsys.readouterr().out
+    for extra in (["--precision", "fp8"], ["--precision", ","]):
+        bad = tmp_path / "bad"
+        assert main(argv[:-1] + [str(bad)] + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--precision" in err and "\n" not in err and not bad.exists()

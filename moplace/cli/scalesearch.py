@@ -4,9 +4,9 @@ scale (one replica simulated, what crosses replicas modelled), its front printed
 as front.json (`moplace.io.regularfronts`), which ``show`` and ``export`` read.
 
 Everything the command line gets wrong is refused in one line before any work: a searcher
-that places ops one by one (only ``random`` and ``nsga2`` take regular plans), ``--space any``,
-no ``--gbs``, a graph whose batch is no micro-batch of it, ``--checkpoint``, or an unwritable
-``--out``.
+that places ops one by one (only ``random``, ``nsga2``, ``mcmc`` and Optuna's samplers take
+regular plans), ``--space any``, no ``--gbs``, a ``--precision`` other than bf16 and fp16, a
+graph whose batch is no micro-batch of it, ``--checkpoint``, or an unwritable ``--out``.
 """
 
 from __future__ import annotations
@@ -55,13 +55,33 @@ def check_scale_args(args) -> None:
         raise MoplaceError("--checkpoint: not with a search on a pod")
     if getattr(args, "dask", None):
         raise MoplaceError("--dask: a search on a pod takes --workers N (processes here)")
+    precisions(args)
+
+
+#: the precisions a search on a pod takes as a gene (FP8's are the graph's own: `fp8_modes`)
+SEARCHED_PRECISIONS = ("bf16", "fp16")
+
+
+def precisions(args) -> tuple[str, ...]:
+    """``--precision``'s precisions (bf16 without it); refused in one line when one is not
+    `SEARCHED_PRECISIONS`' or none is given."""
+    given = getattr(args, "precision", None)
+    if given is None:
+        return ("bf16",)
+    out = tuple(dict.fromkeys(p.strip().lower() for p in str(given).split(",") if p.strip()))
+    bad = [p for p in out if p not in SEARCHED_PRECISIONS]
+    if bad or not out:
+        raise MoplaceError(f"--precision {given}: give {' and/or '.join(SEARCHED_PRECISIONS)}, "
+                           f"comma separated" + (f" ({bad[0]!r} is neither)" if bad else ""))
+    return out
 
 
 def refuse_pod_options(args) -> None:
     """Refuse, in one line, the options only a search on a pod takes, given with a listed
     cluster."""
     pod_only = [f for f, on in (("gbs", args.gbs), ("workers", args.workers > 1),
-                                ("micro-batch-graphs", args.micro_batch_graphs)) if on]
+                                ("micro-batch-graphs", args.micro_batch_graphs),
+                                ("precision", getattr(args, "precision", None))) if on]
     if pod_only:
         raise MoplaceError(f"--{pod_only[0]}: for a search on a pod "
                            f"(--cluster pod:H100:N); --cluster {args.cluster} lists its devices")
@@ -108,10 +128,13 @@ def run_scale_search(args, budget, settings: dict) -> int:
         framework=args.space, method=args.searcher, budget=budget.evaluations or 10**9,
         seconds=budget.seconds, seed=args.seed, memory_limit=args.memory_limit,
         workers=args.workers, pop_size=int(settings.get("pop_size", 16)), progress=progress,
-        more_graphs=more, **({"objectives": args.objectives} if args.objectives else {}))
+        more_graphs=more, precisions=precisions(args),
+        **({"objectives": args.objectives} if args.objectives else {}))
     notes = [f"searched the {args.space} space's regular plans on {pod.name} at {args.gbs:,} "
              f"sequences a step"
              + (f" (micro-batches of {', '.join(map(str, sizes))} sequences)" if more else "")
+             + (f" in {' and '.join(p.upper() for p in precisions(args))}"
+                if precisions(args) != ("bf16",) else "")
              + f": {len(result.points):,} evaluated of {result.n_plans:,} "
              f"({result.unfit:,} cannot hold their weights, gradients and optimizer state"
              + (f"; {len(result.refused):,} refused: {result.refused[0][1].split(': ', 1)[-1]}"

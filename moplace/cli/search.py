@@ -58,6 +58,9 @@ def add_commands(sub) -> None:
     s.add_argument("--micro-batch-graphs", metavar="G2,G4", help="on a pod: the model "
                    "traced at other micro-batch sizes (profile --batch B), comma separated: "
                    "a gene, each plan evaluated on its size's graph")
+    s.add_argument("--precision", metavar="P[,P]", help="on a pod: the training precisions "
+                   "searched, bf16 and/or fp16, comma separated: a gene (default bf16; "
+                   "Megatron keeps FP16's gradients in FP16, BF16's in FP32)")
     s.add_argument("--workers", type=integer(1, 256), default=1,
                    help="on a pod: evaluate plans in N processes here (default 1)")
     s.add_argument("--checkpoint", type=file_arg, metavar="FILE",

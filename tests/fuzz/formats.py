@@ -575,12 +575,17 @@ class Arguments:
                       # other micro-batch sizes' graphs: none, the same graph, not a graph
                       ["--micro-batch-graphs", str(wd / "nosuch.json")],
                       ["--micro-batch-graphs", GRAPH], ["--micro-batch-graphs", ","],
-                      ["--micro-batch-graphs", str(wd)]):
+                      ["--micro-batch-graphs", str(wd)],
+                      # precisions: one not searched, none, both
+                      ["--precision", "fp8"], ["--precision", ","],
+                      ["--precision", "fp16,bf16"]):
             n.append((f"search on a pod {' '.join(extra)[:30]}",
                       with_option(pod_search, extra[0], extra[1])))
         n.append(("search --gbs on a listed cluster", b["search-random"] + ["--gbs", "8"]))
         n.append(("search --micro-batch-graphs on a listed cluster",
                   b["search-random"] + ["--micro-batch-graphs", GRAPH]))
+        n.append(("search --precision on a listed cluster",
+                  b["search-random"] + ["--precision", "fp16"]))
         regular = {"format": "moplace-front", "version": 3, "kind": "regular",
                    "objectives": ["runtime"], "graph": "g", "cluster": "pod:H100:8",
                    "points": [{"runtime_s": 1.0, "feasible": True, "violation_bytes": 0.0,

@@ -15,9 +15,9 @@ from .formats import FORMATS
 from .harness import failure_report, fuzz
 
 SEED = 0
-#: inputs per format; "arguments" covers all its 585 named cases (mostly instant errors) first
+#: inputs per format; "arguments" covers all its 589 named cases (mostly instant errors) first
 N = {"pipedream": 25, "dnn-partitioning": 50, "native": 50, "cluster": 50, "strategy": 50,
-     "front": 50, "sweep": 50, "arguments": 585, "torch-model": 8,
+     "front": 50, "sweep": 50, "arguments": 589, "torch-model": 8,
      "hf-config": 30}
 #: the slow run (``pytest -m slow``, also run by .ci/run): other inputs, ten times as many
 N_SLOW = 500
