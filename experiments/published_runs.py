@@ -46,7 +46,8 @@ up these models; README.md lines 65-76 at f2e5db4 name only the overlap flags):
 
 Each model is traced once (per micro-batch size searched) at sequences of 4,096 tokens with
 calibrated H100 estimates (``moplace profile ... --estimate H100``) into ``--cache`` (a 462 B
-trace takes minutes).
+trace takes minutes); a cached trace is costed again from its ops' cost features by the
+calibration moplace ships now (`recosted`), so a new calibration needs no new trace.
 
     python3 experiments/published_runs.py [--only 1.7B,7.1B] [--search [--mbs 1,2]]
         [--cache DIR] [--out FILE]

@@ -172,8 +172,10 @@ def test_attention_is_refused_where_it_means_nothing(tmp_path, capsys):
 @pytest.mark.slow
 def test_gpt2_small_with_sdpa_is_estimated_near_the_step_measured_on_an_h200(tmp_path):
     """GPT-2 small, 8 x 1,024 tokens in bf16, calibrated H200 estimates with SDPA's flash
-    kernels and AdamW's moments in bf16: within 15% of the real step and 5% of its peak
-    (`experiments/sdpa_step.py`; measured: 45.9 ms, 9.50 GiB), as eager is of its own."""
+    kernels and AdamW's moments in bf16: within 5% of the real step and of its peak
+    (`experiments/sdpa_step.py`; measured: 45.9 ms, 9.50 GiB; estimated -1.4%, and -9.0%
+    while the calibration left out the SDPA calls at 1,024 tokens), as eager is of its own
+    (-3.8%)."""
     import sys
     from pathlib import Path
 
@@ -185,4 +187,4 @@ def test_gpt2_small_with_sdpa_is_estimated_near_the_step_measured_on_an_h200(tmp
     assert rows["sdpa"]["kernels"] == [FLASH] and rows["eager"]["kernels"] == []
     for r in rows.values():
         assert r["costs"].startswith("calibrated estimate")
-        assert abs(r["step_error"]) < 0.15 and abs(r["peak_error"]) < 0.05, r
+        assert abs(r["step_error"]) < 0.05 and abs(r["peak_error"]) < 0.05, r
