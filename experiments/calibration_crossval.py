@@ -154,8 +154,8 @@ def markdown(r: dict) -> str:
              "events (kept from twice one kernel's launch, `calibfit.SDPA_OVER_LAUNCH`; the "
              "fastest, at 1,024 tokens, may hold some 20 µs of the host's), and attention at "
              "fewer than 32 heads × batch is read from the calls at 32 and more (the SDPA "
-             "section below checks a real step). No split or micro-batched step was measured: the split overhead "
-             "stays the 10 µs assumption.", "",
+             "section below checks a real step). No split or micro-batched step was measured: "
+             "the split overhead stays the 10 µs assumption.", "",
              "| case | real step | simulated on measured op times | on the roofline |",
              "|---|---:|---:|---:|"]
     for c, v in r["cases"].items():
@@ -184,10 +184,12 @@ def markdown(r: dict) -> str:
                              f"{a['p90']:.2f}] sum {a['sum']:.2f} |")
     if "sdpa" in r:
         v = r["sdpa"]
-        lines += ["", "## Attention from the benchmarks in a real step: GPT-2 small with SDPA", "",
+        lines += ["", "## Attention from the benchmarks in a real step: GPT-2 small with SDPA",
+                  "",
                   "GPT-2 small b8 s1024 bf16 traced here with SDPA (flash attention) and costed "
                   "by the shipped H200 calibration (its attention from the SDPA benchmarks "
-                  "only, one of them at this very shape, timed alone): one-device step " + ms(v["calibrated_s"]) + " (attention kernels "
+                  "only, one of them at this very shape, timed alone): one-device step "
+                  + ms(v["calibrated_s"]) + " (attention kernels "
                   + ms(v["attention_s"]) + ") against the real SDPA step "
                   + ms(v["real_step_s"]) + f" ({v['error']:+.1%})."]
     return "\n".join(lines) + "\n"

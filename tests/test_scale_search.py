@@ -297,8 +297,7 @@ def test_precision_is_a_gene_of_a_search_on_a_pod(tiny_llama_file, tmp_path, cap
     assert f"of {2 * len(bf16):,} (" in " ".join(data["notes"])
     specs = [p["regular"]["spec"] for p in data["points"]]
     assert specs and all("precision=fp16" in s and "grad_fp32=1" not in s for s in specs)
-    fp16 = 0
-    assert main(["export", str(out / "front.json"), "--point", str(fp16)]) == 0
+    assert main(["export", str(out / "front.json"), "--point", "0"]) == 0
     assert "--fp16" in capsys.readouterr().out
     for extra in (["--precision", "fp8"], ["--precision", ","]):
         bad = tmp_path / "bad"

@@ -110,6 +110,7 @@ def run_scale_search(args, budget, settings: dict) -> int:
         raise MoplaceError(f"--gbs {args.gbs}: the graph {graph.name!r} is one micro-batch of "
                            f"{batch} sequences; the global batch must be a multiple of it")
     more = _micro_batch_graphs(args, graph)
+    chosen = precisions(args)
     sizes = sorted({batch} | {g.metadata["batch_size"] for g, _ in more})
     quiet = args.json or args.quiet
     last = [0.0]
@@ -128,13 +129,12 @@ def run_scale_search(args, budget, settings: dict) -> int:
         framework=args.space, method=args.searcher, budget=budget.evaluations or 10**9,
         seconds=budget.seconds, seed=args.seed, memory_limit=args.memory_limit,
         workers=args.workers, pop_size=int(settings.get("pop_size", 16)), progress=progress,
-        more_graphs=more, precisions=precisions(args),
+        more_graphs=more, precisions=chosen,
         **({"objectives": args.objectives} if args.objectives else {}))
     notes = [f"searched the {args.space} space's regular plans on {pod.name} at {args.gbs:,} "
              f"sequences a step"
              + (f" (micro-batches of {', '.join(map(str, sizes))} sequences)" if more else "")
-             + (f" in {' and '.join(p.upper() for p in precisions(args))}"
-                if precisions(args) != ("bf16",) else "")
+             + (f" in {' and '.join(p.upper() for p in chosen)}" if chosen != ("bf16",) else "")
              + f": {len(result.points):,} evaluated of {result.n_plans:,} "
              f"({result.unfit:,} cannot hold their weights, gradients and optimizer state"
              + (f"; {len(result.refused):,} refused: {result.refused[0][1].split(': ', 1)[-1]}"
